@@ -1,0 +1,253 @@
+"""The ``tracker-plugin`` command.
+
+Errors the user can fix (bad input, a missing run, a tracker refusing a request) end in
+one line on stderr and exit code 2; ``TRACKER_PLUGIN_DEBUG=1`` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from . import __version__
+from .analysis import MODELS, AnalysisConfig, run_analysis
+from .errors import ConfigError, TrackerPluginError
+from .history import Columns
+from .report import to_json, to_text
+from .schedule import BatchSchedule
+
+EXIT_BAD_INPUT = 2
+
+# Options that take several values after one flag, as the original script's argparse
+# ``nargs="+"`` did: ``--target 3.6 3.3``. Each maps to a test for its values.
+_MULTI_VALUE = {
+    "--target": "number",
+    "-t": "number",
+    "--batch-schedule": "pair",
+}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_pair(text: str) -> bool:
+    return ":" in text and not text.startswith("-")
+
+
+def expand_multi_value(argv: Sequence[str]) -> list[str]:
+    """Rewrite ``--target 3.6 3.3`` as ``--target 3.6 --target 3.3`` for click.
+
+    Values are taken while they look like values of that option, so a run name after
+    the targets stays a run name.
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        out.append(arg)
+        i += 1
+        kind = _MULTI_VALUE.get(arg)
+        if kind is None or i >= len(argv):
+            continue
+        out.append(argv[i])  # the first value always belongs to the option
+        i += 1
+        looks_right = _is_number if kind == "number" else _is_pair
+        while i < len(argv) and looks_right(argv[i]):
+            out += [arg, argv[i]]
+            i += 1
+    return out
+
+
+def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that say how to read a run into the common frame."""
+    options = [
+        click.option("--step-col", help="Column or key holding the optimizer step [default: step, _step, ...]."),
+        click.option("--loss-col", help="Column or key holding the loss [default: train_loss, train/loss, loss, ...]."),
+        click.option("--tokens-col", help="Column or key holding tokens consumed before the step [default: tokens, ...]."),
+        click.option("--batch-col", help="Column or key holding tokens per step [default: global_batch, ...]."),
+        click.option("--lr-col", help="Column or key holding the learning rate [default: lr, learning_rate, ...]."),
+        click.option(
+            "--batch-size",
+            type=float,
+            help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that change the analysis; the same in every command."""
+    options = [
+        click.option(
+            "-t",
+            "--target",
+            "targets",
+            type=float,
+            multiple=True,
+            required=True,
+            metavar="LOSS [LOSS ...]",
+            help="Target loss(es); several may follow one flag.",
+        ),
+        click.option(
+            "--ema-token-window",
+            type=float,
+            default=100_000_000.0,
+            show_default=True,
+            help="EMA smoothing window in tokens (converted to a span per step from that step's batch).",
+        ),
+        click.option(
+            "--model",
+            type=click.Choice(MODELS),
+            default="power-law",
+            show_default=True,
+            help="Loss-curve model used to extrapolate.",
+        ),
+        click.option("--fit-start-step", type=int, help="First step of the fit [default: end of lr warmup]."),
+        click.option(
+            "--fit-last-stage",
+            is_flag=True,
+            help="Start the fit no earlier than the last batch stage in the log.",
+        ),
+        click.option(
+            "--batch-schedule",
+            multiple=True,
+            metavar="TOKENS:BATCH [...]",
+            help="Planned batch stages, e.g. '0:589824 2e9:786432'; converts forecast tokens to steps.",
+        ),
+        click.option(
+            "--extrapolation-warn-factor",
+            type=float,
+            default=3.0,
+            show_default=True,
+            help="Flag forecasts further than this multiple of the observed tokens.",
+        ),
+        click.option("--stability-sweep", is_flag=True, help="Refit on growing windows and judge convergence."),
+        click.option("--sweep-step", type=int, default=300, show_default=True, help="Steps between sweep windows."),
+        click.option(
+            "--sweep-min-window",
+            type=int,
+            default=500,
+            show_default=True,
+            help="Steps after the fit start before the first sweep window.",
+        ),
+        click.option(
+            "--convergence-tol",
+            type=float,
+            default=0.05,
+            show_default=True,
+            help="Largest relative change between the last sweep windows that counts as converged.",
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def make_config(options: dict[str, Any]) -> AnalysisConfig:
+    """The analysis settings from the parsed command-line options."""
+    schedule = options.pop("batch_schedule", ())
+    return AnalysisConfig(
+        targets=tuple(options.pop("targets")),
+        ema_token_window=options.pop("ema_token_window"),
+        model=options.pop("model"),
+        fit_start_step=options.pop("fit_start_step"),
+        fit_last_stage=options.pop("fit_last_stage"),
+        batch_schedule=BatchSchedule.parse(schedule) if schedule else None,
+        extrapolation_warn_factor=options.pop("extrapolation_warn_factor"),
+        stability_sweep=options.pop("stability_sweep"),
+        sweep_step=options.pop("sweep_step"),
+        sweep_min_window=options.pop("sweep_min_window"),
+        convergence_tol=options.pop("convergence_tol"),
+    )
+
+
+def make_columns(options: dict[str, Any]) -> Columns:
+    """The column mapping from the parsed command-line options."""
+    return Columns().with_overrides(
+        step=options.pop("step_col"),
+        loss=options.pop("loss_col"),
+        tokens=options.pop("tokens_col"),
+        batch=options.pop("batch_col"),
+        lr=options.pop("lr_col"),
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="tracker-plugin")
+def cli() -> None:
+    """When does a training run reach a target loss?
+
+    Reads a run's loss history from a CSV file, MLflow or Weights & Biases, smooths it
+    over a fixed number of tokens, finds where it crossed each target and forecasts when
+    it will cross the rest.
+    """
+
+
+@cli.command()
+@click.argument("source")
+@analysis_options
+@source_options
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot to this file.")
+def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -> None:
+    """Analyse one run: a CSV file path.
+
+    \b
+    Example:
+      tracker-plugin analyze run.csv --target 3.6 3.3 --loss-col val_loss
+    """
+    from .sources.csvfile import read_csv
+
+    config = make_config(options)
+    columns = make_columns(options)
+    history = read_csv(source, columns=columns, batch_size=options.pop("batch_size"))
+    result = run_analysis(history, config)
+    if plot_path:
+        from .plot import plot_analysis
+
+        plot_analysis(result, plot_path)
+    if as_json:
+        click.echo(json.dumps(to_json(result), indent=2))
+    else:
+        click.echo(to_text(result))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code instead of raising SystemExit."""
+    args = expand_multi_value(sys.argv[1:] if argv is None else list(argv))
+    try:
+        result = cli.main(args=args, prog_name="tracker-plugin", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        return EXIT_BAD_INPUT
+    except (TrackerPluginError, ConfigError) as exc:
+        if os.environ.get("TRACKER_PLUGIN_DEBUG"):
+            raise
+        click.echo(f"error: {exc}", err=True)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return 0
+    return result if isinstance(result, int) else 0
+
+
+def entry_point() -> None:
+    """The console script."""
+    sys.exit(main())

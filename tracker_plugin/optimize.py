@@ -1,0 +1,88 @@
+"""Small numerical routines the fits share, in NumPy only.
+
+SciPy's optimizers would do, but importing ``scipy.optimize`` costs about half a second,
+which is most of a one-shot analysis; the fits here need only a bounded scalar minimizer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["brent_bounded", "grid_then_brent"]
+
+_GOLDEN = 0.5 * (3.0 - math.sqrt(5.0))
+
+
+def brent_bounded(
+    f: Callable[[float], float], lo: float, hi: float, *, xtol: float = 1e-10, maxiter: int = 200
+) -> tuple[float, float]:
+    """Minimise ``f`` on ``[lo, hi]`` by Brent's method (golden section with parabolic steps).
+
+    Returns ``(x, f(x))``. The same algorithm as ``scipy.optimize.fminbound``.
+    """
+    a, b = lo, hi
+    x = w = v = a + _GOLDEN * (b - a)
+    fx = fw = fv = f(x)
+    d = e = 0.0
+    for _ in range(maxiter):
+        mid = 0.5 * (a + b)
+        tol1 = 1.5e-8 * abs(x) + xtol / 3.0
+        tol2 = 2.0 * tol1
+        if abs(x - mid) <= tol2 - 0.5 * (b - a):
+            break
+        golden = True
+        if abs(e) > tol1:
+            r = (x - w) * (fx - fv)
+            q = (x - v) * (fx - fw)
+            p = (x - v) * q - (x - w) * r
+            q = 2.0 * (q - r)
+            if q > 0.0:
+                p = -p
+            q = abs(q)
+            if abs(p) < abs(0.5 * q * e) and q * (a - x) < p < q * (b - x):
+                e, d = d, p / q
+                u = x + d
+                if (u - a) < tol2 or (b - u) < tol2:
+                    d = math.copysign(tol1, mid - x)
+                golden = False
+        if golden:
+            e = (b - x) if x < mid else (a - x)
+            d = _GOLDEN * e
+        u = x + (d if abs(d) >= tol1 else math.copysign(tol1, d))
+        fu = f(u)
+        if fu <= fx:
+            if u < x:
+                b = x
+            else:
+                a = x
+            v, w, x = w, x, u
+            fv, fw, fx = fw, fx, fu
+        else:
+            if u < x:
+                a = u
+            else:
+                b = u
+            if fu <= fw or w == x:
+                v, w, fv, fw = w, u, fw, fu
+            elif fu <= fv or v == x or v == w:
+                v, fv = u, fu
+    return x, fx
+
+
+def grid_then_brent(f: Callable[[float], float], grid: np.ndarray, *, xtol: float = 1e-10) -> tuple[float, float]:
+    """Minimise ``f`` over the span of ``grid``: best grid point, then Brent in its bracket.
+
+    The grid guards against settling in a poor local minimum; Brent refines the best cell.
+    """
+    values = np.array([f(float(g)) for g in grid])
+    values[~np.isfinite(values)] = np.inf
+    k = int(np.argmin(values))
+    lo = float(grid[max(k - 1, 0)])
+    hi = float(grid[min(k + 1, len(grid) - 1)])
+    x, fx = brent_bounded(f, lo, hi, xtol=xtol)
+    if fx > values[k]:
+        return float(grid[k]), float(values[k])
+    return x, fx

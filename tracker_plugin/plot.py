@@ -1,0 +1,135 @@
+"""Plot an analysis on the token axis (matplotlib, imported only when a plot is asked for)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from .analysis import Analysis
+
+__all__ = ["plot_analysis"]
+
+_COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_analysis(analysis: Analysis, path: str | os.PathLike[str]) -> None:
+    """Write a PNG: raw and smoothed loss, batch stages, targets, crossings and the fit.
+
+    The x axis is tokens on a log scale, which shows the logged run and an extrapolation
+    several times longer in one picture.
+    """
+    plt = _pyplot()
+    history, smoothed = analysis.history, analysis.smoothed
+    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
+    try:
+        tokens = np.maximum(history.tokens, history.batch[0])  # log axis: step 0 sits one batch in
+        ax.plot(tokens, history.loss, color="0.75", lw=0.8, label="loss (raw)")
+        ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
+        _stages(ax, analysis)
+        x_max = _fit_curve(ax, analysis, tokens)
+        _targets(ax, analysis)
+        ax.set_xscale("log")
+        ax.set_xlim(tokens[0], max(x_max, tokens[-1]) * 1.15)
+        _ylim(ax, analysis)
+        ax.set_xlabel("tokens")
+        ax.set_ylabel(analysis.loss_key)
+        ax.set_title(_title(analysis), fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(loc="upper right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(os.fspath(path), format="png")
+    finally:
+        plt.close(fig)
+
+
+def _title(analysis: Analysis) -> str:
+    run = analysis.run if len(analysis.run) <= 70 else "..." + analysis.run[-67:]
+    return f"{run}\nfit from step {analysis.fit_start_step} ({analysis.fit_start_reason})"
+
+
+def _stages(ax: Any, analysis: Analysis) -> None:
+    if not analysis.dynamic_batch:
+        return
+    for k, stage in enumerate(analysis.stages):
+        if k:
+            ax.axvline(stage.first_tokens, color="0.5", ls=":", lw=1)
+        ax.annotate(
+            f"batch {stage.batch:,.0f}",
+            xy=(max(stage.first_tokens, 1.0), 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=7,
+            color="0.4",
+        )
+
+
+def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray) -> float:
+    """Draw the fitted law over its window and on to the furthest forecast; return that x."""
+    fit = analysis.fit
+    forecasts = [t.tokens for t in analysis.targets if t.status == "extrapolated" and t.tokens]
+    highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval]
+    x_max = max([tokens[-1], *forecasts, *highs])
+    if fit is None or not hasattr(fit, "predict"):
+        return x_max
+    start = tokens[np.searchsorted(analysis.history.step, analysis.fit_start_step)]
+    inside = np.geomspace(max(start, tokens[0]), tokens[-1], 200)
+    beyond = np.geomspace(tokens[-1], x_max * 1.1, 200)
+    ax.plot(inside, fit.predict(inside), color="tab:orange", lw=1.3, label=f"{fit.name} fit")
+    if x_max > tokens[-1]:
+        ax.plot(beyond, fit.predict(beyond), color="tab:orange", lw=1.3, ls="--", label="extrapolation")
+    return x_max
+
+
+def _targets(ax: Any, analysis: Analysis) -> None:
+    for k, result in enumerate(analysis.targets):
+        color = _COLORS[k % len(_COLORS)]
+        ax.axhline(result.target, color=color, lw=0.8, ls="-.", alpha=0.7)
+        if result.tokens is None:
+            ax.annotate(
+                f"{result.target:g}: {result.status}",
+                xy=(0.01, result.target),
+                xycoords=("axes fraction", "data"),
+                xytext=(0, 3),
+                textcoords="offset points",
+                fontsize=8,
+                color=color,
+            )
+            continue
+        marker = "o" if result.status == "reached" else "D"
+        ax.plot([result.tokens], [result.target], marker=marker, color=color, ms=7, ls="none")
+        if result.tokens_interval is not None:
+            lo, hi = result.tokens_interval
+            ax.plot([lo, hi], [result.target] * 2, color=color, lw=4, alpha=0.35, solid_capstyle="butt")
+        ax.annotate(
+            f"{result.target:g} {result.status}\n{result.tokens:.3g} tok, step {result.step:,.0f}",
+            xy=(result.tokens, result.target),
+            xytext=(6, 6),
+            textcoords="offset points",
+            fontsize=8,
+            color=color,
+        )
+
+
+def _ylim(ax: Any, analysis: Analysis) -> None:
+    """Frame the loss after the fit start: the first steps' loss would flatten the rest."""
+    history = analysis.history
+    after = analysis.smoothed[history.step >= analysis.fit_start_step]
+    if len(after) < 2:
+        return
+    lows = [float(after.min()), *(t.target for t in analysis.targets)]
+    high = float(np.percentile(after, 99))
+    low = min(lows)
+    pad = 0.08 * (high - low or 1.0)
+    ax.set_ylim(low - pad, high + pad)

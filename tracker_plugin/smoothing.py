@@ -1,0 +1,72 @@
+"""Token-window EMA: smoothing whose window is a fixed number of tokens, not of rows.
+
+A fixed step count covers a different amount of data at each batch size, which biases any
+comparison across batch sizes (and across the stages of one dynamic-batch run). So each
+step's EMA span is ``token_window / batch``. A row logged ``g`` steps after the previous
+logged row decays the average by ``g`` steps' worth, so a log thinned to every N-th step
+averages over the same tokens as the full log.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ema_decay", "linear_recurrence", "token_window_ema"]
+
+# Past this, older rows weigh less than one part in 2**60 of the newest: the scan can stop.
+_NEGLIGIBLE = 2.0**-60
+
+
+def ema_decay(step: np.ndarray, batch: np.ndarray, token_window: float) -> np.ndarray:
+    """Per-row decay of the average: ``(1 - alpha) ** steps_since_previous_row``.
+
+    ``alpha = 2 / (span + 1)`` with ``span = token_window / batch`` clamped to at least one
+    step, as pandas' ``ewm(span=..., adjust=False)`` defines it. The first row's decay is 0:
+    the average starts at the first value.
+    """
+    span = np.maximum(token_window / np.asarray(batch, float), 1.0)
+    keep = 1.0 - 2.0 / (span + 1.0)
+    gap = np.diff(np.asarray(step), prepend=step[0])
+    decay = np.where(gap == 1, keep, np.power(keep, gap))
+    decay[0] = 0.0
+    return decay
+
+
+def token_window_ema(loss: np.ndarray, step: np.ndarray, batch: np.ndarray, token_window: float) -> np.ndarray:
+    """Smooth ``loss`` with an EMA whose window is ``token_window`` tokens.
+
+    On consecutive steps at a fixed batch ``B`` this equals
+    ``pd.Series(loss).ewm(span=token_window / B, adjust=False).mean()``.
+    """
+    decay = ema_decay(step, batch, token_window)
+    return linear_recurrence(decay, (1.0 - decay) * np.asarray(loss, float))
+
+
+def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
+    """Solve ``y[i] = decay[i] * y[i-1] + drive[i]`` (``y[-1] = 0``) without a loop per row.
+
+    A Hillis-Steele prefix scan: after the pass with shift ``s`` each element has folded in
+    the ``2s`` elements before it, so ``log2(n)`` vectorised passes suffice, and fewer when
+    the accumulated decay has become negligible. Only products of decays in [0, 1] and sums
+    appear, so nothing overflows.
+    """
+    y = np.array(drive, dtype=float)
+    a = np.array(decay, dtype=float)
+    n = len(y)
+    if n:
+        a[0] = 0.0
+    scratch = np.empty(n)
+    # After the pass with shift s, every product in ``a`` spans 2s rows: bounded by
+    # largest**(2s), which decides when the remaining passes can change nothing.
+    largest = float(a.max()) if n else 0.0
+    bound = largest
+    shift = 1
+    while shift < n and bound > _NEGLIGIBLE:
+        m = n - shift
+        np.multiply(a[shift:], y[:m], out=scratch[:m])
+        y[shift:] += scratch[:m]
+        np.multiply(a[shift:], a[:m], out=scratch[:m])
+        a[shift:] = scratch[:m]
+        shift *= 2
+        bound *= bound
+    return y

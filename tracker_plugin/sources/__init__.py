@@ -1,0 +1,1 @@
+"""Adapters that move run histories between a tracker and the common frame."""

@@ -1,0 +1,8 @@
+"""Test helpers shipped with the package: runs with a known answer, and tracker doubles.
+
+Nothing here is imported by the rest of the package.
+"""
+
+from .synthetic import synthetic_run
+
+__all__ = ["synthetic_run"]
