@@ -255,12 +255,15 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
     """
     if len(rows) <= max_points:
         return rows
-    return rows[np.unique(np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64))]
+    # With more rows than points the rounded positions are strictly increasing: no repeats.
+    return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
 
 
-def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig) -> Fit | FitFailure:
+def _fit(
+    history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig, hint: Fit | None = None
+) -> Fit | FitFailure:
     rows = _sample(rows, config.max_fit_points)
-    return fit_power_law(history.tokens[rows], smoothed[rows])
+    return fit_power_law(history.tokens[rows], smoothed[rows], alpha_hint=None if hint is None else hint.alpha)
 
 
 def _forecast(
@@ -312,11 +315,13 @@ def _sweep_fits(
 ) -> tuple[SweepRow, ...]:
     rows = []
     first = int(np.searchsorted(history.step, fit_start))
+    previous = None
     for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
         end = int(np.searchsorted(history.step, max_step, side="right"))
         if end - first < MIN_FIT_ROWS:
             continue
-        fit = _fit(history, smoothed, np.arange(first, end), config)
+        fit = _fit(history, smoothed, np.arange(first, end), config, hint=previous)
+        previous = None if isinstance(fit, FitFailure) else fit
         note = fit.reason if isinstance(fit, FitFailure) else None
         rows.append(
             SweepRow(

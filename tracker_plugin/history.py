@@ -155,7 +155,8 @@ def build_history(
         run name is searched for ``_1Mbs``-style sizes.
     logged_nan_loss:
         Rows whose loss was *logged* as NaN (as opposed to not logged), when the source
-        can tell; they are dropped and counted like infinite losses.
+        can tell; they are dropped and counted like infinite losses. In a text column,
+        the spelling ``nan`` marks such a row too.
 
     Rows for the same step that follow each other are merged (the last value of each key
     wins); rows that a later restart re-logged (a resumed run going back to its
@@ -171,43 +172,50 @@ def build_history(
     columns = columns or Columns()
     if len(data.columns) == 0:
         raise DataError("the file is empty", run=run)
-    step_col = _pick(data, columns.step, "step", run)
-    loss_col = _pick(data, columns.loss, "loss", run)
-    tokens_col = _pick(data, columns.tokens, "tokens", run, required=False)
-    batch_col = _pick(data, columns.batch, "batch", run, required=False)
-    lr_col = _pick(data, columns.lr, "lr", run, required=False)
-    wanted = [c for c in (step_col, loss_col, tokens_col, batch_col, lr_col) if c is not None]
-    table = data[list(dict.fromkeys(wanted))]
-    table = pd.DataFrame({c: _numeric(table[c], c, run) for c in table.columns})
-    flagged = np.zeros(len(table), bool) if logged_nan_loss is None else np.asarray(logged_nan_loss, bool)
-    table["__nan_loss"] = flagged
-    table = table[table[step_col].notna() | table[loss_col].notna()]
-    if table[step_col].isna().any():
-        row = int(np.flatnonzero(table[step_col].isna().to_numpy())[0])
-        raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=step_col)
-    table, notes = _resolve_steps(table, step_col)
-    step = _integer_steps(table[step_col].to_numpy(float), step_col, run)
+    names = {
+        "step": _pick(data, columns.step, "step", run),
+        "loss": _pick(data, columns.loss, "loss", run),
+        "tokens": _pick(data, columns.tokens, "tokens", run, required=False),
+        "batch": _pick(data, columns.batch, "batch", run, required=False),
+        "lr": _pick(data, columns.lr, "lr", run, required=False),
+    }
+    nan_loss = _spelled_nan(data[names["loss"]])
+    if logged_nan_loss is not None:
+        nan_loss |= np.asarray(logged_nan_loss, bool)
+    cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None}
+    cols["nan_loss"] = nan_loss
+    has_step = ~np.isnan(cols["step"])
+    logged = ~np.isnan(cols["loss"]) | nan_loss
+    if (logged & ~has_step).any():
+        row = int(np.flatnonzero(logged & ~has_step)[0])
+        raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=names["step"])
+    if not has_step.all():  # blank rows
+        cols = {key: values[has_step] for key, values in cols.items()}
+    cols, notes = _resolve_steps(cols)
+    step = _integer_steps(cols["step"], names["step"], run)
 
-    batch, batch_source = _batch(table, batch_col, batch_size, run)
-    tokens = _tokens(table, tokens_col, step, batch, run)
-
-    loss = table[loss_col].to_numpy(float)
+    loss = cols["loss"]
     finite = np.isfinite(loss)
-    bad = (~finite & ~np.isnan(loss)) | table["__nan_loss"].to_numpy()
-    if bad.any():
-        notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
-    keep = finite & ~table["__nan_loss"].to_numpy()
+    bad = (~finite & ~np.isnan(loss)) | cols["nan_loss"]
+    keep = finite & ~cols["nan_loss"]
     if keep.sum() < 2:
         what = "no finite values" if not keep.any() else "only one finite value"
-        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=loss_col)
-    lr = _lr_on_loss_rows(table, lr_col, step, keep)
+        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=names["loss"])
+    if bad.any():
+        notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
+
+    batch, batch_source = _batch(cols.get("batch"), names["batch"], step, batch_size, run)
+    tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
+    lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
+    if not keep.all():
+        step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
     return History(
         run=run,
-        loss_key=loss_col,
-        step=step[keep],
-        tokens=tokens[keep],
-        batch=batch[keep],
-        loss=loss[keep],
+        loss_key=names["loss"],
+        step=step,
+        tokens=tokens,
+        batch=batch,
+        loss=loss,
         lr=lr,
         batch_source=batch_source,
         notes=tuple(notes),
@@ -246,45 +254,55 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str, 
     )
 
 
-def _numeric(values: pd.Series, column: str, run: str) -> pd.Series:
+_NAN_SPELLINGS = ("nan", "+nan", "-nan")
+
+
+def _spelled_nan(values: pd.Series) -> np.ndarray:
+    """Rows of a text column that spell NaN: a logged value, unlike a blank cell."""
+    if pd.api.types.is_numeric_dtype(values.dtype) or pd.api.types.is_bool_dtype(values.dtype):
+        return np.zeros(len(values), bool)
+    text = values.astype(str).str.strip().str.lower()
+    return (text.isin(_NAN_SPELLINGS) & values.notna()).to_numpy(bool)
+
+
+def _numeric(values: pd.Series, column: str, run: str) -> np.ndarray:
     if pd.api.types.is_bool_dtype(values.dtype):
         raise DataError("holds true/false values, not numbers", run=run, column=column)
     if pd.api.types.is_numeric_dtype(values.dtype):
-        return values.astype(float)
+        return values.to_numpy(dtype=float, na_value=np.nan)
     converted = pd.to_numeric(values, errors="coerce")
-    bad = converted.isna() & values.notna()
+    bad = converted.isna().to_numpy() & values.notna().to_numpy() & ~_spelled_nan(values)
     if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = int(np.flatnonzero(bad)[0])
         raise DataError(
             f"holds a non-numeric value {str(values.iloc[row])[:40]!r} in row {row + 1}",
             run=run,
             column=column,
         )
-    return converted.astype(float)
+    return converted.to_numpy(dtype=float, na_value=np.nan)
 
 
-def _resolve_steps(table: pd.DataFrame, step_col: str) -> tuple[pd.DataFrame, list[str]]:
+def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
     """Merge consecutive rows of one step; drop rows that a restart logged again."""
     notes: list[str] = []
-    step = table[step_col].to_numpy()
-    if len(step) and np.all(step[1:] > step[:-1]):
-        return table, notes
+    step = cols["step"]
+    if np.all(step[1:] > step[:-1]):
+        return cols, notes
     group = np.r_[0, np.cumsum(step[1:] != step[:-1])]
     if group[-1] + 1 < len(step):
         # A trainer may write a step's train and eval keys in separate rows: merge them.
-        table = table.groupby(group, sort=False).last()
-        table["__nan_loss"] = table["__nan_loss"].astype(bool)
-        step = table[step_col].to_numpy()
+        merged = pd.DataFrame(cols).groupby(group, sort=False).last()
+        cols = {key: merged[key].to_numpy() for key in cols}
+        cols["nan_loss"] = cols["nan_loss"].astype(bool)
+        step = cols["step"]
     # A resumed run logs again from its checkpoint step: a row is stale when any later
     # row has a step at or before its own.
     later_min = np.minimum.accumulate(step[::-1])[::-1]
     stale = np.r_[step[:-1] >= later_min[1:], False]
     if stale.any():
-        notes.append(
-            f"replaced {int(stale.sum())} rows that a resumed run logged again (kept the later rows)"
-        )
-        table = table[~stale]
-    return table.reset_index(drop=True), notes
+        notes.append(f"replaced {int(stale.sum())} rows that a resumed run logged again (kept the later rows)")
+        cols = {key: values[~stale] for key, values in cols.items()}
+    return cols, notes
 
 
 def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
@@ -297,9 +315,18 @@ def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
     return step.astype(np.int64)
 
 
-def _batch(table: pd.DataFrame, column: str | None, batch_size: float | None, run: str) -> tuple[np.ndarray, str]:
-    if column is not None and table[column].notna().any():
-        batch = table[column].ffill().bfill().to_numpy(float)
+def _filled(values: np.ndarray) -> np.ndarray:
+    """Each missing value replaced by the last one before it (or the first one after)."""
+    if not np.isnan(values).any():
+        return values
+    return pd.Series(values).ffill().bfill().to_numpy()
+
+
+def _batch(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch_size: float | None, run: str
+) -> tuple[np.ndarray, str]:
+    if logged is not None and not np.isnan(logged).all():
+        batch = _filled(logged)
         source = f"column '{column}'"
     else:
         given = batch_size
@@ -309,42 +336,39 @@ def _batch(table: pd.DataFrame, column: str | None, batch_size: float | None, ru
             source = "run name"
         if given is None:
             raise DataError(
-                "no batch column (global_batch) and no batch size given; pass --batch-size "
-                "(tokens per step) or name the column with --batch-col",
+                "no such column and no batch size given; pass --batch-size (tokens per step), "
+                "name the batch column with --batch-col, or put the size in the name (_1Mbs)",
                 run=run,
                 column="global_batch" if column is None else column,
             )
-        batch = np.full(len(table), float(given))
+        batch = np.full(len(step), float(given))
     bad = ~np.isfinite(batch) | (batch <= 0)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"the batch must be a positive number of tokens per step, found {batch[i]!r} at step "
-            f"{table.iloc[i, 0]:.0f}",
+            f"the batch must be a positive number of tokens per step, found {batch[i]!r} at step {step[i]}",
             run=run,
             column=column or "batch",
         )
     return batch, source
 
 
-def _tokens(table: pd.DataFrame, column: str | None, step: np.ndarray, batch: np.ndarray, run: str) -> np.ndarray:
+def _tokens(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
+) -> np.ndarray:
     """Tokens consumed before each step: the logged ones, the gaps filled from the batch."""
     # Accumulated from the batch: a logging gap is filled with the batch of the row before it.
     accumulated = np.empty(len(step))
     accumulated[0] = step[0] * batch[0]
     accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
-    if column is None or not table[column].notna().any():
+    if logged is None or np.isnan(logged).all():
         return accumulated
-    logged = table[column].to_numpy(float)
-    if np.isinf(logged).any() or (logged < 0).any():
-        i = int(np.flatnonzero(np.isinf(logged) | (logged < 0))[0])
+    invalid = np.isinf(logged) | (logged < 0)
+    if invalid.any():
+        i = int(np.flatnonzero(invalid)[0])
         raise DataError(f"tokens must be finite and >= 0, found {logged[i]!r} at step {step[i]}", run=run, column=column)
     known = np.isfinite(logged)
-    if known.all():
-        tokens = logged
-    else:
-        offset = pd.Series(logged - accumulated).ffill().bfill().to_numpy()
-        tokens = np.where(known, logged, accumulated + offset)
+    tokens = logged if known.all() else np.where(known, logged, accumulated + _filled(logged - accumulated))
     drop = np.flatnonzero(np.diff(tokens) < 0)
     if len(drop):
         i = int(drop[0])
@@ -356,10 +380,9 @@ def _tokens(table: pd.DataFrame, column: str | None, step: np.ndarray, batch: np
     return tokens
 
 
-def _lr_on_loss_rows(table: pd.DataFrame, column: str | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
-    if column is None:
+def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
+    if lr is None:
         return None
-    lr = table[column].to_numpy(float)
     logged = np.isfinite(lr)
     if not logged.any():
         return None

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .optimize import grid_then_brent
+from .optimize import brent_bounded, grid_then_brent
 
 __all__ = ["FitFailure", "PowerLaw", "TOKEN_UNIT", "fit_power_law"]
 
@@ -20,6 +20,8 @@ TOKEN_UNIT = 1e9
 _ALPHA_BOUNDS = (1e-3, 10.0)
 _A_MIN = 1e-6
 _ALPHA_GRID = np.geomspace(*_ALPHA_BOUNDS, 25)
+_HINT_SPAN = 1.5
+_XTOL = 1e-10
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class PowerLaw:
         return (self.a / (target - self.l0)) ** (1.0 / self.alpha) * TOKEN_UNIT
 
 
-def fit_power_law(tokens: np.ndarray, loss: np.ndarray) -> PowerLaw | FitFailure:
+def fit_power_law(tokens: np.ndarray, loss: np.ndarray, *, alpha_hint: float | None = None) -> PowerLaw | FitFailure:
     """Least-squares fit of :class:`PowerLaw` to ``loss`` over ``tokens``.
 
     Bounds as in the original script: ``0 <= L0 <= min(loss)``, ``A >= 1e-6``,
@@ -65,6 +67,10 @@ def fit_power_law(tokens: np.ndarray, loss: np.ndarray) -> PowerLaw | FitFailure
     closed form (variable projection), so only ``alpha`` is searched: on a grid first,
     then by Brent's method, which makes the answer independent of any starting guess.
     Rows at zero tokens are left out: the law is infinite there.
+
+    ``alpha_hint`` (the exponent of a fit to an overlapping window, as in a sweep) narrows
+    the search to a bracket around it; when the best exponent lands on the bracket's edge
+    the full search runs instead, so the hint changes the speed, not the answer.
     """
     x = np.asarray(tokens, float) / TOKEN_UNIT
     y = np.asarray(loss, float)
@@ -75,39 +81,62 @@ def fit_power_law(tokens: np.ndarray, loss: np.ndarray) -> PowerLaw | FitFailure
     if x[-1] <= x[0]:
         return FitFailure("power-law", "the fit window spans no tokens")
     log_x = np.log(x)
-    y_min = float(y.min())
+    problem = _LinearPart(y)
 
     def profile(alpha: float) -> float:
-        return _best_linear(np.exp(-alpha * log_x), y, y_min)[2]
+        return problem.solve(np.exp(-alpha * log_x))[2]
 
-    alpha, sse = grid_then_brent(profile, _ALPHA_GRID)
+    alpha, sse = np.nan, np.inf
+    if alpha_hint is not None and np.isfinite(alpha_hint):
+        lo, hi = max(alpha_hint / _HINT_SPAN, _ALPHA_BOUNDS[0]), min(alpha_hint * _HINT_SPAN, _ALPHA_BOUNDS[1])
+        alpha, sse = brent_bounded(profile, lo, hi, xtol=_XTOL)
+        edge = 1e-3 * (hi - lo)
+        if (alpha - lo < edge and lo > _ALPHA_BOUNDS[0]) or (hi - alpha < edge and hi < _ALPHA_BOUNDS[1]):
+            sse = np.inf
+    if not np.isfinite(sse):
+        alpha, sse = grid_then_brent(profile, _ALPHA_GRID, xtol=_XTOL)
     if not np.isfinite(sse):
         return FitFailure("power-law", "the least-squares problem has no finite solution")
-    l0, a, _ = _best_linear(np.exp(-alpha * log_x), y, y_min)
+    l0, a, _ = problem.solve(np.exp(-alpha * log_x))
     return PowerLaw(l0=float(l0), a=float(a), alpha=float(alpha))
 
 
-def _best_linear(z: np.ndarray, y: np.ndarray, l0_max: float) -> tuple[float, float, float]:
-    """Minimise ``|y - l0 - a z|^2`` over ``0 <= l0 <= l0_max``, ``a >= 1e-6``.
+class _LinearPart:
+    """For a fixed exponent, the best ``L0`` and ``A``: minimise ``|y - L0 - A z|^2``.
 
-    Returns ``(l0, a, sse)``. A convex problem in two variables: the unconstrained optimum
-    if it is feasible, otherwise the best of the optima along the box's edges.
+    Subject to ``0 <= L0 <= min(y)`` and ``A >= 1e-6``. A convex problem in two
+    variables: the unconstrained optimum if it is feasible, else the best of the optima
+    along the box's edges. What depends on ``y`` alone is computed once.
     """
-    zc = z - z.mean()
-    szz = zc @ zc
-    if szz > 0:
-        a = (zc @ y) / szz
-        l0 = y.mean() - a * z.mean()
-        if 0.0 <= l0 <= l0_max and a >= _A_MIN:
+
+    def __init__(self, y: np.ndarray) -> None:
+        self.y = y
+        self.n = len(y)
+        self.y_mean = float(y.sum()) / self.n
+        self.y_centered = y - self.y_mean
+        self.l0_max = float(y.min())
+
+    def solve(self, z: np.ndarray) -> tuple[float, float, float]:
+        """``(L0, A, sum of squared residuals)`` for the regressor ``z``."""
+        z_mean = float(z.sum()) / self.n
+        zc = z - z_mean
+        szz = float(zc @ zc)
+        if szz > 0:
+            a = float(zc @ self.y_centered) / szz
+            l0 = self.y_mean - a * z_mean
+            if 0.0 <= l0 <= self.l0_max and a >= _A_MIN:
+                r = self.y_centered - a * zc
+                return l0, a, float(r @ r)
+        return self._on_edges(z)
+
+    def _on_edges(self, z: np.ndarray) -> tuple[float, float, float]:
+        y, zz = self.y, float(z @ z)
+        candidates = [(c, max(_A_MIN, float(z @ (y - c)) / zz)) for c in (0.0, self.l0_max)]
+        candidates.append((min(max(float((y - _A_MIN * z).mean()), 0.0), self.l0_max), _A_MIN))
+        best = (np.nan, np.nan, np.inf)
+        for l0, a in candidates:
             r = y - l0 - a * z
-            return l0, a, r @ r
-    zz = z @ z
-    best = (np.nan, np.nan, np.inf)
-    candidates = [(c, max(_A_MIN, (z @ (y - c)) / zz)) for c in (0.0, l0_max)]
-    candidates.append((min(max((y - _A_MIN * z).mean(), 0.0), l0_max), _A_MIN))
-    for l0, a in candidates:
-        r = y - l0 - a * z
-        sse = r @ r
-        if sse < best[2]:
-            best = (float(l0), float(a), float(sse))
-    return best
+            sse = float(r @ r)
+            if sse < best[2]:
+                best = (l0, a, sse)
+        return best

@@ -34,13 +34,16 @@ def plot_analysis(analysis: Analysis, path: str | os.PathLike[str]) -> None:
     fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
     try:
         tokens = np.maximum(history.tokens, history.batch[0])  # log axis: step 0 sits one batch in
+        fit_start = tokens[min(np.searchsorted(history.step, analysis.fit_start_step), len(tokens) - 1)]
+        # Start a little before the fit: the first steps' loss says nothing about the forecast.
+        x_min = max(tokens[0], 0.5 * fit_start)
         ax.plot(tokens, history.loss, color="0.75", lw=0.8, label="loss (raw)")
         ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
-        _stages(ax, analysis)
-        x_max = _fit_curve(ax, analysis, tokens)
+        _stages(ax, analysis, x_min)
+        x_max = _fit_curve(ax, analysis, tokens, fit_start)
         _targets(ax, analysis)
         ax.set_xscale("log")
-        ax.set_xlim(tokens[0], max(x_max, tokens[-1]) * 1.15)
+        ax.set_xlim(x_min, max(x_max, tokens[-1]) * 1.15)
         _ylim(ax, analysis)
         ax.set_xlabel("tokens")
         ax.set_ylabel(analysis.loss_key)
@@ -58,15 +61,17 @@ def _title(analysis: Analysis) -> str:
     return f"{run}\nfit from step {analysis.fit_start_step} ({analysis.fit_start_reason})"
 
 
-def _stages(ax: Any, analysis: Analysis) -> None:
+def _stages(ax: Any, analysis: Analysis, x_min: float) -> None:
     if not analysis.dynamic_batch:
         return
     for k, stage in enumerate(analysis.stages):
         if k:
             ax.axvline(stage.first_tokens, color="0.5", ls=":", lw=1)
+        if stage.last_tokens < x_min:
+            continue
         ax.annotate(
             f"batch {stage.batch:,.0f}",
-            xy=(max(stage.first_tokens, 1.0), 1.0),
+            xy=(max(stage.first_tokens, x_min), 1.0),
             xycoords=("data", "axes fraction"),
             xytext=(3, -12),
             textcoords="offset points",
@@ -75,7 +80,7 @@ def _stages(ax: Any, analysis: Analysis) -> None:
         )
 
 
-def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray) -> float:
+def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray, start: float) -> float:
     """Draw the fitted law over its window and on to the furthest forecast; return that x."""
     fit = analysis.fit
     forecasts = [t.tokens for t in analysis.targets if t.status == "extrapolated" and t.tokens]
@@ -83,8 +88,7 @@ def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray) -> float:
     x_max = max([tokens[-1], *forecasts, *highs])
     if fit is None or not hasattr(fit, "predict"):
         return x_max
-    start = tokens[np.searchsorted(analysis.history.step, analysis.fit_start_step)]
-    inside = np.geomspace(max(start, tokens[0]), tokens[-1], 200)
+    inside = np.geomspace(start, tokens[-1], 200)
     beyond = np.geomspace(tokens[-1], x_max * 1.1, 200)
     ax.plot(inside, fit.predict(inside), color="tab:orange", lw=1.3, label=f"{fit.name} fit")
     if x_max > tokens[-1]:

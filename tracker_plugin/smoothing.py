@@ -25,9 +25,11 @@ def ema_decay(step: np.ndarray, batch: np.ndarray, token_window: float) -> np.nd
     the average starts at the first value.
     """
     span = np.maximum(token_window / np.asarray(batch, float), 1.0)
-    keep = 1.0 - 2.0 / (span + 1.0)
-    gap = np.diff(np.asarray(step), prepend=step[0])
-    decay = np.where(gap == 1, keep, np.power(keep, gap))
+    decay = 1.0 - 2.0 / (span + 1.0)
+    gap = np.diff(np.asarray(step))
+    skipped = np.flatnonzero(gap != 1) + 1
+    if len(skipped):
+        decay[skipped] = np.power(decay[skipped], gap[skipped - 1])
     decay[0] = 0.0
     return decay
 

@@ -1,0 +1,190 @@
+"""The command line: output formats, flags, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.cli import expand_multi_value, main
+
+
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def olmo(data_dir):
+    return data_dir / "olmo-ladder-370M-5xC.csv"
+
+
+def test_text_report_has_every_part(capsys, data_dir):
+    code, out, _ = run_cli(
+        capsys,
+        "analyze", data_dir / "parity_dynamic.csv", "--target", "5.5", "3.9", "2.1",
+        "--stability-sweep", "--batch-schedule", "0:262144", "3e9:2097152",
+    )
+    assert code == 0
+    assert "batch: DYNAMIC, 3 stages" in out
+    assert "stage" in out and "tokens (before step)" in out  # the stage table
+    assert "target=5.5      REACHED (interpolated): step=" in out
+    assert "stability sweep" in out and "verdict:" in out
+    assert "NOT REACHED, unreachable" in out
+
+
+def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
+    code, out, _ = run_cli(capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "4.2", "--ema-token-window", "5e7")
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("target=4.2"))
+    assert "EXTRAPOLATED (fit L0=" in line and "alpha=" in line
+    assert "x past observed T=" in line
+    assert "** EXTRAPOLATION BEYOND WARN FACTOR **" in line
+
+
+def test_json_follows_the_contract(capsys, data_dir):
+    code, out, _ = run_cli(
+        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "5.0", "4.2", "1.9", "--ema-token-window", "5e7", "--json"
+    )
+    assert code == 0
+    doc = json.loads(out)
+    assert {"run", "loss_key", "ema_token_window", "fit_start_step", "observed", "batch", "targets"} <= set(doc)
+    assert set(doc["observed"]) == {"step", "tokens"}
+    assert doc["batch"]["dynamic"] is False
+    assert set(doc["batch"]["stages"][0]) == {"first_step", "last_step", "first_tokens", "last_tokens", "batch"}
+    statuses = [t["status"] for t in doc["targets"]]
+    assert statuses == ["reached", "extrapolated", "unreachable"]
+    for target in doc["targets"]:
+        assert set(target) >= {
+            "target", "status", "tokens", "step", "tokens_interval", "step_interval", "model",
+            "extrapolation_factor", "note",
+        }
+    extrapolated = doc["targets"][1]
+    assert extrapolated["model"]["name"] == "power-law"
+    assert set(extrapolated["model"]["params"]) >= {"L0", "A", "alpha"}
+    assert extrapolated["extrapolation_factor"] > 1
+    assert doc["targets"][2]["tokens"] is None
+
+
+def test_api_returns_what_the_cli_prints(capsys, data_dir):
+    path = data_dir / "parity_dynamic.csv"
+    _, out, _ = run_cli(capsys, "analyze", path, "-t", "4.5", "3.9", "--json")
+    import pandas as pd
+
+    analysis = tp.analyze(pd.read_csv(path), [4.5, 3.9], run=str(path))
+    assert json.loads(out) == json.loads(json.dumps(tp.to_json(analysis)))
+
+
+def test_plot_is_written(capsys, tmp_path, data_dir):
+    png = tmp_path / "plot.png"
+    code, _, _ = run_cli(capsys, "analyze", data_dir / "parity_dynamic.csv", "-t", "4.5", "3.9", "--plot", png)
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert png.stat().st_size > 20_000
+
+
+def test_every_reference_flag_is_accepted(capsys, data_dir):
+    code, out, err = run_cli(
+        capsys, "analyze", data_dir / "parity_dynamic.csv",
+        "--target", "3.9", "--loss-col", "train_loss", "--ema-token-window", "5e7", "--batch-size", "1000",
+        "--batch-schedule", "0:262144", "2.6e8:524288", "--fit-start-step", "200", "--fit-last-stage",
+        "--extrapolation-warn-factor", "2", "--stability-sweep", "--sweep-step", "200",
+        "--sweep-min-window", "300", "--convergence-tol", "0.1",
+    )
+    assert code == 0, err
+    assert "fit start step: 2000 (start of the last batch stage" in out
+
+
+def _one_line_error(capsys, *args) -> str:
+    code, out, err = run_cli(capsys, *args)
+    assert code == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def test_error_missing_file(capsys, tmp_path):
+    line = _one_line_error(capsys, "analyze", tmp_path / "absent.csv", "-t", "3")
+    assert "absent.csv" in line and "no such file" in line
+
+
+def test_error_missing_loss_column_lists_the_columns(capsys, olmo):
+    line = _one_line_error(capsys, "analyze", olmo, "-t", "3")
+    assert str(olmo) in line and "no loss column" in line
+    assert "'val_loss'" in line and "'global_batch'" in line
+
+
+def test_error_non_numeric_values(capsys, tmp_path):
+    path = tmp_path / "text.csv"
+    path.write_text("step,train_loss,global_batch\n0,5.0,10\n1,four,10\n2,3.0,10\n")
+    line = _one_line_error(capsys, "analyze", path, "-t", "3")
+    assert str(path) in line and "column 'train_loss'" in line and "'four'" in line and "row 2" in line
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("", "empty"),
+        ("step,train_loss,global_batch\n", "no finite values"),
+        ("step,train_loss,global_batch\n0,5.0,10\n", "only one finite value"),
+    ],
+)
+def test_error_empty_or_one_row_file(capsys, tmp_path, text, problem):
+    path = tmp_path / "short.csv"
+    path.write_text(text)
+    line = _one_line_error(capsys, "analyze", path, "-t", "3")
+    assert str(path) in line and problem in line
+
+
+def test_error_decreasing_tokens(capsys, tmp_path):
+    path = tmp_path / "tokens.csv"
+    path.write_text("step,tokens,train_loss,global_batch\n0,0,5,10\n1,10,4,10\n2,5,3,10\n")
+    line = _one_line_error(capsys, "analyze", path, "-t", "3")
+    assert "column 'tokens'" in line and "decreases" in line and "step 2" in line
+
+
+def test_error_unknown_batch(capsys, tmp_path):
+    path = tmp_path / "nobatch.csv"
+    path.write_text("step,train_loss\n0,5\n1,4\n")
+    line = _one_line_error(capsys, "analyze", path, "-t", "3")
+    assert str(path) in line and "column 'global_batch'" in line and "--batch-size" in line
+
+
+def test_error_target_not_a_number(capsys, olmo):
+    line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "--target", "abc")
+    assert "--target" in line and "'abc' is not a valid float" in line
+    line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "--target", "3.3", "abc")
+    assert "abc" in line
+
+
+def test_error_bad_option_value(capsys, olmo):
+    line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "-t", "3", "--sweep-step", "0")
+    assert "sweep" in line
+
+
+def test_targets_stop_at_the_next_flag_or_a_run_name():
+    assert expand_multi_value(["analyze", "--target", "3.6", "3.3", "run.csv", "--json"]) == [
+        "analyze", "--target", "3.6", "--target", "3.3", "run.csv", "--json",
+    ]
+
+
+@pytest.mark.parametrize("command", [["tracker-plugin"], [sys.executable, "-m", "tracker_plugin"]])
+def test_console_script_and_module(command, data_dir):
+    from pathlib import Path
+
+    if command[0] == "tracker-plugin":
+        command = [str(Path(sys.executable).with_name("tracker-plugin"))]
+    done = subprocess.run(
+        [*command, "analyze", str(data_dir / "olmo-ladder-370M-5xC.csv"), "-t", "3.6", "--loss-col", "val_loss"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "REACHED" in done.stdout

@@ -1,0 +1,91 @@
+"""Token-window EMA: pandas parity, gap awareness, dynamic batch, the scan itself."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from tracker_plugin.smoothing import linear_recurrence, token_window_ema
+
+
+def _noisy(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return 3.0 + np.linspace(2.0, 0.0, n) + rng.normal(0, 0.1, n)
+
+
+def test_consecutive_steps_equal_pandas_ewm():
+    loss = _noisy(50_000)
+    step = np.arange(50_000)
+    batch = np.full(50_000, 524_288.0)
+    ours = token_window_ema(loss, step, batch, 1e8)
+    expected = pd.Series(loss).ewm(span=1e8 / 524_288.0, adjust=False).mean().to_numpy()
+    np.testing.assert_allclose(ours, expected, rtol=1e-12, atol=0)
+
+
+def test_thinned_log_averages_over_the_same_tokens():
+    """A value logged every N steps stands for the N steps since the previous log.
+
+    Feed the full-resolution EMA a loss that is constant over each block of N steps and
+    equal to the value logged at the block's end: at the logged steps both must agree.
+    """
+    every = 25
+    step = np.arange(1, 20_001)
+    logged = _noisy(len(step) // every, seed=3)
+    full_loss = np.repeat(logged, every)
+    batch = np.full(len(step), 262_144.0)
+    full = token_window_ema(full_loss, step, batch, 5e7)
+    thinned = token_window_ema(logged, step[every - 1 :: every], batch[::every], 5e7)
+    # the two start differently (first value vs first block); compare after the start washes out
+    np.testing.assert_allclose(thinned[40:], full[every - 1 :: every][40:], rtol=1e-12)
+
+
+def test_row_based_ema_on_a_thinned_log_would_smooth_n_times_too_long():
+    """The defect the gap-aware weights fix: treating each logged row as one step."""
+    step = np.arange(0, 40_000, 500)
+    loss = np.where(step < 20_000, 4.0, 3.0)  # a step change in the loss
+    batch = np.full(len(step), 786_432.0)
+    ours = token_window_ema(loss, step, batch, 1e8)
+    row_based = pd.Series(loss).ewm(span=1e8 / 786_432.0, adjust=False).mean().to_numpy()
+    after = np.searchsorted(step, 20_500)
+    assert abs(ours[after] - 3.0) < 0.01  # 500 steps is ~4 spans: the change has come through
+    assert row_based[after] > 3.9  # one row of 127 "steps": barely moved
+
+
+def test_each_step_uses_its_own_batch():
+    """In a dynamic run the span in steps shrinks as the batch grows."""
+    step = np.arange(2_000)
+    batch = np.where(step < 1000, 100_000.0, 1_000_000.0)
+    loss = _noisy(2_000, seed=4)
+    ours = token_window_ema(loss, step, batch, 1e7)
+    first = pd.Series(loss[:1000]).ewm(span=100, adjust=False).mean().to_numpy()
+    np.testing.assert_allclose(ours[:1000], first, rtol=1e-12)
+    # from step 1000 on, span 10 steps starting from the stage-one average
+    alpha = 2 / 11
+    expected = ours[999]
+    for x in loss[1000:1010]:
+        expected = alpha * x + (1 - alpha) * expected
+    assert ours[1009] == np.float64(expected) or abs(ours[1009] - expected) < 1e-12
+
+
+def test_window_below_one_batch_means_no_smoothing():
+    loss = _noisy(100)
+    out = token_window_ema(loss, np.arange(100), np.full(100, 1e6), 1e5)
+    np.testing.assert_array_equal(out, loss)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    arrays(np.float64, st.integers(1, 300), elements=st.floats(0, 1)),
+    st.integers(0, 2**32 - 1),
+)
+def test_scan_equals_the_sequential_recurrence(decay, seed):
+    drive = np.random.default_rng(seed).normal(size=len(decay))
+    expected = np.empty(len(decay))
+    y = 0.0
+    for i, (d, u) in enumerate(zip(decay, drive)):
+        y = (d if i else 0.0) * y + u
+        expected[i] = y
+    np.testing.assert_allclose(linear_recurrence(decay, drive), expected, rtol=1e-9, atol=1e-12)
