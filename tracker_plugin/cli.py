@@ -18,8 +18,10 @@ from . import __version__
 from .analysis import MODELS, AnalysisConfig, run_analysis
 from .errors import ConfigError, TrackerPluginError
 from .history import Columns
-from .report import to_json, to_text
+from .report import runs_table, to_json, to_text
+from .runner import outcome_rows, process_runs
 from .schedule import BatchSchedule
+from .sources import RunInfo, Source, SourceOptions, open_source
 
 EXIT_BAD_INPUT = 2
 
@@ -71,16 +73,74 @@ def expand_multi_value(argv: Sequence[str]) -> list[str]:
 def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options that say how to read a run into the common frame."""
     options = [
-        click.option("--step-col", help="Column or key holding the optimizer step [default: step, _step, ...]."),
-        click.option("--loss-col", help="Column or key holding the loss [default: train_loss, train/loss, loss, ...]."),
-        click.option("--tokens-col", help="Column or key holding tokens consumed before the step [default: tokens, ...]."),
-        click.option("--batch-col", help="Column or key holding tokens per step [default: global_batch, ...]."),
-        click.option("--lr-col", help="Column or key holding the learning rate [default: lr, learning_rate, ...]."),
+        click.option(
+            "--step-col", multiple=True, help="Column or key holding the optimizer step [default: step, _step, ...]."
+        ),
+        click.option(
+            "--loss-col",
+            multiple=True,
+            help="Column or key holding the loss; repeat to give candidates, the first present wins "
+            "[default: train_loss, train/loss, loss, ...].",
+        ),
+        click.option(
+            "--tokens-col", multiple=True, help="Column or key holding tokens consumed before the step [default: tokens, ...]."
+        ),
+        click.option("--batch-col", multiple=True, help="Column or key holding tokens per step [default: global_batch, ...]."),
+        click.option("--lr-col", multiple=True, help="Column or key holding the learning rate [default: lr, learning_rate, ...]."),
         click.option(
             "--batch-size",
             type=float,
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
         ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that say where runs live and which to take, in the trackers' own conventions."""
+    options = [
+        click.option(
+            "--tracking-uri",
+            envvar="MLFLOW_TRACKING_URI",
+            help="MLflow tracking URI [env: MLFLOW_TRACKING_URI; default: MLflow's own, a local mlflow.db].",
+        ),
+        click.option(
+            "--experiment-id",
+            "experiment_ids",
+            multiple=True,
+            help="MLflow experiment id(s) to take runs from (instead of a SOURCE).",
+        ),
+        click.option("-e", "--entity", envvar="WANDB_ENTITY", help="W&B entity [env: WANDB_ENTITY]."),
+        click.option("-p", "--project", envvar="WANDB_PROJECT", help="W&B project [env: WANDB_PROJECT]."),
+        click.option(
+            "--filter",
+            "filter_",
+            help="Run filter: an MLflow filter string (\"attributes.status = 'FINISHED'\") or W&B filter JSON.",
+        ),
+        click.option(
+            "--state",
+            "states",
+            multiple=True,
+            help="W&B run state(s) to take: running, finished, failed, crashed.",
+        ),
+        click.option("--tag", "tags", multiple=True, help="Take only W&B runs with this tag (repeatable)."),
+        click.option("--created-after", help="Take only runs created after this date (YYYY-MM-DD)."),
+        click.option(
+            "--batch-param",
+            "batch_params",
+            multiple=True,
+            help="Run param/config key holding tokens per step [default: global_batch_size, batch_size_in_tokens, ...].",
+        ),
+        click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs (and keys) fetched at once."),
+        click.option(
+            "--cache-dir",
+            envvar="TRACKER_PLUGIN_CACHE_DIR",
+            type=click.Path(file_okay=False),
+            help="Where finished runs' histories are cached [env: TRACKER_PLUGIN_CACHE_DIR; default: ~/.cache/tracker_plugin].",
+        ),
+        click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -173,15 +233,48 @@ def make_config(options: dict[str, Any]) -> AnalysisConfig:
     )
 
 
-def make_columns(options: dict[str, Any]) -> Columns:
-    """The column mapping from the parsed command-line options."""
-    return Columns().with_overrides(
-        step=options.pop("step_col"),
-        loss=options.pop("loss_col"),
-        tokens=options.pop("tokens_col"),
-        batch=options.pop("batch_col"),
-        lr=options.pop("lr_col"),
+def make_source_options(options: dict[str, Any]) -> SourceOptions:
+    """Where and how to read runs, from the parsed command-line options."""
+    columns = Columns().with_overrides(
+        **{key: options.pop(f"{key}_col") or None for key in ("step", "loss", "tokens", "batch", "lr")}
     )
+    batch_params = options.pop("batch_params", ())
+    return SourceOptions(
+        columns=columns,
+        batch_size=options.pop("batch_size"),
+        tracking_uri=options.pop("tracking_uri", None),
+        experiment_ids=tuple(options.pop("experiment_ids", ())),
+        entity=options.pop("entity", None),
+        project=options.pop("project", None),
+        states=tuple(options.pop("states", ())),
+        tags=tuple(options.pop("tags", ())),
+        created_after=options.pop("created_after", None),
+        filter=options.pop("filter_", None),
+        workers=options.pop("workers", 4),
+        cache_dir=options.pop("cache_dir", None),
+        use_cache=not options.pop("no_cache", False),
+        **({"batch_params": tuple(batch_params)} if batch_params else {}),
+    )
+
+
+def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]:
+    """The run strings to use: those given, else what --experiment-id or -p/--project name."""
+    if sources:
+        return list(sources)
+    if options.experiment_ids:
+        return ["mlflow:"]
+    if options.project:
+        return ["wandb:"]
+    raise click.UsageError("give a SOURCE (a CSV path, mlflow:..., wandb:...), --experiment-id or -p/--project")
+
+
+def open_runs(specs: Sequence[str], options: SourceOptions) -> list[tuple[Source, list[RunInfo]]]:
+    """Each run string's source and the runs it names."""
+    opened = []
+    for spec in specs:
+        source = open_source(spec, options)
+        opened.append((source, source.runs()))
+    return opened
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -199,21 +292,29 @@ def cli() -> None:
 @click.argument("source")
 @analysis_options
 @source_options
+@tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot to this file.")
 def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -> None:
-    """Analyse one run: a CSV file path.
+    """Analyse one run and print the report.
+
+    SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID or wandb-offline:PATH.
 
     \b
     Example:
       tracker-plugin analyze run.csv --target 3.6 3.3 --loss-col val_loss
     """
-    from .sources.csvfile import read_csv
-
     config = make_config(options)
-    columns = make_columns(options)
-    history = read_csv(source, columns=columns, batch_size=options.pop("batch_size"))
-    result = run_analysis(history, config)
+    opened = open_source(source, make_source_options(options))
+    try:
+        runs = opened.runs()
+        if len(runs) != 1:
+            raise click.UsageError(
+                f"{source} names {len(runs)} runs; analyze takes one (use annotate or compare for many)"
+            )
+        result = run_analysis(opened.read(runs[0]), config)
+    finally:
+        opened.close()
     if plot_path:
         from .plot import plot_analysis
 
@@ -222,6 +323,44 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
         click.echo(json.dumps(to_json(result), indent=2))
     else:
         click.echo(to_text(result))
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option("--force", is_flag=True, help="Annotate runs whose last annotation is still current.")
+@click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool, **options: Any) -> int:
+    """Analyse runs and write the forecasts back to them.
+
+    SOURCES are run strings: mlflow:RUN_ID, mlflow:experiment/NAME_OR_ID,
+    wandb:ENTITY/PROJECT[/RUN_ID], wandb-offline:PATH, or CSV paths (whose artifacts go
+    beside them). Runs whose annotation is current are skipped. Exit code 1 if any run
+    failed; the others still finish.
+    """
+    config = make_config(options)
+    source_options = make_source_options(options)
+    outcomes = []
+    for source, runs in open_runs(default_sources(sources, source_options), source_options):
+        try:
+            outcomes += process_runs(
+                source, runs, config, write=True, force=force, dry_run=dry_run,
+                workers=source_options.workers, label="annotating",
+            )
+        finally:
+            source.close()
+    rows = outcome_rows(outcomes)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        for outcome in outcomes:
+            for line in outcome.planned:
+                click.echo(f"{outcome.run.ref}: would write {line}")
+        click.echo(runs_table(rows))
+    return 1 if any(o.failed for o in outcomes) else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -11,49 +12,55 @@ from .analysis import Analysis
 
 __all__ = ["plot_analysis"]
 
+# matplotlib's text layout (mathtext, font cache) is not thread-safe: one plot at a time.
+_LOCK = threading.Lock()
+
 _COLORS = ("tab:red", "tab:purple", "tab:brown", "tab:olive", "tab:cyan", "tab:pink")
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def _figure() -> Any:
+    """A figure with its own Agg canvas: no pyplot state, so threads can plot at once."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    fig = Figure(figsize=(10, 6), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
 
-    return plt
 
-
-def plot_analysis(analysis: Analysis, path: str | os.PathLike[str]) -> None:
+def plot_analysis(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
     """Write a PNG: raw and smoothed loss, batch stages, targets, crossings and the fit.
 
     The x axis is tokens on a log scale, which shows the logged run and an extrapolation
     several times longer in one picture.
     """
-    plt = _pyplot()
+    with _LOCK:
+        _draw(analysis, path)
+
+
+def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
     history, smoothed = analysis.history, analysis.smoothed
-    fig, ax = plt.subplots(figsize=(10, 6), dpi=110)
-    try:
-        tokens = np.maximum(history.tokens, history.batch[0])  # log axis: step 0 sits one batch in
-        fit_start = tokens[min(np.searchsorted(history.step, analysis.fit_start_step), len(tokens) - 1)]
-        # Start a little before the fit: the first steps' loss says nothing about the forecast.
-        x_min = max(tokens[0], 0.5 * fit_start)
-        ax.plot(tokens, history.loss, color="0.75", lw=0.8, label="loss (raw)")
-        ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
-        _stages(ax, analysis, x_min)
-        x_max = _fit_curve(ax, analysis, tokens, fit_start)
-        _targets(ax, analysis)
-        ax.set_xscale("log")
-        ax.set_xlim(x_min, max(x_max, tokens[-1]) * 1.15)
-        _ylim(ax, analysis)
-        ax.set_xlabel("tokens")
-        ax.set_ylabel(analysis.loss_key)
-        ax.set_title(_title(analysis), fontsize=10)
-        ax.grid(True, which="both", alpha=0.25)
-        ax.legend(loc="upper right", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.fspath(path), format="png")
-    finally:
-        plt.close(fig)
+    fig = _figure()
+    ax = fig.add_subplot()
+    tokens = np.maximum(history.tokens, history.batch[0])  # log axis: step 0 sits one batch in
+    fit_start = tokens[min(np.searchsorted(history.step, analysis.fit_start_step), len(tokens) - 1)]
+    # Start a little before the fit: the first steps' loss says nothing about the forecast.
+    x_min = max(tokens[0], 0.5 * fit_start)
+    ax.plot(tokens, history.loss, color="0.75", lw=0.8, label="loss (raw)")
+    ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
+    _stages(ax, analysis, x_min)
+    x_max = _fit_curve(ax, analysis, tokens, fit_start)
+    _targets(ax, analysis)
+    ax.set_xscale("log")
+    ax.set_xlim(x_min, max(x_max, tokens[-1]) * 1.15)
+    _ylim(ax, analysis)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel(analysis.loss_key)
+    ax.set_title(_title(analysis), fontsize=10)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format="png")
 
 
 def _title(analysis: Analysis) -> str:

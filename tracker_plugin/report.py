@@ -8,7 +8,7 @@ from typing import Any
 from .analysis import Analysis, Sweep, TargetResult
 from .models import TOKEN_UNIT
 
-__all__ = ["to_json", "to_text"]
+__all__ = ["format_tokens", "runs_table", "to_json", "to_text"]
 
 _RULE = "-" * 100
 
@@ -196,3 +196,37 @@ def _verdict(sweep: Sweep) -> str:
         f"verdict: NOT YET CONVERGED -- last two window-to-window changes ({a:.1%}, {b:.1%}) "
         f"exceed tolerance {sweep.tolerance:.0%}; keep training and re-check"
     )
+
+
+def format_tokens(value: float | None) -> str:
+    """``19058662904 -> '19.06B'``: tokens at a glance."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def runs_table(rows: list[dict[str, Any]]) -> str:
+    """The summary table of a many-run command: run, target, status, tokens, step, interval."""
+    header = ("run", "target", "status", "tokens", "step", "interval", "note")
+    lines = []
+    for row in rows:
+        interval = row.get("tokens_interval")
+        lines.append(
+            (
+                str(row["run"]),
+                "-" if row["target"] is None else f"{row['target']:g}",
+                str(row["status"]),
+                format_tokens(row["tokens"]),
+                "-" if row["step"] is None else f"{row['step']:,.0f}",
+                "-" if not interval else f"{format_tokens(interval[0])}-{format_tokens(interval[1])}",
+                row.get("note") or "",
+            )
+        )
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header) - 1)]
+    out = []
+    for r in [header, *lines]:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return "\n".join(line.rstrip() for line in out)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
+from pathlib import Path
 
 import pandas as pd
 
+from ..annotation import ARTIFACT_JSON, ARTIFACT_PNG, Annotation, Previous
 from ..errors import DataError, RunNotFound
 from ..history import Columns, History, build_history
+from .base import RunInfo, Source
 
-__all__ = ["read_csv"]
+__all__ = ["CsvSource", "read_csv"]
 
 # Blank cells and these spellings mean "not logged"; "nan" and "inf" are logged values,
 # which build_history drops and counts.
@@ -56,3 +60,69 @@ def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, ba
 
 def _first_line(exc: Exception) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class CsvSource(Source):
+    """CSV logs: a file, or a directory of ``*.csv`` files (one run each).
+
+    Annotating a CSV run writes its artifacts beside it: ``run.loss_eta.json`` and
+    ``run.loss_eta.png`` for ``run.csv``. The file itself is never changed.
+    """
+
+    scheme = "csv"
+
+    def runs(self) -> list[RunInfo]:
+        path = Path(self.spec)
+        if path.is_dir():
+            files = sorted(p for p in path.glob("*.csv") if p.is_file())
+            if not files:
+                raise RunNotFound("the directory holds no *.csv files", run=self.spec)
+        elif path.is_file():
+            files = [path]
+        else:
+            raise RunNotFound("no such file", run=self.spec)
+        return [
+            RunInfo(ref=str(f), name=f.stem, state="finished", progress=_progress(f), previous=_previous(f))
+            for f in files
+        ]
+
+    def read(self, run: RunInfo) -> History:
+        return read_csv(run.ref, columns=self.options.columns, batch_size=self.options.batch_size)
+
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        json_path, png_path = _sidecars(Path(run.ref))
+        # The report goes last: its settings hash marks the annotation complete.
+        _replace(png_path, annotation.plot_bytes())
+        _replace(json_path, annotation.report_bytes())
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        return [f"write {path}" for path in _sidecars(Path(run.ref))]
+
+
+def _sidecars(path: Path) -> tuple[Path, Path]:
+    stem = path.with_suffix("")
+    return (
+        stem.with_name(f"{stem.name}.{ARTIFACT_JSON}"),
+        stem.with_name(f"{stem.name}.{ARTIFACT_PNG}"),
+    )
+
+
+def _progress(path: Path) -> str:
+    stat = path.stat()
+    return f"size {stat.st_size} mtime {stat.st_mtime_ns}"
+
+
+def _previous(path: Path) -> Previous | None:
+    json_path, _ = _sidecars(path)
+    try:
+        report = json.loads(json_path.read_text())
+        return Previous(report.get("settings_hash"), report.get("progress"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write atomically, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

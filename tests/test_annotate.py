@@ -1,0 +1,92 @@
+"""Write-back keys and the many-run loop, on CSV runs (artifacts beside the files)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of, target_slug
+from tracker_plugin.cli import main
+
+MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
+
+
+@pytest.mark.parametrize(
+    ("target", "slug"), [(3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00")]
+)
+def test_target_slug(target, slug):
+    assert target_slug(target) == slug
+
+
+def test_every_key_is_valid_in_both_trackers(data_dir):
+    history = tp.load_csv(data_dir / "parity_dynamic.csv")
+    config = tp.AnalysisConfig(targets=(5.5, 3.9, 2.1, 3.14159))
+    analysis = tp.analyze(history, config.targets)
+    annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
+    assert len(annotation.keys()) == 4 * 8 + 7
+    for key in annotation.keys():
+        assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] segments
+        assert MLFLOW_KEY.match(key), key
+    # every target writes every field, None where there is nothing to say
+    assert annotation.metrics["loss_eta/target_2p10/tokens"] is None
+    assert annotation.labels["loss_eta/target_2p10/status"] == "unreachable"
+
+
+@pytest.fixture
+def runs_dir(tmp_path, data_dir):
+    for name in ("olmo-ladder-370M-5xC.csv", "parity_fixed.csv"):
+        shutil.copy(data_dir / name, tmp_path / name)
+    return tmp_path
+
+
+def _annotate(capsys, *args):
+    code = main(["annotate", *map(str, args)])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_annotate_writes_beside_each_csv_then_skips_unchanged(capsys, runs_dir):
+    code, out, _ = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss")
+    assert code == 0
+    report = json.loads((runs_dir / "olmo-ladder-370M-5xC.loss_eta.json").read_text())
+    assert report["targets"][0]["status"] == "reached"
+    png = (runs_dir / "parity_fixed.loss_eta.png").read_bytes()
+    assert png.startswith(b"\x89PNG")
+    before = {p.name: p.stat().st_mtime_ns for p in runs_dir.iterdir()}
+    code, out, _ = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss")
+    assert code == 0 and out.count("unchanged") == 2
+    assert {p.name: p.stat().st_mtime_ns for p in runs_dir.iterdir()} == before
+    code, out, _ = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss", "--force")
+    assert code == 0 and "unchanged" not in out
+    after = {p.name: p.stat().st_mtime_ns for p in runs_dir.iterdir()}
+    assert after["parity_fixed.loss_eta.json"] > before["parity_fixed.loss_eta.json"]
+
+
+def test_changed_settings_reannotate(capsys, runs_dir):
+    _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss")
+    code, out, _ = _annotate(capsys, runs_dir, "-t", "4.4", "--loss-col", "val_loss", "--loss-col", "train_loss")
+    assert "unchanged" not in out
+    report = json.loads((runs_dir / "parity_fixed.loss_eta.json").read_text())
+    assert report["targets"][0]["target"] == 4.4
+
+
+def test_dry_run_writes_nothing(capsys, runs_dir):
+    code, out, _ = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss", "--dry-run")
+    assert code == 0
+    assert "would write" in out
+    assert not list(runs_dir.glob("*loss_eta*"))
+
+
+def test_one_bad_run_fails_alone_with_exit_code_1(capsys, runs_dir):
+    (runs_dir / "broken.csv").write_text("step,train_loss,global_batch\n0,5,10\n1,oops,10\n")
+    code, out, err = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss", "--json")
+    assert code == 1
+    rows = json.loads(out)
+    broken = [r for r in rows if r["run"] == "broken"]
+    assert broken[0]["status"] == "failed" and "non-numeric value 'oops'" in broken[0]["note"]
+    assert (runs_dir / "parity_fixed.loss_eta.json").exists()
+    assert "Traceback" not in err

@@ -1,0 +1,120 @@
+"""The one small interface every tracker adapter implements.
+
+A :class:`Source` is opened from a run string (``runs/a.csv``, ``mlflow:RUN_ID``,
+``wandb:ENTITY/PROJECT``, ...) and :class:`SourceOptions`. It lists the runs the string
+names, reads a run into a validated :class:`~tracker_plugin.History`, and writes an
+:class:`~tracker_plugin.annotation.Annotation` back. Sources move data only; they never
+decide anything about the analysis.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from ..annotation import Annotation, Previous
+from ..errors import SourceError
+from ..history import Columns, History
+
+__all__ = ["FINISHED_STATES", "RunInfo", "Source", "SourceOptions"]
+
+# Normalised run states; a tracker's own states map onto these.
+FINISHED_STATES = frozenset({"finished", "failed", "crashed", "killed"})
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to find runs and read them; the command-line options of every command."""
+
+    columns: Columns = field(default_factory=Columns)
+    batch_size: float | None = None
+    # MLflow
+    tracking_uri: str | None = None
+    experiment_ids: tuple[str, ...] = ()
+    # W&B
+    entity: str | None = None
+    project: str | None = None
+    states: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    created_after: str | None = None
+    # both trackers
+    filter: str | None = None
+    batch_params: tuple[str, ...] = ("global_batch_size", "batch_size_in_tokens", "tokens_per_step", "batch_size")
+    workers: int = 4
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run a source found, with what is known without reading its history."""
+
+    ref: str  # the canonical run string, e.g. "mlflow:3f2a..." or "runs/a.csv"
+    name: str  # what people call it (the tracker's run name)
+    state: str = "unknown"  # running | finished | failed | crashed | killed | unknown
+    # How far the run has got, in the source's own terms (its loss key's last step, a
+    # file's size and time); None when unknown before reading the history.
+    progress: str | None = None
+    previous: Previous | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+class Source(ABC):
+    """A tracker (or a folder of files) holding runs."""
+
+    scheme: ClassVar[str]
+
+    def __init__(self, spec: str, options: SourceOptions) -> None:
+        self.spec = spec
+        self.options = options
+
+    @abstractmethod
+    def runs(self) -> list[RunInfo]:
+        """The runs the spec names, in a stable order.
+
+        Raises
+        ------
+        RunNotFound
+            The spec names no run, experiment, project or file.
+        SourceError
+            The tracker could not be reached or refused the request.
+        """
+
+    @abstractmethod
+    def read(self, run: RunInfo) -> History:
+        """The run's history in the common frame.
+
+        Raises
+        ------
+        DataError
+            The run's data cannot be analysed (a missing key, no loss history).
+        SourceError
+            The tracker could not be read.
+        """
+
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
+
+        Writing the same annotation twice leaves the run as the first write left it, and
+        nothing but the annotation's own keys and artifacts is touched. The labels
+        ``loss_eta/settings_hash`` and ``loss_eta/progress`` are written last: they mark
+        the annotation complete, so a write cut short is redone by the next run.
+        """
+        raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        """What :meth:`write` would do, one line per key or file, for ``--dry-run``."""
+        lines = [f"{key} = {_show(value)}" for key, value in sorted(annotation.metrics.items())]
+        lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
+        return lines + ["artifact loss_eta.json", "artifact loss_eta.png"]
+
+    def close(self) -> None:
+        """Release connections and background processes."""
+
+
+def _show(value: float | None) -> str:
+    return "(none)" if value is None else f"{value:.10g}"
