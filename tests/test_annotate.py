@@ -25,7 +25,7 @@ def test_target_slug(target, slug):
 def test_every_key_is_valid_in_both_trackers(data_dir):
     history = tp.load_csv(data_dir / "parity_dynamic.csv")
     config = tp.AnalysisConfig(targets=(5.5, 3.9, 2.1, 3.14159))
-    analysis = tp.analyze(history, config.targets)
+    analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     assert len(annotation.keys()) == 4 * 8 + 7
     for key in annotation.keys():

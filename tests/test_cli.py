@@ -27,7 +27,7 @@ def test_text_report_has_every_part(capsys, data_dir):
     code, out, _ = run_cli(
         capsys,
         "analyze", data_dir / "parity_dynamic.csv", "--target", "5.5", "3.9", "2.1",
-        "--stability-sweep", "--batch-schedule", "0:262144", "3e9:2097152",
+        "--stability-sweep", "--batch-schedule", "0:262144", "3e9:2097152", "--model", "power-law",
     )
     assert code == 0
     assert "batch: DYNAMIC, 3 stages" in out
@@ -38,7 +38,9 @@ def test_text_report_has_every_part(capsys, data_dir):
 
 
 def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
-    code, out, _ = run_cli(capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "4.2", "--ema-token-window", "5e7")
+    code, out, _ = run_cli(
+        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "4.2", "--ema-token-window", "5e7", "--model", "power-law"
+    )
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("target=4.2"))
     assert "EXTRAPOLATED (fit L0=" in line and "alpha=" in line
@@ -48,7 +50,8 @@ def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
 
 def test_json_follows_the_contract(capsys, data_dir):
     code, out, _ = run_cli(
-        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "5.0", "4.2", "1.9", "--ema-token-window", "5e7", "--json"
+        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "5.0", "4.2", "1.9", "--ema-token-window", "5e7", "--json",
+        "--model", "power-law",
     )
     assert code == 0
     doc = json.loads(out)

@@ -125,12 +125,18 @@ def fit_window(
     timeline: Timeline,
     ema_window: float,
     prior: GainPrior | None,
+    hint: LawFit | None = None,
 ) -> LawFit | FitFailure:
-    """Fit a law to the raw loss of rows ``first:end`` of ``history``."""
+    """Fit a law to the raw loss of rows ``first:end`` of ``history``.
+
+    ``hint`` (the fit of an overlapping window, as in a sweep) starts the search near its
+    parameters; it changes the speed, not the answer.
+    """
     obs = observations(history.step[first:end], history.loss[first:end], timeline)
     window_timeline = replace(timeline, last_step=float(history.step[end - 1])) if end < len(history) else timeline
     return fit_law(
-        LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior
+        LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior,
+        start=None if hint is None else hint.theta,
     )
 
 
@@ -239,10 +245,10 @@ def forecast_target(
     """When the smoothed loss reaches ``target``: the median of the bootstrap replicates.
 
     ``level`` is the interval's coverage (0.8 for an 80% interval). ``error_scale`` (see
-    :class:`Selection`) adds the law's own track record: each replicate's log tokens move by
-    ``error_scale * ln(tokens / observed tokens)`` times a Student-t draw whose degrees of
-    freedom are the number of inner forecasts the scale was estimated from (a scale from
-    three errors is itself uncertain, which the t's heavier tails carry).
+    :class:`Selection`) adds the law's own track record: each replicate's log horizon
+    ``ln(tokens / observed tokens)`` is multiplied by ``exp(error_scale * t)``, ``t`` a
+    Student-t draw whose degrees of freedom count the forecasts the scale rests on (a scale
+    from three errors is itself uncertain, which the t's heavier tails carry).
     """
     rng = np.random.default_rng(_seed(history, target))
     spread = np.random.default_rng(_seed(history, target) + 1)
@@ -263,8 +269,13 @@ def forecast_target(
         crossing = _crossing(replicate, rep_steps, rep_curve + path, target)
         shift = spread.standard_t(max(error_dof, 1))
         if crossing is not None and error_scale:
-            horizon = math.log(max(crossing / float(history.tokens[-1]), 1.0))
-            crossing *= math.exp(error_scale * horizon * shift)
+            # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for small
+            # errors ln(tokens) moves by about scale * h * t, and a forecast never lands
+            # before the tokens already logged.
+            observed = float(history.tokens[-1])
+            horizon = math.log(max(crossing / observed, 1.0))
+            stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
+            crossing = observed * math.exp(min(horizon * stretch, 600.0))
         found.append(crossing)
     if not found:
         tokens = fit.solve(target)
@@ -296,16 +307,20 @@ def _seed(history: History, target: float) -> int:
 
 
 def _block_length(values: np.ndarray) -> int:
-    """Twice the lag at which the autocorrelation of ``values`` falls below 1/e; at least 1."""
+    """Twice the lag at which the autocorrelation of ``values`` falls below 1/e; at least 1.
+
+    The autocorrelation comes from one FFT, so long logs cost little.
+    """
     n = len(values)
     centred = values - values.mean()
-    denominator = float(centred @ centred)
-    if n < 4 or denominator <= 0:
+    if n < 4 or not np.any(centred):
         return 1
-    for lag in range(1, n // 2):
-        if float(centred[:-lag] @ centred[lag:]) / denominator < math.exp(-1):
-            return max(1, min(2 * lag, n // 3))
-    return max(1, n // 3)
+    size = 1 << (2 * n - 1).bit_length()
+    spectrum = np.fft.rfft(centred, size)
+    acf = np.fft.irfft(spectrum * np.conj(spectrum), size)[: n // 2]
+    below = np.flatnonzero(acf < math.exp(-1) * acf[0])
+    lag = int(below[0]) if len(below) else n // 6
+    return max(1, min(2 * lag, n // 3))
 
 
 def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:

@@ -58,8 +58,10 @@ BIN_STEP_RATIO = 1.08
 # Huber's constant: residuals within this many robust standard deviations keep full weight.
 HUBER = 1.345
 IRLS_ROUNDS = 3
+# The exponent to this precision (absolute) is far finer than its uncertainty.
+_XTOL = 1e-7
 # The EMA of a forecast is computed on a grid at most this fine relative to its span ...
-_EMA_POINTS_PER_SPAN = 8
+_EMA_POINTS_PER_SPAN = 4
 # ... with at most this many points; the model itself is evaluated on a coarser grid.
 _EMA_MAX_POINTS = 60_000
 _MODEL_POINTS = 1500
@@ -291,8 +293,11 @@ def fit_law(
     ema_window: float,
     start_step: float,
     prior: GainPrior | None = GainPrior(),
+    start: np.ndarray | None = None,
 ) -> LawFit | FitFailure:
     """Fit ``law`` to the binned raw loss ``obs`` of a run on ``timeline``.
+
+    ``start`` (parameters of a nearby fit) narrows the first search around them.
 
     The fit sees only the lr drops before its last point; the returned fit predicts with
     every drop of the timeline (the planned ones too).
@@ -303,9 +308,11 @@ def fit_law(
     if failure is not None:
         return failure
     cells = timeline.drops()
+    if not len(cells):
+        prior = None  # no decay logged or planned: the gain has nothing to act on
     area_ref = float(obs.area[-1])
     prior_mean = None if prior is None else prior.fraction * _level(obs)
-    return _fit(law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean)
+    return _fit(law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean, start=start)
 
 
 def _level(obs: Observations) -> float:
@@ -348,13 +355,15 @@ def _fit(
     theta = None if start is None else np.asarray(start, float)
     residuals = fitted = coef = None
     fixed = law.anneal(np.zeros(len(law.lower)), obs.clock, obs.area, seen) if law.anneal_fixed else None
+    relative = obs.area / area_ref
 
     def columns(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if fixed is not None:
-            with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-                return law.power(th, obs.area / area_ref), fixed
-        return law.columns(th, obs.clock, obs.area, area_ref, seen)
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            if fixed is not None:
+                return law.power(th, relative), fixed
+            return law.power(th, relative), law.anneal(th, obs.clock, obs.area, seen)
 
+    previous_theta = None
     for round_ in range(rounds):
         use_prior = round_ > 0 or strength > 0
         problem = _Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
@@ -367,6 +376,9 @@ def _fit(
         sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
         if given_weight:
             break
+        if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-4, atol=1e-6):
+            break  # the reweighting has settled
+        previous_theta = theta
         huber = np.minimum(1.0, HUBER * sigma / np.maximum(np.abs(scaled), 1e-300))
         weight = obs.weight * huber
         if prior is not None and prior_mean is not None and prior_mean > 0:
@@ -425,11 +437,11 @@ def _search(
             # Near a previous answer (a refit, a later IRLS round): a bracket around it;
             # the full grid when the best point lands on the bracket's edge.
             lo, hi = max(start[0] / 1.5, lower[0]), min(start[0] * 1.5, upper[0])
-            x, cost = grid_then_brent(profile, np.linspace(lo, hi, 7))
+            x, cost = grid_then_brent(profile, np.linspace(lo, hi, 7), xtol=_XTOL)
             if (x <= lo * 1.001 and lo > lower[0]) or (x >= hi * 0.999 and hi < upper[0]):
-                x, cost = grid_then_brent(profile, law.grid)
+                x, cost = grid_then_brent(profile, law.grid, xtol=_XTOL)
         else:
-            x, cost = grid_then_brent(profile, law.grid)
+            x, cost = grid_then_brent(profile, law.grid, xtol=_XTOL)
         return np.array([x]) if math.isfinite(cost) else None
 
     def residuals(th: np.ndarray) -> np.ndarray:
@@ -444,12 +456,61 @@ def _search(
     return best
 
 
+# Which of (L0, A, G) are free, the rest held at 0: the free problem first, then every
+# combination of active sign constraints.
+_SUBSETS = ((0, 1, 2), (1, 2), (0, 2), (0, 1), (2,), (1,), (0,))
+_NO_GAIN = ((0, 1), (1,), (0,))
+
+
+def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) -> list[float] | None:
+    """Solve the normal equations restricted to ``free`` (others 0) by Cramer's rule.
+
+    None when the restricted system is singular: a column without information (no lr
+    drop seen and no prior, say) is then left out by a smaller subset.
+    """
+    coef = [0.0, 0.0, 0.0]
+    if len(free) == 1:
+        (i,) = free
+        if g[i][i] <= 1e-300:
+            return None
+        coef[i] = rhs[i] / g[i][i]
+        return coef
+    if len(free) == 2:
+        i, j = free
+        det = g[i][i] * g[j][j] - g[i][j] * g[j][i]
+        if abs(det) <= 1e-12 * abs(g[i][i] * g[j][j]) or det == 0:
+            return None
+        coef[i] = (rhs[i] * g[j][j] - g[i][j] * rhs[j]) / det
+        coef[j] = (g[i][i] * rhs[j] - g[j][i] * rhs[i]) / det
+        return coef
+    a = g
+    det = (
+        a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+        - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+        + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+    )
+    scale = abs(a[0][0] * a[1][1] * a[2][2])
+    if det == 0 or abs(det) <= 1e-12 * scale:
+        return None
+    for k in range(3):
+        m = [row[:] for row in a]
+        for r in range(3):
+            m[r][k] = rhs[r]
+        coef[k] = (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        ) / det
+    return coef
+
+
 class _Projection:
-    """For fixed columns, the best ``L0``, ``A >= 0``, ``G >= 0`` by weighted least squares.
+    """For fixed columns, the best ``L0 >= 0``, ``A >= 0``, ``G >= 0`` by weighted least squares.
 
     With a prior, one pseudo-observation ``strength * (G - mean) = 0`` joins the rows. The
-    sign constraints are met by trying the free problem, then each constraint active; with
-    three unknowns that is at most four solves of a 3x3 (or smaller) normal system.
+    sign constraints (a loss and its parts are not negative; without them a short window
+    trades a tiny exponent against a negative asymptote) are met by trying the free
+    problem, then each combination of active constraints: a few 3x3 (or smaller) solves.
     """
 
     def __init__(self, y: np.ndarray, weight: np.ndarray, prior_mean: float | None, strength: float) -> None:
@@ -457,50 +518,62 @@ class _Projection:
         self.w = weight
         self.prior = None if prior_mean is None or strength <= 0 else (prior_mean, strength)
         self.sw = np.sqrt(weight)
+        self.wy = weight * y
+        self.sum_w = float(weight.sum())
+        self.sum_wy = float(self.wy.sum())
+        self.yy = float(self.wy @ y) + (0.0 if self.prior is None else (self.prior[1] * self.prior[0]) ** 2)
+        self._anneal: tuple[np.ndarray, tuple[float, float, float, bool]] | None = None
 
-    def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(coef, fitted)``; ``coef`` is NaN when the columns are not finite."""
-        if not (np.isfinite(power).all() and np.isfinite(anneal).all()):
-            return np.full(3, np.nan), np.full(len(self.y), np.nan)
-        w, y = self.w, self.y
-        cols = (np.ones(len(y)), power, -anneal)
-        gram = np.empty((3, 3))
-        rhs = np.empty(3)
-        for i in range(3):
-            wi = w * cols[i]
-            rhs[i] = float(wi @ y)
-            for j in range(i, 3):
-                gram[i, j] = gram[j, i] = float(wi @ cols[j])
+    def _anneal_terms(self, anneal: np.ndarray) -> tuple[float, float, float, bool]:
+        """Sums that involve only the anneal column: computed once when it does not change."""
+        if self._anneal is not None and self._anneal[0] is anneal:
+            return self._anneal[1]
+        wa = self.w * anneal
+        terms = (float(wa.sum()), float(wa @ anneal), float(wa @ self.y), bool(anneal.any()))
+        self._anneal = (anneal, terms)
+        return terms
+
+    def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float]:
+        wp = self.w * power
+        sum_wp = float(wp.sum())
+        if not math.isfinite(sum_wp):
+            return None, math.inf
+        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
+        pa = float(wp @ anneal)
+        g = [
+            [self.sum_w, sum_wp, -sum_wa],
+            [sum_wp, float(wp @ power), -pa],
+            [-sum_wa, -pa, aa],
+        ]
+        rhs = [self.sum_wy, float(wp @ self.y), -ay]
         if self.prior is not None:
             mean, strength = self.prior
-            gram[2, 2] += strength**2
+            g[2][2] += strength**2
             rhs[2] += strength**2 * mean
-        best, best_cost = np.full(3, np.nan), math.inf
-        for free in ((0, 1, 2), (0, 2), (0, 1), (0,)):
-            idx = list(free)
-            sub = gram[np.ix_(idx, idx)]
-            if abs(np.linalg.det(sub)) <= 1e-14 * max(1.0, float(np.abs(sub).max())) ** len(idx):
-                # A column without information (no lr drop seen, no prior): leave it out.
+        best, best_cost = None, math.inf
+        # Without a drop to see and without a prior, G is not in the problem at all.
+        subsets = _SUBSETS if self.prior is not None or any_anneal else _NO_GAIN
+        for free in subsets:
+            coef = _solve_small(g, rhs, free)
+            if coef is None or min(coef) < 0:
                 continue
-            coef = np.zeros(3)
-            coef[idx] = np.linalg.solve(sub, rhs[idx])
-            if coef[1] < 0 or coef[2] < 0:
-                continue
-            cost = self._cost(coef, cols)
+            # cost = y'Wy - 2 c'r + c'Gc, from the normal equations
+            cost = self.yy - 2 * (coef[0] * rhs[0] + coef[1] * rhs[1] + coef[2] * rhs[2])
+            for i in range(3):
+                for j in range(3):
+                    cost += coef[i] * g[i][j] * coef[j]
             if cost < best_cost:
                 best, best_cost = coef, cost
-            if free == (0, 1, 2):
+            if free is subsets[0]:
                 break
-        fitted = best[0] + best[1] * power - best[2] * anneal
-        return best, fitted
+        return best, best_cost
 
-    def _cost(self, coef: np.ndarray, cols: tuple[np.ndarray, ...]) -> float:
-        r = self.y - (coef[0] * cols[0] + coef[1] * cols[1] + coef[2] * cols[2])
-        cost = float((self.w * r) @ r)
-        if self.prior is not None:
-            mean, strength = self.prior
-            cost += (strength * (coef[2] - mean)) ** 2
-        return cost
+    def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(coef, fitted)``; NaN when the columns are not finite."""
+        best, _ = self._best(power, anneal)
+        if best is None or not np.isfinite(anneal).all():
+            return np.full(3, np.nan), np.full(len(self.y), np.nan)
+        return np.array(best), best[0] + best[1] * power - best[2] * anneal
 
     def residuals(self, power: np.ndarray, anneal: np.ndarray) -> np.ndarray:
         coef, fitted = self.solve(power, anneal)
@@ -510,7 +583,6 @@ class _Projection:
         return np.r_[self.sw * (self.y - fitted), extra]
 
     def cost(self, power: np.ndarray, anneal: np.ndarray) -> float:
-        coef, _ = self.solve(power, anneal)
-        if not np.isfinite(coef).all():
-            return math.inf
-        return self._cost(coef, (np.ones(len(self.y)), power, -anneal))
+        """The weighted sum of squares (prior included) at the best linear parameters."""
+        best, cost = self._best(power, anneal)
+        return max(cost, 0.0) if best is not None else math.inf
