@@ -267,7 +267,8 @@ def _schedule_analysis(
                 sweep_rows = _sweep_fits(
                     history, smoothed, fit_start, config,
                     fitter=lambda start, end, hint: fit_window(
-                        selection.chosen, history, start, end, timeline, config.ema_token_window, prior, hint
+                        selection.chosen, history, start, end, timeline, config.ema_token_window, prior, hint,
+                        smoothed,
                     ),
                 )
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)

@@ -172,12 +172,15 @@ def build_timeline(
 def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:
     steps = history.step.astype(float)
     logged = None if history.lr is None else np.isfinite(history.lr) & (history.lr >= 0)
-    if logged is not None and logged.any() and np.nanmax(history.lr[logged]) > 0:
-        s, v = steps[logged], history.lr[logged] / np.nanmax(history.lr[logged])
+    if logged is not None and logged.any():
+        peak = float(np.max(history.lr[logged]))
+        s, v = steps[logged], history.lr[logged] / (peak if peak > 0 else 1.0)
         if plan is not None:
-            future = np.asarray(plan.steps) > s[-1]
-            s = np.r_[s, np.asarray(plan.steps)[future]]
-            v = np.r_[v, np.asarray(plan.lr)[future] / plan.peak]
+            # The plan takes over one step after the last logged lr.
+            join = s[-1] + 1.0
+            future = np.asarray(plan.steps) > join
+            s = np.r_[s, join, np.asarray(plan.steps)[future]]
+            v = np.r_[v, plan.at(join) / plan.peak, np.asarray(plan.lr)[future] / plan.peak]
     elif plan is not None:
         s, v = np.asarray(plan.steps, float), np.asarray(plan.lr, float) / plan.peak
     else:

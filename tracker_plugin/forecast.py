@@ -64,6 +64,8 @@ MIN_SEEN_DECAY = 0.25
 # forecasts say otherwise; it counts as this many forecasts.
 ERROR_PRIOR_SCALE = 0.1
 ERROR_PRIOR_WEIGHT = 1.0
+# The EMA remembers its start for a few spans (2.5 spans: under 1%).
+_SETTLE_SPANS = 2.5
 # Replicates of the bootstrap.
 REPLICATES = 40
 # A forecast that fails in the inner backtest scores this (|ln| of a factor e^3).
@@ -126,17 +128,21 @@ def fit_window(
     ema_window: float,
     prior: GainPrior | None,
     hint: LawFit | None = None,
+    smoothed: np.ndarray | None = None,
 ) -> LawFit | FitFailure:
     """Fit a law to the raw loss of rows ``first:end`` of ``history``.
 
     ``hint`` (the fit of an overlapping window, as in a sweep) starts the search near its
-    parameters; it changes the speed, not the answer.
+    parameters; it changes the speed, not the answer. ``smoothed`` (the run's EMA) starts
+    the law's EMA at the observed one.
     """
     obs = observations(history.step[first:end], history.loss[first:end], timeline)
     window_timeline = replace(timeline, last_step=float(history.step[end - 1])) if end < len(history) else timeline
     return fit_law(
         LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior,
         start=None if hint is None else hint.theta,
+        smoothed_start=None if smoothed is None else float(smoothed[first]),
+        cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
     )
 
 
@@ -179,7 +185,7 @@ def choose_law(
             f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
             f"of the logged tokens; lowest mean |ln(predicted/actual)| wins (by more than {SELECTION_MARGIN})"
         )
-    fit = fit_window(chosen, history, first, end, timeline, ema_window, prior)
+    fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
     errors = inner[chosen]
     return fit, Selection(chosen, method, tuple(scores.items()), *_error_scale(errors))
 
@@ -223,7 +229,7 @@ def _inner_errors(
         ratio = actual / float(tokens[end - 1])
         if ratio <= 1.05:
             continue
-        fit = fit_window(name, history, first, end, timeline, ema_window, prior)
+        fit = fit_window(name, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
         predicted = None if isinstance(fit, FitFailure) else fit.solve(target)
         error = _FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), _FAILED_SCORE), -_FAILED_SCORE)
         out.append((error, ratio))
@@ -253,7 +259,7 @@ def forecast_target(
     rng = np.random.default_rng(_seed(history, target))
     spread = np.random.default_rng(_seed(history, target) + 1)
     steps, curve = fit.smoothed()
-    fluctuation = _Fluctuation(history, smoothed, first, steps, curve)
+    fluctuation = _Fluctuation(history, smoothed, first, steps, curve, fit.ema_window)
     found: list[float | None] = []
     central = [
         math.inf if t is None else t
@@ -280,11 +286,15 @@ def forecast_target(
     if not found:
         tokens = fit.solve(target)
         return TargetForecast(tokens, None, None, "the bootstrap could not refit the law: no interval")
-    values = np.array([math.inf if t is None else t for t in found])
+    values = np.sort([math.inf if t is None else t for t in found])
     # The point forecast: the fitted law's median first crossing over the fluctuation paths
     # alone (the same as its plain crossing when the smoothed loss hardly fluctuates).
     tokens = float(np.median(central))
-    low, high = np.quantile(values, [(1 - level) / 2, (1 + level) / 2])
+    # Order statistics rather than interpolated quantiles: replicates that never reach the
+    # target count as infinitely late.
+    last = len(values) - 1
+    low = values[int(math.floor((1 - level) / 2 * last))]
+    high = values[int(math.ceil((1 + level) / 2 * last))]
     plan_end = fit.timeline.plan_end
     p_reach = None
     if plan_end is not None:
@@ -346,9 +356,17 @@ def _replicate(fit: LawFit, rng: np.random.Generator) -> LawFit | None:
 class _Fluctuation:
     """The smoothed loss's own fluctuation around the smoothed law, resampled into the future."""
 
-    def __init__(self, history: History, smoothed: np.ndarray, first: int, steps: np.ndarray, curve: np.ndarray) -> None:
-        logged = history.step[first:].astype(float)
-        self.values = smoothed[first:] - np.interp(logged, steps, curve)
+    def __init__(
+        self, history: History, smoothed: np.ndarray, first: int, steps: np.ndarray, curve: np.ndarray, window: float
+    ) -> None:
+        # Skip the first spans of the window: both EMAs still remember the steps before the
+        # fit there (on a steep start, a lot), which is no fluctuation of the loss.
+        span = window / float(np.median(history.batch[first:]))
+        settled = int(np.searchsorted(history.step, history.step[first] + _SETTLE_SPANS * span))
+        if len(history) - settled < 8:
+            settled = first
+        logged = history.step[settled:].astype(float)
+        self.values = smoothed[settled:] - np.interp(logged, steps, curve)
         self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
         self.block = _block_length(self.values)
 

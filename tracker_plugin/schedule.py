@@ -115,6 +115,13 @@ class LrSchedule:
     def peak(self) -> float:
         return max(self.lr)
 
+    def fingerprint(self) -> str:
+        """A short, stable text that changes when the plan does (for settings hashes)."""
+        import zlib
+
+        knots = np.asarray(self.steps + self.lr, float).tobytes()
+        return f"{self.source}: {self.description} [{zlib.crc32(knots):08x}]"
+
     def at(self, steps: np.ndarray | float) -> np.ndarray:
         """The planned lr at ``steps`` (the last value continues past the last knot)."""
         return np.interp(np.asarray(steps, float), self.steps, self.lr)
@@ -197,12 +204,12 @@ class LrSchedule:
 
         1. a spec string under ``lr_schedule``, ``lr_spec`` or ``loss_eta_lr_schedule``
            (see :meth:`parse_spec`);
-        2. a shape under ``lr_scheduler``, ``scheduler``, ``lr_schedule_type``,
-           ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
+        2. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
+           ``lr_schedule_type``, ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
            ``linear``, ``constant``, ``wsd``; common aliases such as
            ``cosine_with_min_lr``, ``CosWithWarmup`` or ``warmup_stable_decay`` too), with
            warmup under ``warmup_steps``, ``lr_warmup_steps``, ``num_warmup_steps``,
-           ``warmup_iters``, ``t_warmup``; the total under ``max_steps``, ``total_steps``,
+           ``warmup_iters``, ``t_warmup`` (or a share of the total under ``warmup_ratio``); the total under ``max_steps``, ``total_steps``,
            ``num_training_steps``, ``train_iters``, ``max_iters``, ``lr_decay_iters``,
            ``t_max``; the final lr as a fraction under ``min_lr_ratio``,
            ``final_lr_ratio``, ``alpha_f``, or as a rate under ``min_lr``, ``final_lr``,
@@ -222,7 +229,7 @@ class LrSchedule:
         for key in ("lr_schedule", "lr_spec", "loss_eta_lr_schedule"):
             if isinstance(flat.get(key), str) and ":" in flat[key]:
                 return replace(cls.parse_spec(flat[key]), source="params", description=_describe_params(cls.parse_spec(flat[key])))
-        kind = _first(flat, ("lr_scheduler", "scheduler", "lr_schedule_type", "scheduler_type", "lr_decay_style", "decay_style"))
+        kind = _first(flat, _SHAPE_KEYS)
         shape = _shape_alias(kind) if isinstance(kind, str) else None
         if shape is None:
             return None
@@ -231,6 +238,10 @@ class LrSchedule:
             found = _first(flat, names)
             if found is not None:
                 values[key] = str(found)
+        ratio = _number(_first(flat, ("warmup_ratio", "warmup_fraction")))
+        total = _number(values.get("total"))
+        if "warmup" not in values and ratio is not None and total is not None:
+            values["warmup"] = str(ratio * total)
         if "final" not in values:
             rate = _number(_first(flat, ("min_lr", "final_lr", "lr_min", "min_learning_rate")))
             peak = _number(_first(flat, ("peak_lr", "max_lr", "learning_rate", "lr")))
@@ -246,6 +257,10 @@ class LrSchedule:
             return None
 
 
+_SHAPE_KEYS = (
+    "lr_scheduler", "lr_scheduler_type", "scheduler", "scheduler_type", "lr_schedule_type", "lr_decay_style",
+    "decay_style",
+)
 _PARAM_NAMES = {
     "warmup": ("warmup_steps", "lr_warmup_steps", "num_warmup_steps", "warmup_iters", "t_warmup"),
     "total": ("total_steps", "max_steps", "num_training_steps", "train_iters", "max_iters", "lr_decay_iters", "t_max"),
@@ -269,13 +284,18 @@ def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested config -> {last key component (lowercase): value}; the first one found wins."""
     flat: dict[str, Any] = {}
     for key, value in params.items():
+        last = str(key).replace("/", ".").split(".")[-1].lower()
+        if isinstance(value, Mapping) and "value" in value and set(value) <= {"value", "desc"}:
+            value = value["value"]  # W&B wraps config values
         if isinstance(value, Mapping):
+            # A nested section named like a shape key ({"scheduler": {"name": "cosine", ...}})
+            # names the shape under "name" or "type".
+            for inner_key in ("name", "type"):
+                if isinstance(value.get(inner_key), str):
+                    flat.setdefault(last, value[inner_key])
             for sub, inner in _flatten(value).items():
                 flat.setdefault(sub, inner)
             continue
-        if isinstance(value, dict) and "value" in value:  # W&B wraps config values
-            value = value["value"]
-        last = str(key).replace("/", ".").split(".")[-1].lower()
         flat.setdefault(last, value)
     return flat
 

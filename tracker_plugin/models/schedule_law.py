@@ -60,9 +60,9 @@ HUBER = 1.345
 IRLS_ROUNDS = 3
 # The exponent to this precision (absolute) is far finer than its uncertainty.
 _XTOL = 1e-7
-# The EMA of a forecast is computed on a grid at most this fine relative to its span ...
-_EMA_POINTS_PER_SPAN = 4
-# ... with at most this many points; the model itself is evaluated on a coarser grid.
+# The EMA of a forecast is computed at the run's logging cadence (the smoothed loss is an
+# EMA of the logged rows, each held until the next), with at most this many points; the
+# model itself is evaluated on a coarser grid and interpolated.
 _EMA_MAX_POINTS = 60_000
 _MODEL_POINTS = 1500
 
@@ -174,6 +174,8 @@ class LawFit:
     prior_mean: float | None = None
     weight: np.ndarray | None = field(default=None, repr=False)  # final robust weights
     strength: float = 0.0  # weight of the prior's pseudo-observation
+    smoothed_start: float | None = None  # the observed EMA at the start step
+    cadence: float = 1.0  # steps between logged rows (the median)
     _cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -225,9 +227,14 @@ class LawFit:
         end = _fine_end(tl)
         coarse = np.unique(np.r_[np.linspace(self.start_step, end, _MODEL_POINTS), np.geomspace(end, tl.horizon, 128)])
         values = self.predict_steps(coarse)
-        fine = _ema_grid(tl, self.start_step, self.ema_window)
+        fine = _ema_grid(tl, self.start_step, self.cadence)
         batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-        result = fine, token_window_ema(np.interp(fine, coarse, values), fine, batch, self.ema_window)
+        series = np.interp(fine, coarse, values)
+        if self.smoothed_start is not None:
+            # Start from the observed EMA, so the law's EMA carries the same memory of the
+            # steps before the fit (a steep early loss) and the two differ only by the fit.
+            series[0] = self.smoothed_start
+        result = fine, token_window_ema(series, fine, batch, self.ema_window)
         self._cache["smoothed"] = result
         return result
 
@@ -252,7 +259,8 @@ class LawFit:
         return _fit(
             self.law, obs, self.timeline, self.cells, self.ema_window, self.start_step, self.prior, self.area_ref,
             prior_mean if prior_mean is not None else self.prior_mean,
-            start=self.theta, rounds=1, weight=self.weight, strength=self.strength,
+            start=self.theta, rounds=1, weight=self.weight, strength=self.strength, smoothed_start=self.smoothed_start,
+            cadence=self.cadence,
         )
 
 
@@ -276,10 +284,9 @@ def _fine_end(tl: Timeline) -> float:
     return min(tl.horizon, 4.0 * max(tl.last_step, tl.plan_end or 0.0, 1.0))
 
 
-def _ema_grid(tl: Timeline, start: float, window: float) -> np.ndarray:
+def _ema_grid(tl: Timeline, start: float, cadence: float) -> np.ndarray:
     end = _fine_end(tl)
-    span = window / float(np.max(tl.batch))
-    spacing = max(span / _EMA_POINTS_PER_SPAN, (end - start) / _EMA_MAX_POINTS, 1e-9)
+    spacing = max(cadence, (end - start) / _EMA_MAX_POINTS, 1e-9)
     fine = np.arange(start, end, spacing)
     beyond = tl.step[tl.step > end]
     return np.unique(np.r_[fine, end, beyond])
@@ -294,10 +301,15 @@ def fit_law(
     start_step: float,
     prior: GainPrior | None = GainPrior(),
     start: np.ndarray | None = None,
+    smoothed_start: float | None = None,
+    cadence: float = 1.0,
 ) -> LawFit | FitFailure:
     """Fit ``law`` to the binned raw loss ``obs`` of a run on ``timeline``.
 
     ``start`` (parameters of a nearby fit) narrows the first search around them.
+    ``smoothed_start`` is the observed EMA at ``start_step``: the law's EMA starts there.
+    ``cadence`` is the steps between logged rows: the law's EMA is taken at that cadence,
+    as the observed one is.
 
     The fit sees only the lr drops before its last point; the returned fit predicts with
     every drop of the timeline (the planned ones too).
@@ -312,7 +324,10 @@ def fit_law(
         prior = None  # no decay logged or planned: the gain has nothing to act on
     area_ref = float(obs.area[-1])
     prior_mean = None if prior is None else prior.fraction * _level(obs)
-    return _fit(law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean, start=start)
+    return _fit(
+        law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean, start=start,
+        smoothed_start=smoothed_start, cadence=cadence,
+    )
 
 
 def _level(obs: Observations) -> float:
@@ -348,6 +363,8 @@ def _fit(
     rounds: int = IRLS_ROUNDS,
     weight: np.ndarray | None = None,
     strength: float = 0.0,
+    smoothed_start: float | None = None,
+    cadence: float = 1.0,
 ) -> LawFit | FitFailure:
     seen = cells.before(float(obs.clock[-1]))
     given_weight = weight is not None
@@ -401,6 +418,8 @@ def _fit(
         prior_mean=prior_mean,
         weight=weight,
         strength=strength,
+        smoothed_start=smoothed_start,
+        cadence=cadence,
     )
 
 
