@@ -191,3 +191,51 @@ def test_console_script_and_module(command, data_dir):
     )
     assert done.returncode == 0, done.stderr
     assert "REACHED" in done.stdout
+
+
+def test_auto_json_has_the_forecast_fields(capsys, data_dir):
+    path = data_dir / "olmo-ladder-190M-1xC.csv"
+    code, out, _ = run_cli(
+        capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.5", "--lr-spec", "cosine:warmup=400,total=7300,final=0.1",
+        "--interval", "0.9", "--json",
+    )
+    assert code == 0
+    doc = json.loads(out)
+    (target,) = doc["targets"]
+    assert target["status"] == "extrapolated"
+    low, high = target["tokens_interval"]
+    assert low < target["tokens"] < high
+    s_low, s_high = target["step_interval"]
+    assert s_low < target["step"] < s_high
+    assert 0 <= target["p_reach_within_plan"] <= 1
+    assert target["model"]["name"] == doc["model_selection"]["chosen"]
+    assert doc["model_selection"]["requested"] == "auto"
+    assert doc["lr_plan"]["source"] == "spec" and doc["lr_plan"]["total_steps"] == 7300
+    assert doc["clock"] == "tokens" and doc["interval_level"] == 0.9
+
+
+def test_auto_text_names_the_model_interval_and_plan(capsys, data_dir, tmp_path):
+    plan = tmp_path / "plan.csv"
+    plan.write_text("step,lr\n0,0\n400,1\n7300,0.1\n")
+    code, out, _ = run_cli(capsys, "analyze", data_dir / "olmo-ladder-190M-1xC.csv", "--loss-col", "val_loss", "-t", "3.5",
+                           "--lr-schedule", plan)
+    assert code == 0
+    assert "model: " in out and "auto:" in out
+    assert f"note: planned lr: --lr-schedule {plan}" in out
+    line = next(line for line in out.splitlines() if line.startswith("target=3.5"))
+    assert "80% interval: tokens=[" in line and "steps=[" in line and "P(reached within plan)=" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--lr-spec", "cosine:total=10", "--lr-schedule", "plan.csv"], "give the planned lr once"),
+        (["--lr-spec", "triangle:total=10"], "unknown shape 'triangle'"),
+        (["--lr-schedule", "absent.csv"], "--lr-schedule absent.csv: no such file"),
+        (["--interval", "80"], "interval is a coverage between 0 and 1"),
+        (["--clock", "hours"], "'hours' is not one of 'tokens', 'steps'"),
+    ],
+)
+def test_forecast_option_errors_are_one_line(capsys, olmo, args, problem):
+    line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "-t", "3", *args)
+    assert problem in line

@@ -95,7 +95,7 @@ class Timeline:
     def lr_at(self, steps: np.ndarray | float) -> np.ndarray:
         return np.interp(np.asarray(steps, float), self.step, self.lr)
 
-    def drops(self, max_cells: int = 64) -> DropCells:
+    def drops(self, max_cells: int = 48) -> DropCells:
         """Every fall of the lr on the grid, merged into at most ``max_cells`` cells.
 
         Cells are merged in order, each holding about the same share of the total drop, so

@@ -33,6 +33,7 @@ from .clock import Timeline
 from .history import History
 from .models import LAWS, LR_ANNEALING, FitFailure, GainPrior, LawFit, fit_law, observations
 from .schedule import LrSchedule, infer_lr_schedule
+from .smoothing import token_window_ema
 
 __all__ = [
     "AUTO",
@@ -259,7 +260,7 @@ def forecast_target(
     rng = np.random.default_rng(_seed(history, target))
     spread = np.random.default_rng(_seed(history, target) + 1)
     steps, curve = fit.smoothed()
-    fluctuation = _Fluctuation(history, smoothed, first, steps, curve, fit.ema_window)
+    fluctuation = _Fluctuation(history, fit, first)
     found: list[float | None] = []
     central = [
         math.inf if t is None else t
@@ -356,17 +357,20 @@ def _replicate(fit: LawFit, rng: np.random.Generator) -> LawFit | None:
 class _Fluctuation:
     """The smoothed loss's own fluctuation around the smoothed law, resampled into the future."""
 
-    def __init__(
-        self, history: History, smoothed: np.ndarray, first: int, steps: np.ndarray, curve: np.ndarray, window: float
-    ) -> None:
-        # Skip the first spans of the window: both EMAs still remember the steps before the
-        # fit there (on a steep start, a lot), which is no fluctuation of the loss.
-        span = window / float(np.median(history.batch[first:]))
-        settled = int(np.searchsorted(history.step, history.step[first] + _SETTLE_SPANS * span))
-        if len(history) - settled < 8:
-            settled = first
-        logged = history.step[settled:].astype(float)
-        self.values = smoothed[settled:] - np.interp(logged, steps, curve)
+    def __init__(self, history: History, fit: LawFit, first: int) -> None:
+        # The smoothed loss minus the smoothed law is the EMA of the raw residuals (the EMA
+        # is linear and the two start together), taken at the logged rows themselves.
+        step = history.step[first:]
+        residual = history.loss[first:] - fit.predict_steps(step.astype(float))
+        residual[0] = 0.0
+        values = token_window_ema(residual, step, history.batch[first:], fit.ema_window)
+        # Skip the first spans: the EMA is still filling up there.
+        span = fit.ema_window / float(np.median(history.batch[first:]))
+        settled = int(np.searchsorted(step, step[0] + _SETTLE_SPANS * span))
+        if len(step) - settled < 8:
+            settled = 0
+        self.values = values[settled:]
+        logged = step[settled:].astype(float)
         self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
         self.block = _block_length(self.values)
 

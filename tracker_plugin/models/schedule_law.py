@@ -61,10 +61,12 @@ IRLS_ROUNDS = 3
 # The exponent to this precision (absolute) is far finer than its uncertainty.
 _XTOL = 1e-7
 # The EMA of a forecast is computed at the run's logging cadence (the smoothed loss is an
-# EMA of the logged rows, each held until the next), with at most this many points; the
-# model itself is evaluated on a coarser grid and interpolated.
+# EMA of the logged rows, each held until the next), or at a quarter of the EMA's span when
+# that is coarser, with at most this many points; the model itself is evaluated on a
+# coarser grid and interpolated.
+_EMA_POINTS_PER_SPAN = 4
 _EMA_MAX_POINTS = 60_000
-_MODEL_POINTS = 1500
+_MODEL_POINTS = 800
 
 
 @dataclass(frozen=True)
@@ -225,11 +227,21 @@ class LawFit:
             return self._cache["smoothed"]
         tl = self.timeline
         end = _fine_end(tl)
-        coarse = np.unique(np.r_[np.linspace(self.start_step, end, _MODEL_POINTS), np.geomspace(end, tl.horizon, 128)])
+        # Where the lr drops the law bends quickly: a point there keeps the bend.
+        drops = np.interp(self.cells.clock, tl.clock_steps, tl.step)
+        coarse = np.unique(np.r_[
+            np.linspace(self.start_step, end, _MODEL_POINTS),
+            drops[drops > self.start_step],
+            np.geomspace(end, tl.horizon, 128),
+        ])
         values = self.predict_steps(coarse)
-        fine = _ema_grid(tl, self.start_step, self.cadence)
+        fine, spacing = _ema_grid(tl, self.start_step, self.cadence, self.ema_window)
         batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-        series = np.interp(fine, coarse, values)
+        # On a grid coarser than the cadence each point stands for the rows logged since
+        # the previous one: hold the value from the middle of that stretch, which gives the
+        # EMA the log's own lag to first order.
+        shift = max(spacing - self.cadence, 0.0) / 2
+        series = np.interp(np.maximum(fine - shift, self.start_step), coarse, values)
         if self.smoothed_start is not None:
             # Start from the observed EMA, so the law's EMA carries the same memory of the
             # steps before the fit (a steep early loss) and the two differ only by the fit.
@@ -284,12 +296,13 @@ def _fine_end(tl: Timeline) -> float:
     return min(tl.horizon, 4.0 * max(tl.last_step, tl.plan_end or 0.0, 1.0))
 
 
-def _ema_grid(tl: Timeline, start: float, cadence: float) -> np.ndarray:
+def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tuple[np.ndarray, float]:
     end = _fine_end(tl)
-    spacing = max(cadence, (end - start) / _EMA_MAX_POINTS, 1e-9)
+    span = window / float(np.max(tl.batch))
+    spacing = max(cadence, span / _EMA_POINTS_PER_SPAN, (end - start) / _EMA_MAX_POINTS, 1e-9)
     fine = np.arange(start, end, spacing)
     beyond = tl.step[tl.step > end]
-    return np.unique(np.r_[fine, end, beyond])
+    return np.unique(np.r_[fine, end, beyond]), spacing
 
 
 def fit_law(
