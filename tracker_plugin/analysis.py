@@ -16,7 +16,7 @@ import pandas as pd
 
 from .clock import CLOCKS, build_timeline
 from .errors import ConfigError
-from .forecast import AUTO, Plan, Selection, choose_law, fit_window, forecast_target, resolve_plan
+from .forecast import AUTO, Plan, Selection, TargetForecast, choose_law, fit_window, forecast_targets, resolve_plan
 from .history import BatchStage, Columns, History, batch_stages, build_history
 from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
 from .schedule import BatchSchedule, LrSchedule, tokens_to_step
@@ -246,33 +246,32 @@ def _schedule_analysis(
     timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(window[0]) if len(window) else len(history)
-    fit: LawFit | FitFailure | None = None
-    selection = None
-    sweep_rows: tuple[SweepRow, ...] | None = None
-    results = []
+    results: dict[float, TargetResult] = {}
+    open_targets = []
     for target in config.targets:
         crossing = _crossing(history, smoothed, target)
         if crossing is not None:
-            results.append(TargetResult(target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=1.0))
-            continue
-        if len(window) < MIN_LAW_ROWS:
+            results[target] = TargetResult(target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=1.0)
+        elif len(window) < MIN_LAW_ROWS:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {MIN_LAW_ROWS}"
-            results.append(TargetResult(target, FAILED, note=note))
-            continue
-        if fit is None:
-            fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
-        sweep = None
-        if config.stability_sweep and selection is not None:
-            if sweep_rows is None:
-                sweep_rows = _sweep_fits(
-                    history, smoothed, fit_start, config,
-                    fitter=lambda start, end, hint: fit_window(
-                        selection.chosen, history, start, end, timeline, config.ema_token_window, prior, hint,
-                        smoothed,
-                    ),
-                )
-            sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
-        results.append(_law_forecast(fit, selection, target, history, smoothed, first, stages, config, sweep))
+            results[target] = TargetResult(target, FAILED, note=note)
+        else:
+            open_targets.append(target)
+    fit: LawFit | FitFailure | None = None
+    selection = None
+    if open_targets:
+        fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
+        sweeps: dict[float, Sweep | None] = dict.fromkeys(open_targets)
+        if config.stability_sweep:
+            chosen = selection.chosen
+            rows = _sweep_fits(
+                history, smoothed, fit_start, config,
+                fitter=lambda start, end, hint: fit_window(
+                    chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed
+                ),
+            )
+            sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in open_targets}
+        results.update(_law_forecasts(fit, selection, open_targets, history, first, stages, config, sweeps))
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -283,7 +282,7 @@ def _schedule_analysis(
         observed_tokens=history.last_tokens,
         stages=stages,
         batch_source=history.batch_source,
-        targets=tuple(results),
+        targets=tuple(results[t] for t in config.targets),
         notes=tuple(notes),
         fit=fit,
         selection=selection,
@@ -293,23 +292,37 @@ def _schedule_analysis(
     )
 
 
-def _law_forecast(
+def _law_forecasts(
     fit: LawFit | FitFailure,
-    selection: Selection | None,
-    target: float,
+    selection: Selection,
+    targets: list[float],
     history: History,
-    smoothed: np.ndarray,
     first: int,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweeps: dict[float, Sweep | None],
+) -> dict[float, TargetResult]:
+    if isinstance(fit, FitFailure):
+        return {t: TargetResult(t, FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+    found = forecast_targets(
+        fit, targets, history, first, level=config.interval,
+        error_scale=selection.error_scale, error_dof=selection.error_count,
+    )
+    results = {}
+    for target, forecast in zip(targets, found):
+        results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])
+    return results
+
+
+def _law_result(
+    fit: LawFit,
+    target: float,
+    found: TargetForecast,
+    history: History,
     stages: Sequence[BatchStage],
     config: AnalysisConfig,
     sweep: Sweep | None,
 ) -> TargetResult:
-    if isinstance(fit, FitFailure):
-        return TargetResult(target, FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
-    scale, count = (None, 0) if selection is None else (selection.error_scale, selection.error_count)
-    found = forecast_target(
-        fit, target, history, smoothed, first, level=config.interval, error_scale=scale, error_dof=count
-    )
     if found.tokens is None:
         note = (
             f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "

@@ -4,8 +4,8 @@
   an assumption said out loud).
 - :func:`choose_law`: with ``auto``, each law forecasts the run's own later history from an
   earlier cut of its log; the law that did best forecasts the rest.
-- :func:`forecast_target`: when the smoothed law reaches a target, an interval for it, and
-  the chance of reaching it within the planned run.
+- :func:`forecast_targets`: when the smoothed law reaches each target, an interval for it,
+  and the chance of reaching it within the planned run.
 
 The interval is a moving-block bootstrap. The residuals of the binned raw loss are
 resampled in blocks as long as their autocorrelation (so a wandering stretch stays a
@@ -32,6 +32,7 @@ import numpy as np
 from .clock import Timeline
 from .history import History
 from .models import LAWS, LR_ANNEALING, FitFailure, GainPrior, LawFit, fit_law, observations
+from .models.schedule_law import crossing_tokens
 from .schedule import LrSchedule, infer_lr_schedule
 from .smoothing import token_window_ema
 
@@ -42,7 +43,7 @@ __all__ = [
     "TargetForecast",
     "choose_law",
     "fit_window",
-    "forecast_target",
+    "forecast_targets",
     "resolve_plan",
 ]
 
@@ -237,84 +238,81 @@ def _inner_errors(
     return out
 
 
-def forecast_target(
+def forecast_targets(
     fit: LawFit,
-    target: float,
+    targets: Sequence[float],
     history: History,
-    smoothed: np.ndarray,
     first: int,
     *,
     level: float,
     error_scale: float | None = None,
     error_dof: int = 1,
     replicates: int = REPLICATES,
-) -> TargetForecast:
-    """When the smoothed loss reaches ``target``: the median of the bootstrap replicates.
+) -> list[TargetForecast]:
+    """When the smoothed loss reaches each target, with an interval and the chance within plan.
 
     ``level`` is the interval's coverage (0.8 for an 80% interval). ``error_scale`` (see
     :class:`Selection`) adds the law's own track record: each replicate's log horizon
     ``ln(tokens / observed tokens)`` is multiplied by ``exp(error_scale * t)``, ``t`` a
     Student-t draw whose degrees of freedom count the forecasts the scale rests on (a scale
-    from three errors is itself uncertain, which the t's heavier tails carry).
+    from three errors is itself uncertain, which the t's heavier tails carry). The
+    replicates are fitted once and serve every target.
     """
-    rng = np.random.default_rng(_seed(history, target))
-    spread = np.random.default_rng(_seed(history, target) + 1)
+    rng = np.random.default_rng(_seed(history))
+    spread = np.random.default_rng(_seed(history) + 1)
     steps, curve = fit.smoothed()
     fluctuation = _Fluctuation(history, fit, first)
-    found: list[float | None] = []
-    central = [
-        math.inf if t is None else t
-        for t in (_crossing(fit, steps, curve + fluctuation.path(rng, steps, fit.timeline.last_step), target)
-                  for _ in range(replicates))
-    ]
+    last = fit.timeline.last_step
+    central = [curve + fluctuation.path(rng, steps, last) for _ in range(replicates)]
+    curves = []
     for _ in range(replicates):
         replicate = _replicate(fit, rng)
-        if replicate is None:
-            continue
-        rep_steps, rep_curve = replicate.smoothed()
-        path = fluctuation.path(rng, rep_steps, fit.timeline.last_step)
-        crossing = _crossing(replicate, rep_steps, rep_curve + path, target)
-        shift = spread.standard_t(max(error_dof, 1))
-        if crossing is not None and error_scale:
-            # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for small
-            # errors ln(tokens) moves by about scale * h * t, and a forecast never lands
-            # before the tokens already logged.
-            observed = float(history.tokens[-1])
-            horizon = math.log(max(crossing / observed, 1.0))
-            stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
-            crossing = observed * math.exp(min(horizon * stretch, 600.0))
-        found.append(crossing)
-    if not found:
-        tokens = fit.solve(target)
-        return TargetForecast(tokens, None, None, "the bootstrap could not refit the law: no interval")
-    values = np.sort([math.inf if t is None else t for t in found])
-    # The point forecast: the fitted law's median first crossing over the fluctuation paths
-    # alone (the same as its plain crossing when the smoothed loss hardly fluctuates).
-    tokens = float(np.median(central))
-    # Order statistics rather than interpolated quantiles: replicates that never reach the
-    # target count as infinitely late.
-    last = len(values) - 1
-    low = values[int(math.floor((1 - level) / 2 * last))]
-    high = values[int(math.ceil((1 + level) / 2 * last))]
+        if replicate is not None:
+            rep_steps, rep_curve = replicate.smoothed()
+            curves.append((replicate, rep_steps, rep_curve + fluctuation.path(rng, rep_steps, last)))
+    shifts = spread.standard_t(max(error_dof, 1), len(curves))
+    observed = float(history.tokens[-1])
+    # Past the end of the timeline (1000x the run) a forecast means "not in sight".
+    beyond = float(fit.timeline.tokens[-1])
     plan_end = fit.timeline.plan_end
-    p_reach = None
-    if plan_end is not None:
-        p_reach = float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
-    if not math.isfinite(tokens):
-        return TargetForecast(None, None, p_reach)
-    return TargetForecast(tokens, (float(low), float(high)), p_reach)
+    out = []
+    for target in targets:
+        crossings = [crossing_tokens(fit.timeline, steps, path, target) for path in central]
+        # The point forecast: the fitted law's median first crossing over the fluctuation
+        # paths alone (its plain crossing when the smoothed loss hardly fluctuates).
+        tokens = float(np.median([math.inf if t is None else t for t in crossings]))
+        if not curves:
+            out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
+                                      "the bootstrap could not refit the law: no interval"))
+            continue
+        found = []
+        for (replicate, rep_steps, rep_curve), shift in zip(curves, shifts):
+            crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
+            if crossing is not None and error_scale:
+                # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for
+                # small errors ln(tokens) moves by about scale * h * t, and a forecast never
+                # lands before the tokens already logged.
+                horizon = math.log(max(crossing / observed, 1.0))
+                stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
+                crossing = observed * math.exp(min(horizon * stretch, 600.0))
+            found.append(math.inf if crossing is None or crossing > beyond else crossing)
+        values = np.sort(found)
+        # Order statistics rather than interpolated quantiles: replicates that never reach
+        # the target count as infinitely late.
+        top = len(values) - 1
+        low = float(values[int(math.floor((1 - level) / 2 * top))])
+        high = float(values[int(math.ceil((1 + level) / 2 * top))])
+        p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
+        if not math.isfinite(tokens):
+            out.append(TargetForecast(None, None, p_reach))
+        else:
+            out.append(TargetForecast(tokens, (low, high), p_reach))
+    return out
 
 
-def _crossing(fit: LawFit, steps: np.ndarray, curve: np.ndarray, target: float) -> float | None:
-    from .models.schedule_law import crossing_tokens
-
-    return crossing_tokens(fit.timeline, steps, curve, target)
-
-
-def _seed(history: History, target: float) -> int:
-    """A seed from the run's data and the target: the same run gives the same interval."""
-    data = history.loss.tobytes() + history.step.tobytes() + np.float64(target).tobytes()
-    return zlib.crc32(data)
+def _seed(history: History) -> int:
+    """A seed from the run's data: the same run gives the same forecast and interval."""
+    return zlib.crc32(history.loss.tobytes() + history.step.tobytes())
 
 
 def _block_length(values: np.ndarray) -> int:
@@ -389,8 +387,3 @@ class _Fluctuation:
         path = np.zeros(len(steps))
         path[ahead] = np.interp(steps[ahead], where, values, right=0.0)
         return path
-
-
-def candidates() -> Sequence[str]:
-    """The laws ``auto`` chooses among."""
-    return CANDIDATES
