@@ -58,19 +58,21 @@ _STATES = {
 # The labels that mark an annotation complete; written after everything else.
 MARKERS = (f"{NAMESPACE}/settings_hash", f"{NAMESPACE}/progress")
 
-# wandb-core retries a failing request with exponential backoff for a long time by
-# default; these settings bound it, so that a server answering 500 forever (or rate
-# limiting) fails the run in seconds, not hours. A user's own WANDB__GRAPHQL_RETRY_MAX
-# (and the other WANDB__* variables of these settings) takes precedence.
-RETRY_BOUNDS: dict[str, float] = {
+# wandb-core retries a failing request (5xx, 429, timeouts) with exponential backoff for
+# a long time by default; these settings bound it, so that a server answering 500 forever
+# (or rate limiting) fails the run within a minute, not hours: 5 attempts, waits of 1, 2,
+# 4, 8 s. wandb-core reads the waits as whole seconds (a fraction is dropped, and 0 means
+# its default). A user's own WANDB__GRAPHQL_RETRY_MAX (and the other WANDB__* variables
+# of these settings) takes precedence.
+RETRY_BOUNDS: dict[str, int] = {
     "x_graphql_retry_max": 4,
-    "x_graphql_retry_wait_min_seconds": 1.0,
-    "x_graphql_retry_wait_max_seconds": 8.0,
-    "x_graphql_timeout_seconds": 30.0,
+    "x_graphql_retry_wait_min_seconds": 1,
+    "x_graphql_retry_wait_max_seconds": 8,
+    "x_graphql_timeout_seconds": 30,
     "x_file_transfer_retry_max": 4,
-    "x_file_transfer_retry_wait_min_seconds": 1.0,
-    "x_file_transfer_retry_wait_max_seconds": 8.0,
-    "x_file_transfer_timeout_seconds": 60.0,
+    "x_file_transfer_retry_wait_min_seconds": 1,
+    "x_file_transfer_retry_wait_max_seconds": 8,
+    "x_file_transfer_timeout_seconds": 60,
 }
 _PAGE_SIZE = 1000
 _SETTINGS_LOCK = threading.Lock()
@@ -354,7 +356,9 @@ def _python_timeout(bounds: Mapping[str, float]) -> int:
     return int(bounds["x_graphql_timeout_seconds"] * (retries + 1) + waits + 10)
 
 
-_STATUS = re.compile(r"\bHTTP (\d{3})\b|\bstatus(?: code)?:? (\d{3})\b", re.IGNORECASE)
+# wandb-core words an HTTP failure as "returned error 404: ...", "HTTP 500: ...",
+# "status: 401 Unauthorized" or "unexpected HTTP status 502 Bad Gateway".
+_STATUS = re.compile(r"(?:\bHTTP(?: status)?|\breturned error|\bstatus:?)\s+(\d{3})\b")
 _ATTEMPTS = re.compile(r"giving up after (\d+) attempt")
 
 
@@ -365,16 +369,15 @@ def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginErr
     attempts = _ATTEMPTS.search(text)
     tries = f" after {attempts.group(1)} attempts" if attempts else ""
     lowered = text.lower()
-    if status in (401, 403) or "no authentication configured" in lowered or "api key" in lowered:
+    if status in (401, 403) or (status is None and ("no authentication" in lowered or "api key" in lowered)):
         why = f"HTTP {status}" if status else text
         return AuthError(f"W&B refused the credentials ({why}); check WANDB_API_KEY or run `wandb login`", run=run)
-    if status == 404 or "could not find" in lowered or "not found" in lowered:
+    if status == 404 or (status is None and ("could not find" in lowered or "not found" in lowered)):
         return RunNotFound(f"not found on W&B ({f'HTTP {status}' if status else text})", run=run)
     if status == 429:
         return TrackerUnavailable(f"W&B kept rate-limiting the requests (HTTP 429{tries}); try again later", run=run)
-    if status is None or status >= 500 or tries or "busy" in lowered or "timeout" in lowered:
-        what = f"HTTP {status}" if status else text
-        return TrackerUnavailable(f"W&B did not answer ({what}{tries})", run=run)
+    if status is None or status >= 500:
+        return TrackerUnavailable(f"W&B did not answer ({f'HTTP {status}' if status else text}{tries})", run=run)
     return SourceError(f"W&B refused the request (HTTP {status}: {text})", run=run)
 
 
@@ -401,7 +404,7 @@ def _status(exc: BaseException, text: str) -> int | None:
         inner = getattr(current, "exc", None) or current.__cause__
         current = inner if isinstance(inner, BaseException) and inner is not current else None
     match = _STATUS.search(text)
-    return int(match.group(1) or match.group(2)) if match else None
+    return int(match.group(1)) if match else None
 
 
 def _one_line(text: str, secrets: list[str]) -> str:

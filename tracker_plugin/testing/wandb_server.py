@@ -41,6 +41,7 @@ import math
 import re
 import secrets
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -135,6 +136,7 @@ class Request:
     operation: str | None  # the GraphQL operation name
     variables: dict[str, Any]
     status: int
+    time: float = 0.0
 
 
 @dataclass
@@ -260,7 +262,7 @@ class WandbServer:
         """The write requests received: GraphQL mutations and file uploads."""
         with self._lock:
             writes = [r for r in self.requests if r.method == "PUT" or _is_mutation(r.operation)]
-        return [r for r in writes if run is None or _run_of(r.variables) == run or run in r.path]
+        return [r for r in writes if run is None or _run_of(r.variables) == run or _run_of_path(r.path) == run]
 
     def fail(
         self,
@@ -289,7 +291,7 @@ class WandbServer:
     # -- request handling ----------------------------------------------------------------
     def _record(self, method: str, path: str, operation: str | None, variables: dict[str, Any], status: int) -> None:
         with self._lock:
-            self.requests.append(Request(method, path, operation, variables, status))
+            self.requests.append(Request(method, path, operation, variables, status, time.monotonic()))
 
     def _failure(self, operation: str | None, run: str | None) -> Failure | None:
         with self._lock:
@@ -598,8 +600,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:  # noqa: N802
         body = self._body()
         fake = self.fake
-        parts = self.path.split("/")
-        failure = fake._failure("PUT", unquote(parts[4]) if len(parts) > 4 else None)
+        failure = fake._failure("PUT", _run_of_path(self.path))
         if failure is not None:
             fake._record("PUT", self.path, None, {}, failure.status)
             self._send(failure.status, failure.body.encode(), "text/plain")
@@ -656,6 +657,12 @@ def _run_of(variables: Mapping[str, Any]) -> str | None:
         except (ValueError, IndexError):
             return None
     return None
+
+
+def _run_of_path(path: str) -> str | None:
+    """The run id in ``/files/ENTITY/PROJECT/RUN/...`` (uploads, file_stream)."""
+    parts = path.split("/")
+    return unquote(parts[4]) if len(parts) > 4 and parts[1] == "files" else None
 
 
 # -- the subset of W&B's MongoDB-style run filters that selecting runs needs ----------------
