@@ -106,3 +106,32 @@ def test_batch_and_lr_schedule_from_configs():
     assert plan.keys == {"name": "lr_scheduler", "peak": "optim.lr", "final": "min_lr", "total_steps": "max_steps",
                          "decay_steps": "decay_steps"}
     assert lr_schedule_from_config({"seed": 1}) is None
+
+
+def test_an_offline_summary_is_replayed_in_the_order_it_was_written(tmp_path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    from tracker_plugin.sources.wandb_offline import read_offline_run
+
+    def summary(*updates, remove=()):
+        record = pb.Record()
+        for path, value in updates:
+            item = record.summary.update.add(value_json=value)
+            item.nested_key.extend(path) if len(path) > 1 else setattr(item, "key", path[0])
+        for path in remove:
+            record.summary.remove.add(key=path)
+        return record.SerializeToString()
+
+    records = [
+        summary((("a", "b"), "1"), (("x",), "1"), (("loss_eta/keep",), '"v"')),
+        summary((("a",), '{"c": 2}')),  # replaces a, and the a.b written before it
+        summary((("a", "d"), "3"), remove=["x", "never"]),
+        summary((("x",), "NaN")),
+    ]
+    path = tmp_path / "run-x.wandb"
+    with open(path, "wb") as out:
+        out.write(FILE_HEADER)
+        write_records(out, records, len(FILE_HEADER))
+    run = read_offline_run(path, [], ref="x")
+    assert run.summary.keys() == {"a", "loss_eta/keep", "x"}
+    assert run.summary["a"] == {"c": 2, "d": 3} and run.summary["loss_eta/keep"] == "v" and math.isnan(run.summary["x"])

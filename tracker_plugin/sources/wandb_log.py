@@ -18,7 +18,7 @@ import struct
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 __all__ = ["BLOCK", "FILE_HEADER", "LogCorrupt", "LogRecord", "LogTail", "read_log", "write_records"]
 
@@ -33,8 +33,7 @@ class LogCorrupt(ValueError):
     """The file is not a ``.wandb`` log, or a record in it is damaged; says where."""
 
 
-@dataclass(frozen=True)
-class LogRecord:
+class LogRecord(NamedTuple):
     """One record: its data, and the file offset where its first fragment starts."""
 
     offset: int
@@ -91,6 +90,10 @@ def read_log(data: bytes, tail: LogTail | None = None) -> Iterator[LogRecord]:
         chunk = data[pos + _HEADER : end]
         if zlib.crc32(chunk, _TYPE_CRC[kind]) != crc:
             raise LogCorrupt(f"record checksum mismatch at byte {pos}: the file is damaged")
+        if kind == FULL and not pending:
+            yield LogRecord(pos, chunk)
+            pos = tail.end = end
+            continue
         if kind in (FULL, FIRST):
             if pending:
                 raise LogCorrupt(f"record at byte {start} is unfinished when another starts at byte {pos}")

@@ -33,7 +33,7 @@ from ..history import History
 from .base import RunInfo, Source
 from .wandb_config import ConfigLrSchedule, lr_schedule_from_config
 from .wandb_data import ROW_KEY, KeyColumn, build_wandb_history, chosen_keys, wandb_progress, whole
-from .wandb_log import FILE_HEADER, LogCorrupt, LogTail, read_log, write_records
+from .wandb_log import LogCorrupt, LogRecord, LogTail, read_log, write_records
 from .wandb_runs import MARKERS
 
 __all__ = ["OfflineRun", "WandbOfflineSource", "read_offline_run"]
@@ -60,6 +60,9 @@ class OfflineRun:
     entity: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
+    # the summary as its latest items, in the order they were last written: a run writes
+    # its summary every step, so values are decoded once, at the end
+    _summary_items: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
     keys: set[str] = field(default_factory=set)  # every history key logged
     data: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)  # wanted keys only
     last_step: int | None = None
@@ -110,6 +113,7 @@ def read_offline_run(path: Path, wanted: Iterable[str], *, ref: str) -> OfflineR
     except LogCorrupt as exc:
         raise DataError(f"{path.name}: {exc}", run=ref) from None
     run.incomplete_at = tail.incomplete_at
+    run.summary = _replay(run._summary_items)
     return run
 
 
@@ -118,7 +122,7 @@ def _apply(run: OfflineRun, record: Any, offset: int, wanted: set[str]) -> None:
     if kind == "history":
         _history(run, record.history, wanted)
     elif kind == "summary":
-        _update(run.summary, record.summary.update, record.summary.remove)
+        _collect(run._summary_items, record.summary.update, record.summary.remove)
     elif kind == "config":
         _update(run.config, record.config.update, record.config.remove)
     elif kind == "run":
@@ -128,18 +132,19 @@ def _apply(run: OfflineRun, record: Any, offset: int, wanted: set[str]) -> None:
         run.project = info.project or run.project
         run.entity = info.entity or run.entity
         _update(run.config, info.config.update, info.config.remove)
-        _update(run.summary, info.summary.update, info.summary.remove)
+        _collect(run._summary_items, info.summary.update, info.summary.remove)
     elif kind == "exit" and run.exit_offset is None:
         run.exit_code = int(record.exit.exit_code)
         run.exit_offset = offset
 
 
 def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
-    step = None
     values = {}
+    keys = run.keys
     for item in history.item:
-        key = item.key or ".".join(item.nested_key)
-        run.keys.add(key)
+        nested = item.nested_key
+        key = item.key or (nested[0] if len(nested) == 1 else ".".join(nested))
+        keys.add(key)
         if key in wanted:
             values[key] = _item_value(item)
     step = whole(values.pop(ROW_KEY, None))
@@ -155,7 +160,7 @@ def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
 def _item_value(item: Any) -> Any:
     """A history or summary item's value: its JSON form, else its typed form."""
     if item.value_json:
-        return json.loads(item.value_json)
+        return _json_value(item.value_json)
     if "value" not in item.DESCRIPTOR.oneofs_by_name:
         return None
     which = item.WhichOneof("value")
@@ -163,6 +168,62 @@ def _item_value(item: Any) -> Any:
         return None
     value = getattr(item, which)
     return json.loads(value) if which == "json" else value
+
+
+def _json_value(text: str) -> Any:
+    """``json.loads``, with a fast path for the plain numbers that most values are
+    (``float`` also reads the ``NaN`` and ``Infinity`` W&B writes)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return json.loads(text)
+
+
+def _collect(items: dict[tuple[str, ...], Any], updates: Iterable[Any], removes: Iterable[Any]) -> None:
+    """Keep each summary path's latest item (None: removed), the latest written last.
+
+    Writing a path replaces what was under it, so its older sub-paths are dropped.
+    """
+    parents = items.setdefault(_PARENTS, set())
+    for removed, group in ((False, updates), (True, removes)):
+        for item in group:
+            path = (item.key,) if item.key else tuple(item.nested_key)
+            if path in parents:
+                for old in [p for p in items if p is not _PARENTS and p[: len(path)] == path and p != path]:
+                    del items[old]
+            if len(path) > 1:
+                parents.update(path[:k] for k in range(1, len(path)))
+            items.pop(path, None)
+            items[path] = None if removed else item
+
+
+_PARENTS: Any = ("<parents>",)  # a key of the items dict holding the paths that have sub-paths
+
+
+def _replay(items: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    """The summary the collected items make, applied in the order they were written."""
+    summary: dict[str, Any] = {}
+    for path, item in items.items():
+        if path is _PARENTS:
+            continue
+        node: Any = summary
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                if item is None:
+                    break
+                child = node[part] = {}
+            node = child
+        else:
+            if item is None:
+                node.pop(path[-1], None)
+            else:
+                node[path[-1]] = _item_value(item)
+    return summary
 
 
 def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[Any]) -> None:
@@ -240,12 +301,25 @@ class WandbOfflineSource(Source):
     # -- writing -------------------------------------------------------------------------
     def write(self, run: RunInfo, annotation: Annotation) -> None:
         wandb_file = _wandb_file(run.ref)
-        current = self._writable(wandb_file, run.ref)
+        _check_writable(wandb_file, run.ref)
+        data = wandb_file.read_bytes()
+        try:
+            entries = list(read_log(data))
+        except LogCorrupt as exc:
+            raise DataError(f"{wandb_file.name}: {exc}", run=run.ref) from None
+        exit_index = _exit_index(entries)
+        if exit_index is None:
+            raise SourceError(
+                "has no exit record: the run is still running or was killed, and its file is not "
+                "changed while it may be written to; annotate it once it has finished (or after "
+                "`wandb sync`, online)",
+                run=run.ref,
+            )
         files_dir = wandb_file.parent / "files"
         files_dir.mkdir(exist_ok=True)
-        for name, data in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
-            _replace(files_dir / name, data)
-        _insert_before_exit(wandb_file, current, annotation_records(annotation), run.ref)
+        for name, content in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
+            _replace(files_dir / name, content)
+        _insert(wandb_file, data, entries, exit_index, annotation_records(annotation), run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         wandb_file = _wandb_file(run.ref)
@@ -256,25 +330,28 @@ class WandbOfflineSource(Source):
             f"insert these records before the exit record of {wandb_file}",
         ]
 
-    def _writable(self, wandb_file: Path, ref: str) -> OfflineRun:
-        if not wandb_file.parent.name.startswith(_RUN_DIR_PREFIX):
-            raise SourceError("is not an offline run (it was synced live); annotate it with wandb:ENTITY/PROJECT/RUN_ID", run=ref)
-        for marker in (".synced", ".syncstate"):
-            if wandb_file.with_name(wandb_file.name + marker).exists():
-                raise SourceError(
-                    "was synced to W&B already, so `wandb sync` would not send an annotation; "
-                    "annotate the synced run with wandb:ENTITY/PROJECT/RUN_ID",
-                    run=ref,
-                )
-        current = self._read(wandb_file, ref)
-        if current.exit_offset is None:
+
+def _check_writable(wandb_file: Path, ref: str) -> None:
+    if not wandb_file.parent.name.startswith(_RUN_DIR_PREFIX):
+        raise SourceError("is not an offline run (it was synced live); annotate it with wandb:ENTITY/PROJECT/RUN_ID", run=ref)
+    for marker in (".synced", ".syncstate"):
+        if wandb_file.with_name(wandb_file.name + marker).exists():
             raise SourceError(
-                "has no exit record: the run is still running or was killed, and its file is not "
-                "changed while it may be written to; annotate it once it has finished (or after "
-                "`wandb sync`, online)",
+                "was synced to W&B already, so `wandb sync` would not send an annotation; "
+                "annotate the synced run with wandb:ENTITY/PROJECT/RUN_ID",
                 run=ref,
             )
-        return current
+
+
+def _exit_index(entries: list[LogRecord]) -> int | None:
+    """The index of the exit record, searched from the end (where it is)."""
+    pb = _proto()
+    record = pb.Record()
+    for index in range(len(entries) - 1, -1, -1):
+        record.ParseFromString(entries[index].data)
+        if record.WhichOneof("record_type") == "exit":
+            return index
+    return None
 
 
 def annotation_records(annotation: Annotation) -> list[bytes]:
@@ -300,26 +377,22 @@ def _summary_record(pb: Any, values: Mapping[str, Any]) -> bytes:
     return record.SerializeToString()
 
 
-def _insert_before_exit(wandb_file: Path, current: OfflineRun, records: list[bytes], ref: str) -> None:
+def _insert(wandb_file: Path, data: bytes, entries: list[LogRecord], exit_index: int, records: list[bytes], ref: str) -> None:
     """Rewrite the file with ``records`` just before the exit record; the bytes before it
     are copied as they are, and the result is verified before it replaces the file."""
-    assert current.exit_offset is not None
-    data = wandb_file.read_bytes()
-    entries = list(read_log(data))
     original = [entry.data for entry in entries]
-    exit_index = [entry.offset for entry in entries].index(current.exit_offset)
     if original[max(0, exit_index - len(records)) : exit_index] == records:
         return  # the same annotation is already the last thing before the exit record
     expected = original[:exit_index] + records + original[exit_index:]
+    at = entries[exit_index].offset
     tmp = wandb_file.with_name(f".{wandb_file.name}.loss_eta.tmp")
     try:
         with open(tmp, "wb") as out:
-            out.write(data[: current.exit_offset])
-            write_records(out, records + original[exit_index:], current.exit_offset)
+            out.write(data[:at])
+            write_records(out, records + original[exit_index:], at)
             out.flush()
             os.fsync(out.fileno())
-        written = tmp.read_bytes()
-        if written[: len(FILE_HEADER)] != FILE_HEADER or [e.data for e in read_log(written)] != expected:
+        if [entry.data for entry in read_log(tmp.read_bytes())] != expected:
             raise SourceError(f"rewriting {wandb_file.name} did not read back as written; the file was left as it was", run=ref)
         shutil.copymode(wandb_file, tmp)
         os.replace(tmp, wandb_file)
