@@ -52,7 +52,12 @@ def offline_file(path: Path, steps: int) -> None:
     records.append(run.SerializeToString())
     for step in range(steps):
         history = pb.Record()
-        items = {"_step": step, "train/loss": float(loss[step]), "_runtime": step * 0.1, "_timestamp": 1.7e9 + step}
+        items = {
+            "_step": step,
+            "train/loss": float(loss[step]),
+            "_runtime": step * 0.1,
+            "_timestamp": 1.7e9 + step,
+        }
         if step % 10 == 0:
             items["lr"] = float(lr[step])
         for key, value in items.items():
@@ -99,10 +104,17 @@ def bench_online(steps: int, tmp: Path) -> None:
 
     loss, lr = curve(steps)
     dense = [{"train/loss": float(loss[s]), "lr": float(lr[s])} for s in range(steps)]
-    sparse = [{"train/loss": float(loss[s]), **({"lr": float(lr[s])} if s % 10 == 0 else {})} for s in range(steps)]
+    sparse = [
+        {"train/loss": float(loss[s]), **({"lr": float(lr[s])} if s % 10 == 0 else {})} for s in range(steps)
+    ]
     with WandbServer() as server:
-        os.environ.update(server.env(), WANDB_DIR=str(tmp), WANDB_CONFIG_DIR=str(tmp / "c"),
-                          WANDB_CACHE_DIR=str(tmp / "cc"), WANDB_SILENT="true")
+        os.environ.update(
+            server.env(),
+            WANDB_DIR=str(tmp),
+            WANDB_CONFIG_DIR=str(tmp / "c"),
+            WANDB_CACHE_DIR=str(tmp / "cc"),
+            WANDB_SILENT="true",
+        )
         for run_id, rows in (("dense", dense), ("sparse", sparse)):
             server.add_run("bench", "bench", run_id, history=rows, config={"global_batch_size": 524288})
         print(f"online (local test server): {steps:,} steps")
@@ -111,7 +123,7 @@ def bench_online(steps: int, tmp: Path) -> None:
         for info in runs:
             before = len(server.requests)
             label = "one scan" if info.name == "dense" else "one scan per key"
-            history = timed(f"read {info.name} ({label})", lambda: source.read(info))
+            history = timed(f"read {info.name} ({label})", lambda info=info: source.read(info))
             print(f"    {len(history):,} rows, {len(server.requests) - before} HTTP requests")
 
 

@@ -84,7 +84,9 @@ def test_typed_history_values_are_read_without_their_json_form():
 
 def test_values_as_wandb_returns_them():
     assert math.isnan(decode("NaN")) and decode("-Infinity") == -math.inf and decode("text") == "text"
-    assert whole(1024.0) == 1024 and isinstance(whole(1024.0), int) and whole(0.5) == 0.5 and whole(True) is True
+    assert (
+        whole(1024.0) == 1024 and isinstance(whole(1024.0), int) and whole(0.5) == 0.5 and whole(True) is True
+    )
     assert wandb_progress(12.0) == "_step 12" and wandb_progress(None) is None and wandb_progress(-1) is None
 
 
@@ -98,13 +100,30 @@ def test_batch_and_lr_schedule_from_configs():
         "min_lr": 0.0,
     }
     assert config_value(config, "trainer.global_batch_size") == 1024.0
-    assert batch_from_config(config, ("trainer.batch_size", "trainer.global_batch_size")) == (1024.0, "trainer.global_batch_size")
-    assert batch_from_config({"batch_size": -1, "tokens_per_step": True}, ("batch_size", "tokens_per_step")) is None
+    assert batch_from_config(config, ("trainer.batch_size", "trainer.global_batch_size")) == (
+        1024.0,
+        "trainer.global_batch_size",
+    )
+    assert (
+        batch_from_config({"batch_size": -1, "tokens_per_step": True}, ("batch_size", "tokens_per_step"))
+        is None
+    )
     plan = lr_schedule_from_config(config)
-    assert (plan.name, plan.peak, plan.final, plan.total_steps, plan.decay_steps) == ("wsd", 3e-4, 0.0, 10_000, 2_000)
+    assert (plan.name, plan.peak, plan.final, plan.total_steps, plan.decay_steps) == (
+        "wsd",
+        3e-4,
+        0.0,
+        10_000,
+        2_000,
+    )
     assert plan.warmup_steps is None  # a count of 0 under optim.* is not a top-level name it knows
-    assert plan.keys == {"name": "lr_scheduler", "peak": "optim.lr", "final": "min_lr", "total_steps": "max_steps",
-                         "decay_steps": "decay_steps"}
+    assert plan.keys == {
+        "name": "lr_scheduler",
+        "peak": "optim.lr",
+        "final": "min_lr",
+        "total_steps": "max_steps",
+        "decay_steps": "decay_steps",
+    }
     assert lr_schedule_from_config({"seed": 1}) is None
 
 
@@ -134,4 +153,8 @@ def test_an_offline_summary_is_replayed_in_the_order_it_was_written(tmp_path):
         write_records(out, records, len(FILE_HEADER))
     run = read_offline_run(path, [], ref="x")
     assert run.summary.keys() == {"a", "loss_eta/keep", "x"}
-    assert run.summary["a"] == {"c": 2, "d": 3} and run.summary["loss_eta/keep"] == "v" and math.isnan(run.summary["x"])
+    assert (
+        run.summary["a"] == {"c": 2, "d": 3}
+        and run.summary["loss_eta/keep"] == "v"
+        and math.isnan(run.summary["x"])
+    )

@@ -41,23 +41,45 @@ for spec in json.load(open(sys.argv[1])):
 def rows_of(frame: pd.DataFrame) -> list[dict]:
     """The keys a script logs at each step: those that are not NaN in the frame."""
     return [
-        {k: (int(v) if k == "step" else v) for k, v in r.items() if not (isinstance(v, float) and math.isnan(v))}
+        {
+            k: (int(v) if k == "step" else v)
+            for k, v in r.items()
+            if not (isinstance(v, float) and math.isnan(v))
+        }
         for r in frame.to_dict("records")
     ]
 
 
 def logged_runs() -> dict[str, dict]:
     fixed = synthetic_run(2500, seed=11).drop(columns="global_batch")
-    dynamic = synthetic_run(3000, batch=[(0, 262_144.0), (1000, 524_288.0), (2000, 1_048_576.0)], seed=12)
-    dynamic = dynamic.rename(columns={"tokens": "throughput/total_tokens", "global_batch": "batch_size_in_tokens"})
-    sparse = synthetic_run(2000, seed=13).drop(columns=["tokens", "global_batch"]).rename(columns={"train_loss": "train/loss"})
+    dynamic = synthetic_run(1500, batch=[(0, 262_144.0), (500, 524_288.0), (1000, 1_048_576.0)], seed=12)
+    dynamic = dynamic.rename(
+        columns={"tokens": "throughput/total_tokens", "global_batch": "batch_size_in_tokens"}
+    )
+    sparse = (
+        synthetic_run(1000, seed=13)
+        .drop(columns=["tokens", "global_batch"])
+        .rename(columns={"train_loss": "train/loss"})
+    )
     sparse.loc[sparse.step % 10 != 0, "lr"] = np.nan
     sparse_rows = rows_of(sparse)
     sparse_rows[5]["train/loss"] = math.nan  # a diverged step, logged as NaN
     return {
-        "fixed": dict(frame=fixed, rows=rows_of(fixed), config={"global_batch_size": 524288, "lr": 3e-4}, encoding="json"),
-        "dynamic": dict(frame=dynamic, rows=rows_of(dynamic), config={"optimizer": {"lr": 6e-4}}, encoding="json"),
-        "sparse": dict(frame=sparse, rows=sparse_rows, config={"trainer": {"global_batch": 524288}}, encoding="json,typed"),
+        "fixed": dict(
+            frame=fixed,
+            rows=rows_of(fixed),
+            config={"global_batch_size": 524288, "lr": 3e-4},
+            encoding="json",
+        ),
+        "dynamic": dict(
+            frame=dynamic, rows=rows_of(dynamic), config={"optimizer": {"lr": 6e-4}}, encoding="json"
+        ),
+        "sparse": dict(
+            frame=sparse,
+            rows=sparse_rows,
+            config={"trainer": {"global_batch": 524288}},
+            encoding="json,typed",
+        ),
     }
 
 
@@ -66,14 +88,24 @@ def offline_runs(tmp_path_factory) -> dict[str, Path]:
     """Three offline runs written by the real SDK in a subprocess: name -> run directory."""
     home = tmp_path_factory.mktemp("offline")
     specs = [
-        dict(name=name, rows=spec["rows"], config=spec["config"], encoding=spec["encoding"],
-             summary={"keep_me": 42, "best/loss": 3.25})
+        dict(
+            name=name,
+            rows=spec["rows"],
+            config=spec["config"],
+            encoding=spec["encoding"],
+            summary={"keep_me": 42, "best/loss": 3.25},
+        )
         for name, spec in logged_runs().items()
     ]
     (home / "runs.json").write_text(json.dumps(specs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(WANDB_DIR=str(home), WANDB_CONFIG_DIR=str(home / "config"), WANDB_CACHE_DIR=str(home / "cache"),
-               WANDB_MODE="offline", WANDB_SILENT="true")
+    env.update(
+        WANDB_DIR=str(home),
+        WANDB_CONFIG_DIR=str(home / "config"),
+        WANDB_CACHE_DIR=str(home / "cache"),
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+    )
     subprocess.run([sys.executable, "-c", LOGGER, str(home / "runs.json")], env=env, check=True, timeout=120)
     source = open_source(f"wandb-offline:{home}", SourceOptions(batch_size=1.0))
     return {info.name: Path(info.ref.removeprefix("wandb-offline:")) for info in source.runs()}
@@ -97,7 +129,9 @@ def expected_history(name: str, columns: Columns, batch_size: float | None):
     spec = logged_runs()[name]
     frame = pd.DataFrame(spec["rows"]).rename(columns={"step": "_step"})
     loss = next(c for c in columns.loss if c in frame)
-    nan_loss = np.array([loss in r and isinstance(r[loss], float) and math.isnan(r[loss]) for r in spec["rows"]])
+    nan_loss = np.array(
+        [loss in r and isinstance(r[loss], float) and math.isnan(r[loss]) for r in spec["rows"]]
+    )
     return build_history(frame, run="x", columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss)
 
 
@@ -122,10 +156,10 @@ def test_offline_runs_read_back_as_logged(offline_runs, name, batch_size, batch_
     last = logged_runs()[name]["rows"][-1]["step"]
     assert (info.name, info.state, info.progress, info.previous) == (name, "finished", f"_step {last}", None)
     if name == "sparse":  # one loss logged as NaN is dropped and counted; lr every 10 steps, typed values
-        assert len(history) == 1999 and any("dropped 1 rows whose loss was NaN" in n for n in history.notes)
+        assert len(history) == 999 and any("dropped 1 rows whose loss was NaN" in n for n in history.notes)
         logged_lr = {r["step"]: r["lr"] for r in logged_runs()[name]["rows"] if "lr" in r}
         at = np.isin(history.step, list(logged_lr))
-        assert at.sum() == 200 and history.lr[at].tolist() == [logged_lr[s] for s in history.step[at]]
+        assert at.sum() == 100 and history.lr[at].tolist() == [logged_lr[s] for s in history.step[at]]
     if name == "dynamic":
         assert sorted(set(history.batch)) == [262_144.0, 524_288.0, 1_048_576.0]
 
@@ -174,7 +208,10 @@ def test_annotating_an_offline_run_adds_records_before_its_exit(runs_copy, capsy
     # new settings: a second annotation goes after the first; the last one wins on sync
     assert main(["annotate", f"wandb-offline:{run_dir}", "-t", "5"]) == 0
     run = read_offline_run(path, [], ref="x")
-    assert run.summary["loss_eta/target_5p00/status"] == "reached" and len(list(read_log(path.read_bytes()))) == len(after) + 3
+    assert (
+        run.summary["loss_eta/target_5p00/status"] == "reached"
+        and len(list(read_log(path.read_bytes()))) == len(after) + 3
+    )
 
 
 def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, capsys, tmp_path):
@@ -183,11 +220,14 @@ def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, ca
     env = {**os.environ, "WANDB_SILENT": "true"}
     sync = subprocess.run(
         [sys.executable, "-m", "wandb", "sync", "-e", "team", "-p", "synced", str(run_dir)],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert sync.returncode == 0, sync.stderr
     (run,) = wandb_server.runs.values()
-    assert run.state == "finished" and len(run.history) == 3000
+    assert run.state == "finished" and len(run.history) == 1500
     assert run.summary["keep_me"] == 42 and run.summary["best/loss"] == 3.25  # the run's own keys
     assert run.summary["loss_eta/target_6p00/status"] == "reached"
     assert json.loads(run.files["loss_eta.json"])["targets"][1]["status"] == "extrapolated"
@@ -195,7 +235,10 @@ def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, ca
     # online, the synced run's annotation is current: nothing to do
     capsys.readouterr()
     assert main(["annotate", "wandb:team/synced", *TARGETS]) == 0
-    assert "unchanged" in capsys.readouterr().out and wandb_server.mutations(run=run.run_id)[-1].operation == "file_stream"
+    assert (
+        "unchanged" in capsys.readouterr().out
+        and wandb_server.mutations(run=run.run_id)[-1].operation == "file_stream"
+    )
     # offline, a synced run is not written again: its annotation would never be sent
     before = wandb_file(run_dir).read_bytes()
     assert main(["annotate", f"wandb-offline:{run_dir}", "-t", "5"]) == 1
@@ -218,6 +261,21 @@ def test_an_unfinished_run_is_read_but_not_written(runs_copy, capsys):
     assert main(["analyze", f"wandb-offline:{run_dir}", *TARGETS, "--batch-size", "524288"]) == 0
 
 
+def test_a_rewrite_that_does_not_read_back_leaves_the_file_alone(runs_copy, capsys, monkeypatch):
+    from tracker_plugin.sources import wandb_offline
+
+    def broken(out, records, offset):
+        out.write(b"\x00garbage")
+        return offset + 8
+
+    run_dir = runs_copy["fixed"]
+    before = wandb_file(run_dir).read_bytes()
+    monkeypatch.setattr(wandb_offline, "write_records", broken)
+    assert main(["annotate", f"wandb-offline:{run_dir}", *TARGETS]) == 1
+    assert "did not read back as written; the file was left as it was" in capsys.readouterr().out
+    assert wandb_file(run_dir).read_bytes() == before and sorted(p.name for p in run_dir.glob(".*")) == []
+
+
 def test_a_damaged_file_is_one_line_naming_the_run_and_the_byte(runs_copy, capsys):
     run_dir = runs_copy["fixed"]
     path = wandb_file(run_dir)
@@ -227,7 +285,10 @@ def test_a_damaged_file_is_one_line_naming_the_run_and_the_byte(runs_copy, capsy
     path.write_bytes(bytes(data))
     assert main(["analyze", f"wandb-offline:{run_dir}", *TARGETS]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"error: wandb-offline:{run_dir}: {path.name}: record checksum mismatch at byte {middle.offset}: the file is damaged"]
+    assert err == [
+        f"error: wandb-offline:{run_dir}: {path.name}: "
+        f"record checksum mismatch at byte {middle.offset}: the file is damaged"
+    ]
 
 
 def test_offline_paths_that_name_no_run(tmp_path):

@@ -13,8 +13,7 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.errors import AuthError, ConfigError, RunNotFound, TrackerUnavailable
-from tracker_plugin.sources import SourceOptions, open_source
-from tracker_plugin.sources import wandb_runs
+from tracker_plugin.sources import SourceOptions, open_source, wandb_runs
 from tracker_plugin.sources.wandb_runs import WandbSource, run_filters
 from tracker_plugin.testing import synthetic_run
 
@@ -59,10 +58,19 @@ def test_dense_history_reads_back_exactly_in_one_scan(wandb_server):
     frame = synthetic_run(2500, seed=1)
     wandb_server.add_run("ent", "proj", "dense", name="dense-run", history=wandb_rows(frame))
     info, history, _ = read_one("wandb:ent/proj/dense")
-    assert (info.ref, info.name, info.state, info.progress) == ("wandb:ent/proj/dense", "dense-run", "finished", "_step 2499")
+    assert (info.ref, info.name, info.state, info.progress) == (
+        "wandb:ent/proj/dense",
+        "dense-run",
+        "finished",
+        "_step 2499",
+    )
     assert_same_history(history, build_history(frame.rename(columns={"step": "_step"}), run="x"))
-    scans = [json.loads(r.variables["spec"]) for r in wandb_server.requests if r.operation == "SampledHistoryPage"]
-    assert {tuple(sorted(set(s["keys"]))) for s in scans} == {("_step", "global_batch", "lr", "tokens", "train_loss")}
+    scans = [
+        json.loads(r.variables["spec"]) for r in wandb_server.requests if r.operation == "SampledHistoryPage"
+    ]
+    assert {tuple(sorted(set(s["keys"]))) for s in scans} == {
+        ("_step", "global_batch", "lr", "tokens", "train_loss")
+    }
     assert "RunSampledHistory" not in graphql_ops(wandb_server) and not wandb_server.unsupported
 
 
@@ -74,8 +82,12 @@ def test_sparse_keys_are_read_one_at_a_time_and_aligned_on_step(wandb_server):
     frame = frame.rename(columns=W_AND_B_KEYS)
     rows = wandb_rows(frame)
     rows[7]["train/loss"] = math.nan  # a diverged step, logged as NaN
-    wandb_server.add_run("ent", "proj", "sparse", history=rows, config={"trainer": {"global_batch_size": 262144}})
-    options = dict(columns=Columns().with_overrides(loss="eval/loss"), batch_params=("trainer.global_batch_size",))
+    wandb_server.add_run(
+        "ent", "proj", "sparse", history=rows, config={"trainer": {"global_batch_size": 262144}}
+    )
+    options = dict(
+        columns=Columns().with_overrides(loss="eval/loss"), batch_params=("trainer.global_batch_size",)
+    )
     _, history, _ = read_one("wandb:ent/proj/sparse", **options)
     expected = build_history(
         frame.rename(columns={"step": "_step"}), run="x", columns=options["columns"], batch_size=262_144.0
@@ -83,8 +95,11 @@ def test_sparse_keys_are_read_one_at_a_time_and_aligned_on_step(wandb_server):
     assert_same_history(history, expected)
     assert history.batch_source == "config 'trainer.global_batch_size'"
     assert history.step[:3].tolist() == [0, 50, 100]
-    scanned = {tuple(sorted(set(json.loads(r.variables["spec"])["keys"]))) for r in wandb_server.requests
-               if r.operation == "SampledHistoryPage"}
+    scanned = {
+        tuple(sorted(set(json.loads(r.variables["spec"])["keys"])))
+        for r in wandb_server.requests
+        if r.operation == "SampledHistoryPage"
+    }
     assert scanned == {("_step", "eval/loss"), ("_step", "throughput/total_tokens"), ("_step", "train/lr")}
     # the train loss logged as NaN is dropped and counted, not mistaken for "not logged"
     _, train, _ = read_one("wandb:ent/proj/sparse", batch_params=("trainer.global_batch_size",))
@@ -98,7 +113,14 @@ def test_integers_that_come_back_as_floats_are_integers_again(wandb_server):
     rows = wandb_rows(frame)
     for row in rows:
         row["step"] = float(row["_step"] + 10)
-    wandb_server.add_run("ent", "proj", "floats", history=rows, summary={"_step": 399.0}, config={"global_batch_size": 524288.0})
+    wandb_server.add_run(
+        "ent",
+        "proj",
+        "floats",
+        history=rows,
+        summary={"_step": 399.0},
+        config={"global_batch_size": 524288.0},
+    )
     info, history, _ = read_one("wandb:ent/proj/floats")
     assert info.progress == "_step 399"
     assert history.step.dtype.kind == "i" and history.step[-1] == 409
@@ -116,12 +138,23 @@ def test_batch_comes_from_a_metric_then_the_config_then_the_flag(wandb_server):
 
 
 def test_planned_lr_schedule_is_read_from_the_config(wandb_server):
-    config = {"optimizer": {"lr": 6e-4}, "warmup_steps": 2000, "max_steps": 100000.0, "lr_scheduler_type": "cosine",
-              "min_lr": 6e-5}
+    config = {
+        "optimizer": {"lr": 6e-4},
+        "warmup_steps": 2000,
+        "max_steps": 100000.0,
+        "lr_scheduler_type": "cosine",
+        "min_lr": 6e-5,
+    }
     wandb_server.add_run("ent", "proj", "sched", history=wandb_rows(synthetic_run(50)), config=config)
     source = open_source("wandb:ent/proj/sched", SourceOptions())
     plan = source.planned_lr(source.runs()[0])
-    assert (plan.name, plan.peak, plan.final, plan.warmup_steps, plan.total_steps) == ("cosine", 6e-4, 6e-5, 2000, 100000)
+    assert (plan.name, plan.peak, plan.final, plan.warmup_steps, plan.total_steps) == (
+        "cosine",
+        6e-4,
+        6e-5,
+        2000,
+        100000,
+    )
     assert plan.keys["peak"] == "optimizer.lr"
 
 
@@ -133,10 +166,21 @@ def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):
         ("c", "crashed", ["big"], "2024-05-01T00:00:00", 3e-4),
         ("d", "finished", ["base", "big"], "2024-06-01T00:00:00", 3e-4),
     ]:
-        wandb_server.add_run("ent", "sel", run_id, state=state, tags=tags, created_at=created, config={"lr": lr}, history=history)
+        wandb_server.add_run(
+            "ent",
+            "sel",
+            run_id,
+            state=state,
+            tags=tags,
+            created_at=created,
+            config={"lr": lr},
+            history=history,
+        )
 
     def select(**options) -> list[str]:
-        return [r.ref.rsplit("/", 1)[1] for r in open_source("wandb:ent/sel", SourceOptions(**options)).runs()]
+        return [
+            r.ref.rsplit("/", 1)[1] for r in open_source("wandb:ent/sel", SourceOptions(**options)).runs()
+        ]
 
     assert select() == ["a", "b", "c", "d"]
     assert select(states=("finished", "crashed")) == ["a", "c", "d"]
@@ -149,7 +193,9 @@ def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):
 
 
 def test_filters_are_merged_and_checked():
-    options = SourceOptions(filter='{"config.lr": 1}', states=("finished",), tags=("x", "y"), created_after="2024-01-02")
+    options = SourceOptions(
+        filter='{"config.lr": 1}', states=("finished",), tags=("x", "y"), created_after="2024-01-02"
+    )
     assert run_filters(options) == {
         "$and": [
             {"config.lr": 1},
@@ -173,11 +219,19 @@ def test_filters_are_merged_and_checked():
 def test_run_strings_take_entity_and_project_from_the_options(wandb_server):
     wandb_server.add_run("team", "proj", "r1", history=wandb_rows(synthetic_run(50)))
     wandb_server.add_run(wandb_server.viewer_entity, "mine", "r2", history=wandb_rows(synthetic_run(50)))
-    assert [r.ref for r in open_source("wandb:r1", SourceOptions(entity="team", project="proj")).runs()] == ["wandb:team/proj/r1"]
-    assert [r.ref for r in open_source("wandb:", SourceOptions(entity="team", project="proj")).runs()] == ["wandb:team/proj/r1"]
-    assert [r.ref for r in open_source("wandb:team/proj/runs/r1", SourceOptions()).runs()] == ["wandb:team/proj/r1"]
+    assert [r.ref for r in open_source("wandb:r1", SourceOptions(entity="team", project="proj")).runs()] == [
+        "wandb:team/proj/r1"
+    ]
+    assert [r.ref for r in open_source("wandb:", SourceOptions(entity="team", project="proj")).runs()] == [
+        "wandb:team/proj/r1"
+    ]
+    assert [r.ref for r in open_source("wandb:team/proj/runs/r1", SourceOptions()).runs()] == [
+        "wandb:team/proj/r1"
+    ]
     # no entity: the API key's default entity
-    assert [r.ref for r in open_source("wandb:", SourceOptions(project="mine")).runs()] == [f"wandb:{wandb_server.viewer_entity}/mine/r2"]
+    assert [r.ref for r in open_source("wandb:", SourceOptions(project="mine")).runs()] == [
+        f"wandb:{wandb_server.viewer_entity}/mine/r2"
+    ]
     with pytest.raises(ConfigError, match="does not name runs"):
         open_source("wandb:just-one-name", SourceOptions())
     with pytest.raises(RunNotFound, match=r"^wandb:team/proj/nope: not found on W&B"):
@@ -186,10 +240,14 @@ def test_run_strings_take_entity_and_project_from_the_options(wandb_server):
         open_source("wandb:team/nothing", SourceOptions()).runs()
 
 
-def test_a_missing_loss_key_names_the_keys_the_run_has(wandb_server):
+def test_a_missing_loss_key_names_the_keys_the_run_has(wandb_server, capsys):
     wandb_server.add_run("ent", "proj", "r", history=[{"acc": 0.5}, {"acc": 0.6}])
-    code = main(["analyze", "wandb:ent/proj/r", "-t", "3", "--batch-size", "1"])
-    assert code == 2
+    assert main(["analyze", "wandb:ent/proj/r", "-t", "3", "--batch-size", "1"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: wandb:ent/proj/r: no loss column 'train_loss' or 'train/loss' or 'loss' or "
+        "'train/CrossEntropyLoss'; columns are ['_step', 'acc'] (choose one with --loss-col)"
+    )
+    assert "SampledHistoryPage" not in graphql_ops(wandb_server)
 
 
 # -- writing ---------------------------------------------------------------------------------
@@ -198,9 +256,19 @@ def two_runs(wandb_server):
     frame = synthetic_run(3000, seed=5)
     summary = {"best/val_loss": 3.1, "notes": "keep me", "nested": {"a": 1}}
     config = {"global_batch_size": 524288, "model": {"width": 768}}
-    a = wandb_server.add_run("ent", "proj", "ra", name="run-a", history=wandb_rows(frame), summary=summary, config=config)
-    b = wandb_server.add_run("ent", "proj", "rb", name="run-b", history=wandb_rows(frame.iloc[:2000]), state="running",
-                             config=config, tags=["x"])
+    a = wandb_server.add_run(
+        "ent", "proj", "ra", name="run-a", history=wandb_rows(frame), summary=summary, config=config
+    )
+    b = wandb_server.add_run(
+        "ent",
+        "proj",
+        "rb",
+        name="run-b",
+        history=wandb_rows(frame.iloc[:2000]),
+        state="running",
+        config=config,
+        tags=["x"],
+    )
     return a, b
 
 
@@ -221,7 +289,9 @@ def test_annotate_then_read_back_keeps_the_run_as_it_was(wandb_server, two_runs,
         assert {k: v for k, v in run.summary.items() if not k.startswith("loss_eta/")} == summary
         assert (run.config, run.state, run.tags) == (config, state, tags)
         report = json.loads(run.files["loss_eta.json"])
-        assert report["run"] == f"wandb:ent/proj/{run.run_id}" and run.files["loss_eta.png"].startswith(b"\x89PNG")
+        assert report["run"] == f"wandb:ent/proj/{run.run_id}" and run.files["loss_eta.png"].startswith(
+            b"\x89PNG"
+        )
         assert run.summary["loss_eta/target_6p00/status"] == "reached"
         assert run.summary["loss_eta/target_4p50/status"] == "extrapolated"
         assert run.summary["loss_eta/target_4p50/tokens"] == pytest.approx(report["targets"][1]["tokens"])
@@ -283,8 +353,13 @@ def fast_retries(monkeypatch):
     monkeypatch.setattr(
         wandb_runs,
         "RETRY_BOUNDS",
-        dict(wandb_runs.RETRY_BOUNDS, x_graphql_retry_max=1, x_graphql_retry_wait_max_seconds=1,
-             x_file_transfer_retry_max=1, x_file_transfer_retry_wait_max_seconds=1),
+        dict(
+            wandb_runs.RETRY_BOUNDS,
+            x_graphql_retry_max=1,
+            x_graphql_retry_wait_max_seconds=1,
+            x_file_transfer_retry_max=1,
+            x_file_transfer_retry_wait_max_seconds=1,
+        ),
     )
 
 
@@ -292,12 +367,15 @@ def assert_one_line(text: str, server) -> None:
     assert "Traceback" not in text and server.api_key not in text
 
 
-def test_refused_api_key_is_one_line_naming_the_run_and_writes_nothing(wandb_server, two_runs, capsys, monkeypatch):
+def test_refused_api_key_is_one_line_naming_the_run_and_writes_nothing(
+    wandb_server, two_runs, capsys, monkeypatch
+):
     monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
     code, out, err = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
-        "error: wandb:ent/proj/ra: W&B refused the credentials (HTTP 401); check WANDB_API_KEY or run `wandb login`"
+        "error: wandb:ent/proj/ra: W&B refused the credentials (HTTP 401); "
+        "check WANDB_API_KEY or run `wandb login`"
     ]
     assert "0" * 40 not in err
     assert wandb_server.mutations() == []
@@ -320,7 +398,11 @@ def test_500_forever_fails_in_bounded_time_naming_the_run(wandb_server, two_runs
     elapsed = time.monotonic() - start
     rows = json.loads(out)
     assert code == 1 and [(r["run"], r["status"]) for r in rows] == [
-        ("run-a", "reached"), ("run-a", "extrapolated"), ("run-a", "unreachable"), ("run-b", "failed")]
+        ("run-a", "reached"),
+        ("run-a", "extrapolated"),
+        ("run-a", "unreachable"),
+        ("run-b", "failed"),
+    ]
     assert rows[-1]["note"] == "W&B did not answer (HTTP 500 after 2 attempts)"
     assert elapsed < 20
     assert_one_line(out + err, wandb_server)
@@ -333,20 +415,26 @@ def test_500_forever_on_a_single_run_is_one_line_and_exit_2(wandb_server, two_ru
     wandb_server.fail(500, operation="Run")
     code, out, err = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
     assert code == 2 and out == ""
-    assert err.strip().splitlines() == ["error: wandb:ent/proj/ra: W&B did not answer (HTTP 500 after 2 attempts)"]
+    assert err.strip().splitlines() == [
+        "error: wandb:ent/proj/ra: W&B did not answer (HTTP 500 after 2 attempts)"
+    ]
     assert wandb_server.mutations() == []
 
 
 def test_rate_limits_are_retried_then_reported(wandb_server, two_runs, capsys, fast_retries):
     wandb_server.fail(429, operation="SampledHistoryPage", times=1)  # wandb retries this away
     assert annotate(capsys, "wandb:ent/proj/ra", *TARGETS)[0] == 0
-    wandb_server.fail(429, operation="CreateRunFiles")  # forever: reported, and the annotation stays incomplete
+    wandb_server.fail(
+        429, operation="CreateRunFiles"
+    )  # forever: reported, and the annotation stays incomplete
     code, out, err = annotate(capsys, "wandb:ent/proj/rb", *TARGETS)
     assert code == 1 and "W&B kept rate-limiting the requests (HTTP 429 after 2 attempts)" in out
     assert "loss_eta/settings_hash" not in two_runs[1].summary  # so the next run redoes it
 
 
-def test_a_failed_write_does_not_leave_a_complete_looking_annotation(wandb_server, two_runs, capsys, fast_retries):
+def test_a_failed_write_does_not_leave_a_complete_looking_annotation(
+    wandb_server, two_runs, capsys, fast_retries
+):
     wandb_server.fail(500, operation="PUT")  # the file upload
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
     assert code == 1 and "W&B did not answer" in out

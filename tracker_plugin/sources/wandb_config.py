@@ -54,8 +54,25 @@ def batch_from_config(config: Mapping[str, Any], names: Sequence[str]) -> tuple[
 
 
 # Common spellings, first match wins; dotted names reach into nested sections.
-_PEAK = ("lr", "learning_rate", "max_lr", "optimizer.lr", "optim.lr", "optimizer.learning_rate", "optim.learning_rate")
-_FINAL = ("min_lr", "lr_min", "final_lr", "end_lr", "eta_min", "scheduler.eta_min", "scheduler.min_lr", "min_learning_rate")
+_PEAK = (
+    "lr",
+    "learning_rate",
+    "max_lr",
+    "optimizer.lr",
+    "optim.lr",
+    "optimizer.learning_rate",
+    "optim.learning_rate",
+)
+_FINAL = (
+    "min_lr",
+    "lr_min",
+    "final_lr",
+    "end_lr",
+    "eta_min",
+    "scheduler.eta_min",
+    "scheduler.min_lr",
+    "min_learning_rate",
+)
 _WARMUP = (
     "warmup_steps",
     "lr_warmup_steps",
@@ -64,9 +81,25 @@ _WARMUP = (
     "scheduler.warmup_steps",
     "scheduler.t_warmup",
 )
-_TOTAL = ("max_steps", "total_steps", "train_steps", "num_training_steps", "max_iters", "lr_decay_iters", "scheduler.t_max")
+_TOTAL = (
+    "max_steps",
+    "total_steps",
+    "train_steps",
+    "num_training_steps",
+    "max_iters",
+    "lr_decay_iters",
+    "scheduler.t_max",
+)
 _DECAY = ("decay_steps", "cooldown_steps", "lr_decay_steps", "num_decay_steps", "scheduler.decay_steps")
-_NAME = ("lr_scheduler_type", "lr_scheduler", "lr_schedule", "scheduler", "schedule", "scheduler.name", "decay_type")
+_NAME = (
+    "lr_scheduler_type",
+    "lr_scheduler",
+    "lr_schedule",
+    "scheduler",
+    "schedule",
+    "scheduler.name",
+    "decay_type",
+)
 
 
 @dataclass(frozen=True)

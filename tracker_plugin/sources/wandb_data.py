@@ -25,7 +25,14 @@ __all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode
 ROW_KEY = "_step"  # W&B's own row number: unique, increasing, always logged
 
 # How W&B writes the floats that strict JSON has no numbers for.
-_NON_FINITE = {"NaN": math.nan, "nan": math.nan, "Infinity": math.inf, "-Infinity": -math.inf, "inf": math.inf, "-inf": -math.inf}
+_NON_FINITE = {
+    "NaN": math.nan,
+    "nan": math.nan,
+    "Infinity": math.inf,
+    "-Infinity": -math.inf,
+    "inf": math.inf,
+    "-inf": -math.inf,
+}
 
 # One key's logged values: the ``_step`` of each row that has the key, and the values.
 KeyColumn = tuple[Sequence[int], Sequence[Any]]
@@ -108,7 +115,9 @@ def build_wandb_history(
     from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
     if from_config is not None:
         batch_size = from_config[0]
-    history = build_history(frame, run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan)
+    history = build_history(
+        frame, run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
+    )
     if from_config is not None:
         history = replace(history, batch_source=f"config '{from_config[1]}'")
     return history

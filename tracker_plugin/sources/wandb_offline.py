@@ -20,9 +20,11 @@ run online with ``wandb:ENTITY/PROJECT/RUN_ID``.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from typing import Any
 from ..annotation import ARTIFACT_JSON, ARTIFACT_PNG, Annotation, Previous
 from ..errors import DataError, MissingDependency, RunNotFound, SourceError
 from ..history import History
-from .base import RunInfo, Source
+from .base import RunInfo, Source, SourceOptions
 from .wandb_config import ConfigLrSchedule, lr_schedule_from_config
 from .wandb_data import ROW_KEY, KeyColumn, build_wandb_history, chosen_keys, wandb_progress, whole
 from .wandb_log import LogCorrupt, LogRecord, LogTail, read_log, write_records
@@ -60,14 +62,10 @@ class OfflineRun:
     entity: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     summary: dict[str, Any] = field(default_factory=dict)
-    # the summary as its latest items, in the order they were last written: a run writes
-    # its summary every step, so values are decoded once, at the end
-    _summary_items: dict[tuple[str, ...], Any] = field(default_factory=dict, repr=False)
     keys: set[str] = field(default_factory=set)  # every history key logged
     data: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)  # wanted keys only
     last_step: int | None = None
     exit_code: int | None = None  # None: no exit record
-    exit_offset: int | None = None  # where the exit record starts
     incomplete_at: int | None = None  # an unfinished last record starts here
 
     @property
@@ -97,32 +95,43 @@ def read_offline_run(path: Path, wanted: Iterable[str], *, ref: str) -> OfflineR
     pb = _proto()
     wanted = set(wanted) | {ROW_KEY}
     run = OfflineRun(path=path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RunNotFound(f"cannot read {path.name}: {exc.strerror}", run=ref) from None
+    summary = _SummaryLog()
     tail = LogTail()
     try:
-        for entry in read_log(data, tail):
-            record = pb.Record()
-            try:
-                record.ParseFromString(entry.data)
-            except Exception:  # noqa: BLE001 - protobuf's DecodeError differs between versions
-                raise LogCorrupt(f"record at byte {entry.offset} is not a W&B record") from None
-            _apply(run, record, entry.offset, wanted)
+        with _mapped(path) as data:
+            for entry in read_log(data, tail):
+                record = pb.Record()
+                try:
+                    record.ParseFromString(entry.data)
+                except Exception:  # noqa: BLE001 - protobuf's DecodeError differs between versions
+                    raise LogCorrupt(f"record at byte {entry.offset} is not a W&B record") from None
+                _apply(run, summary, record, wanted)
+    except OSError as exc:
+        raise RunNotFound(f"cannot read {path.name}: {exc.strerror}", run=ref) from None
     except LogCorrupt as exc:
         raise DataError(f"{path.name}: {exc}", run=ref) from None
     run.incomplete_at = tail.incomplete_at
-    run.summary = _replay(run._summary_items)
+    run.summary = summary.replay()
     return run
 
 
-def _apply(run: OfflineRun, record: Any, offset: int, wanted: set[str]) -> None:
+@contextmanager
+def _mapped(path: Path) -> Iterator[bytes]:
+    """The file's bytes, memory-mapped: a long run's file is not copied into memory."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data  # type: ignore[misc]
+
+
+def _apply(run: OfflineRun, summary: _SummaryLog, record: Any, wanted: set[str]) -> None:
     kind = record.WhichOneof("record_type")
     if kind == "history":
         _history(run, record.history, wanted)
     elif kind == "summary":
-        _collect(run._summary_items, record.summary.update, record.summary.remove)
+        summary.collect(record.summary.update, record.summary.remove)
     elif kind == "config":
         _update(run.config, record.config.update, record.config.remove)
     elif kind == "run":
@@ -132,10 +141,9 @@ def _apply(run: OfflineRun, record: Any, offset: int, wanted: set[str]) -> None:
         run.project = info.project or run.project
         run.entity = info.entity or run.entity
         _update(run.config, info.config.update, info.config.remove)
-        _collect(run._summary_items, info.summary.update, info.summary.remove)
-    elif kind == "exit" and run.exit_offset is None:
+        summary.collect(info.summary.update, info.summary.remove)
+    elif kind == "exit" and run.exit_code is None:
         run.exit_code = int(record.exit.exit_code)
-        run.exit_offset = offset
 
 
 def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
@@ -183,47 +191,45 @@ def _json_value(text: str) -> Any:
         return json.loads(text)
 
 
-def _collect(items: dict[tuple[str, ...], Any], updates: Iterable[Any], removes: Iterable[Any]) -> None:
-    """Keep each summary path's latest item (None: removed), the latest written last.
+class _SummaryLog:
+    """A run's summary records, kept as each path's latest item and decoded once at the
+    end (a run writes its summary every step)."""
 
-    Writing a path replaces what was under it, so its older sub-paths are dropped.
-    """
-    parents = items.setdefault(_PARENTS, set())
-    for removed, group in ((False, updates), (True, removes)):
-        for item in group:
-            path = (item.key,) if item.key else tuple(item.nested_key)
-            if path in parents:
-                for old in [p for p in items if p is not _PARENTS and p[: len(path)] == path and p != path]:
-                    del items[old]
-            if len(path) > 1:
-                parents.update(path[:k] for k in range(1, len(path)))
-            items.pop(path, None)
-            items[path] = None if removed else item
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, ...], Any] = {}  # path -> item (None: removed), latest last
+        self.parents: set[tuple[str, ...]] = set()  # paths that have had sub-paths
 
+    def collect(self, updates: Iterable[Any], removes: Iterable[Any]) -> None:
+        items, parents = self.items, self.parents
+        for removed, group in ((False, updates), (True, removes)):
+            for item in group:
+                path = (item.key,) if item.key else tuple(item.nested_key)
+                if path in parents:  # writing a path replaces what was under it
+                    for old in [p for p in items if len(p) > len(path) and p[: len(path)] == path]:
+                        del items[old]
+                if len(path) > 1:
+                    parents.update(path[:k] for k in range(1, len(path)))
+                items.pop(path, None)
+                items[path] = None if removed else item
 
-_PARENTS: Any = ("<parents>",)  # a key of the items dict holding the paths that have sub-paths
-
-
-def _replay(items: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    """The summary the collected items make, applied in the order they were written."""
-    summary: dict[str, Any] = {}
-    for path, item in items.items():
-        if path is _PARENTS:
-            continue
-        node: Any = summary
-        for part in path[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                if item is None:
-                    break
-                child = node[part] = {}
-            node = child
-        else:
-            if item is None:
-                node.pop(path[-1], None)
+    def replay(self) -> dict[str, Any]:
+        """The summary the items make, applied in the order they were last written."""
+        summary: dict[str, Any] = {}
+        for path, item in self.items.items():
+            node: Any = summary
+            for part in path[:-1]:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    if item is None:
+                        break
+                    child = node[part] = {}
+                node = child
             else:
-                node[path[-1]] = _item_value(item)
-    return summary
+                if item is None:
+                    node.pop(path[-1], None)
+                else:
+                    node[path[-1]] = _item_value(item)
+        return summary
 
 
 def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[Any]) -> None:
@@ -256,7 +262,7 @@ class WandbOfflineSource(Source):
 
     scheme = "wandb-offline"
 
-    def __init__(self, spec: str, options: Any) -> None:
+    def __init__(self, spec: str, options: SourceOptions) -> None:
         super().__init__(spec, options)
         self._parsed: dict[str, OfflineRun] = {}
 
@@ -302,24 +308,12 @@ class WandbOfflineSource(Source):
     def write(self, run: RunInfo, annotation: Annotation) -> None:
         wandb_file = _wandb_file(run.ref)
         _check_writable(wandb_file, run.ref)
-        data = wandb_file.read_bytes()
         try:
-            entries = list(read_log(data))
-        except LogCorrupt as exc:
-            raise DataError(f"{wandb_file.name}: {exc}", run=run.ref) from None
-        exit_index = _exit_index(entries)
-        if exit_index is None:
+            _annotate_file(wandb_file, annotation, run.ref)
+        except OSError as exc:
             raise SourceError(
-                "has no exit record: the run is still running or was killed, and its file is not "
-                "changed while it may be written to; annotate it once it has finished (or after "
-                "`wandb sync`, online)",
-                run=run.ref,
-            )
-        files_dir = wandb_file.parent / "files"
-        files_dir.mkdir(exist_ok=True)
-        for name, content in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
-            _replace(files_dir / name, content)
-        _insert(wandb_file, data, entries, exit_index, annotation_records(annotation), run.ref)
+                f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=run.ref
+            ) from None
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         wandb_file = _wandb_file(run.ref)
@@ -333,7 +327,10 @@ class WandbOfflineSource(Source):
 
 def _check_writable(wandb_file: Path, ref: str) -> None:
     if not wandb_file.parent.name.startswith(_RUN_DIR_PREFIX):
-        raise SourceError("is not an offline run (it was synced live); annotate it with wandb:ENTITY/PROJECT/RUN_ID", run=ref)
+        raise SourceError(
+            "is not an offline run (it was synced live); annotate it with wandb:ENTITY/PROJECT/RUN_ID",
+            run=ref,
+        )
     for marker in (".synced", ".syncstate"):
         if wandb_file.with_name(wandb_file.name + marker).exists():
             raise SourceError(
@@ -341,6 +338,32 @@ def _check_writable(wandb_file: Path, ref: str) -> None:
                 "annotate the synced run with wandb:ENTITY/PROJECT/RUN_ID",
                 run=ref,
             )
+
+
+def _annotate_file(wandb_file: Path, annotation: Annotation, ref: str) -> None:
+    """Put the artifacts in the run's ``files/`` and the records before its exit record."""
+    records = annotation_records(annotation)
+    with _mapped(wandb_file) as data:
+        try:
+            entries = list(read_log(data))
+        except LogCorrupt as exc:
+            raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
+        exit_index = _exit_index(entries)
+        if exit_index is None:
+            raise SourceError(
+                "has no exit record: the run is still running or was killed, and its file is not "
+                "changed while it may be written to; annotate it once it has finished (or after "
+                "`wandb sync`, online)",
+                run=ref,
+            )
+        files_dir = wandb_file.parent / "files"
+        files_dir.mkdir(exist_ok=True)
+        for name, content in (
+            (ARTIFACT_JSON, annotation.report_bytes()),
+            (ARTIFACT_PNG, annotation.plot_bytes()),
+        ):
+            _replace(files_dir / name, content)
+        _insert(wandb_file, data, entries, exit_index, records, ref)
 
 
 def _exit_index(entries: list[LogRecord]) -> int | None:
@@ -377,27 +400,42 @@ def _summary_record(pb: Any, values: Mapping[str, Any]) -> bytes:
     return record.SerializeToString()
 
 
-def _insert(wandb_file: Path, data: bytes, entries: list[LogRecord], exit_index: int, records: list[bytes], ref: str) -> None:
+def _insert(
+    wandb_file: Path, data: bytes, entries: list[LogRecord], exit_index: int, records: list[bytes], ref: str
+) -> None:
     """Rewrite the file with ``records`` just before the exit record; the bytes before it
     are copied as they are, and the result is verified before it replaces the file."""
-    original = [entry.data for entry in entries]
-    if original[max(0, exit_index - len(records)) : exit_index] == records:
+    before = [entry.data for entry in entries[max(0, exit_index - len(records)) : exit_index]]
+    if before == records:
         return  # the same annotation is already the last thing before the exit record
-    expected = original[:exit_index] + records + original[exit_index:]
+    suffix = [entry.data for entry in entries[exit_index:]]
+    expected = [entry.data for entry in entries[:exit_index]] + records + suffix
     at = entries[exit_index].offset
     tmp = wandb_file.with_name(f".{wandb_file.name}.loss_eta.tmp")
     try:
         with open(tmp, "wb") as out:
-            out.write(data[:at])
-            write_records(out, records + original[exit_index:], at)
+            out.write(memoryview(data)[:at])
+            write_records(out, records + suffix, at)
             out.flush()
             os.fsync(out.fileno())
-        if [entry.data for entry in read_log(tmp.read_bytes())] != expected:
-            raise SourceError(f"rewriting {wandb_file.name} did not read back as written; the file was left as it was", run=ref)
+        if _records_of(tmp) != expected:
+            raise SourceError(
+                f"rewriting {wandb_file.name} did not read back as written; the file was left as it was",
+                run=ref,
+            )
         shutil.copymode(wandb_file, tmp)
         os.replace(tmp, wandb_file)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _records_of(path: Path) -> list[bytes] | None:
+    """The records in a file; None when it does not read as a record log."""
+    with _mapped(path) as data:
+        try:
+            return [entry.data for entry in read_log(data)]
+        except LogCorrupt:
+            return None
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -202,7 +202,10 @@ class WandbSource(Source):
             history_keys = _history_keys(wb_run)
             available = set(history_keys.get("keys") or {}) | {ROW_KEY}
             keys = chosen_keys(available, self.options.columns)
-            data = self._scan(wb_run, keys, history_keys, int(getattr(wb_run, "history_line_count", 0) or 0))
+            has_loss = any(c in available for c in self.options.columns.loss)
+            # Without a loss key there is nothing to scan: build_wandb_history names the keys.
+            rows = int(getattr(wb_run, "history_line_count", 0) or 0)
+            data = self._scan(wb_run, keys, history_keys, rows) if has_loss else {}
             config = wb_run.config
         return build_wandb_history(
             data,
@@ -219,7 +222,9 @@ class WandbSource(Source):
         with self._errors(run.ref):
             return lr_schedule_from_config(self._run(run).config)
 
-    def _scan(self, wb_run: Any, keys: list[str], history_keys: Mapping[str, Any], rows: int) -> dict[str, KeyColumn]:
+    def _scan(
+        self, wb_run: Any, keys: list[str], history_keys: Mapping[str, Any], rows: int
+    ) -> dict[str, KeyColumn]:
         """Each key's full history: one scan when every row holds every key, else one
         scan per key (a scan returns only the rows holding all the keys it asks for)."""
         wanted = [k for k in keys if k != ROW_KEY]
@@ -251,7 +256,9 @@ class WandbSource(Source):
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         lines = super().describe_write(run, annotation)
-        return [f"summary {line}" if not line.startswith("artifact ") else f"file {line[9:]}" for line in lines]
+        return [
+            f"summary {line}" if not line.startswith("artifact ") else f"file {line[9:]}" for line in lines
+        ]
 
     def _update_summary(self, run: RunInfo, values: Mapping[str, Any]) -> None:
         """Set ``values`` in the run's summary (None: remove the key), on a freshly read
@@ -277,7 +284,9 @@ class WandbSource(Source):
             # The Api copies the global settings when it is made; set the bounds for
             # that moment only, so nothing else in the process is changed.
             saved = {name: getattr(settings, name) for name in RETRY_BOUNDS}
-            bounds = {name: value if saved[name] is None else saved[name] for name, value in RETRY_BOUNDS.items()}
+            bounds = {
+                name: value if saved[name] is None else saved[name] for name, value in RETRY_BOUNDS.items()
+            }
             try:
                 for name, value in bounds.items():
                     setattr(settings, name, value)
@@ -371,13 +380,19 @@ def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginErr
     lowered = text.lower()
     if status in (401, 403) or (status is None and ("no authentication" in lowered or "api key" in lowered)):
         why = f"HTTP {status}" if status else text
-        return AuthError(f"W&B refused the credentials ({why}); check WANDB_API_KEY or run `wandb login`", run=run)
+        return AuthError(
+            f"W&B refused the credentials ({why}); check WANDB_API_KEY or run `wandb login`", run=run
+        )
     if status == 404 or (status is None and ("could not find" in lowered or "not found" in lowered)):
         return RunNotFound(f"not found on W&B ({f'HTTP {status}' if status else text})", run=run)
     if status == 429:
-        return TrackerUnavailable(f"W&B kept rate-limiting the requests (HTTP 429{tries}); try again later", run=run)
+        return TrackerUnavailable(
+            f"W&B kept rate-limiting the requests (HTTP 429{tries}); try again later", run=run
+        )
     if status is None or status >= 500:
-        return TrackerUnavailable(f"W&B did not answer ({f'HTTP {status}' if status else text}{tries})", run=run)
+        return TrackerUnavailable(
+            f"W&B did not answer ({f'HTTP {status}' if status else text}{tries})", run=run
+        )
     return SourceError(f"W&B refused the request (HTTP {status}: {text})", run=run)
 
 

@@ -262,7 +262,9 @@ class WandbServer:
         """The write requests received: GraphQL mutations and file uploads."""
         with self._lock:
             writes = [r for r in self.requests if r.method == "PUT" or _is_mutation(r.operation)]
-        return [r for r in writes if run is None or _run_of(r.variables) == run or _run_of_path(r.path) == run]
+        return [
+            r for r in writes if run is None or _run_of(r.variables) == run or _run_of_path(r.path) == run
+        ]
 
     def fail(
         self,
@@ -289,7 +291,9 @@ class WandbServer:
             self.failures.clear()
 
     # -- request handling ----------------------------------------------------------------
-    def _record(self, method: str, path: str, operation: str | None, variables: dict[str, Any], status: int) -> None:
+    def _record(
+        self, method: str, path: str, operation: str | None, variables: dict[str, Any], status: int
+    ) -> None:
         with self._lock:
             self.requests.append(Request(method, path, operation, variables, status, time.monotonic()))
 
@@ -374,7 +378,10 @@ class WandbServer:
                 "internalId": "1",
                 "runCount": len(selected),
                 "readOnly": False,
-                "runs": {"edges": edges, "pageInfo": {"endCursor": str(end), "hasNextPage": end < len(selected)}},
+                "runs": {
+                    "edges": edges,
+                    "pageInfo": {"endCursor": str(end), "hasNextPage": end < len(selected)},
+                },
             }
         }
 
@@ -386,7 +393,9 @@ class WandbServer:
 
     def _op_RunParquetHistory(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
         # No exported parquet files: wandb-core reads every step through HistoryPage.
-        return self._run_field(variables, "runName", lambda r: {"parquetHistory": {"parquetUrls": [], "liveData": []}})
+        return self._run_field(
+            variables, "runName", lambda r: {"parquetHistory": {"parquetUrls": [], "liveData": []}}
+        )
 
     def _op_HistoryPage(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
         low, high = int(variables["minStep"]), int(variables["maxStep"])
@@ -459,15 +468,21 @@ class WandbServer:
         if run is None and variables.get("name"):
             run = self.runs.get((variables.get("entity"), variables.get("project"), variables["name"]))
             if run is None:
-                run = self.add_run(variables.get("entity") or self.viewer_entity, variables.get("project") or "uncategorized",
-                                   variables["name"], state=variables.get("state") or "running")
+                run = self.add_run(
+                    variables.get("entity") or self.viewer_entity,
+                    variables.get("project") or "uncategorized",
+                    variables["name"],
+                    state=variables.get("state") or "running",
+                )
         if run is None:
             raise _GraphQLError("run not found", status=404)
         if variables.get("summaryMetrics") is not None:
             run.summary = json.loads(variables["summaryMetrics"])
         if variables.get("config") is not None:
             raw = json.loads(variables["config"])
-            run.config = {k: v.get("value") if isinstance(v, dict) else v for k, v in raw.items() if k != "_wandb"}
+            run.config = {
+                k: v.get("value") if isinstance(v, dict) else v for k, v in raw.items() if k != "_wandb"
+            }
         if variables.get("tags") is not None:
             run.tags = list(variables["tags"])
         if variables.get("state"):
@@ -643,7 +658,14 @@ def _type_name(value: Any) -> str:
 
 
 def _is_mutation(operation: str | None) -> bool:
-    return operation in {"UpsertBucket", "CreateRunFiles", "MarkRunFilesUploaded", "DeleteRun", "UpdateRunState", "file_stream"}
+    return operation in {
+        "UpsertBucket",
+        "CreateRunFiles",
+        "MarkRunFilesUploaded",
+        "DeleteRun",
+        "UpdateRunState",
+        "file_stream",
+    }
 
 
 def _run_of(variables: Mapping[str, Any]) -> str | None:
@@ -743,5 +765,7 @@ def _order_key(run: FakeRun, order: str) -> Any:
     if order in ("created_at", "createdAt"):
         return run.created_at
     value = _field(run, order)
-    return (value is _MISSING, str(value) if not isinstance(value, (int, float)) or math.isnan(value) else value)
-
+    return (
+        value is _MISSING,
+        str(value) if not isinstance(value, (int, float)) or math.isnan(value) else value,
+    )
