@@ -192,6 +192,28 @@ def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):
     assert states == {"a": "finished", "b": "running", "c": "crashed", "d": "finished"}
 
 
+def test_each_listing_sees_new_runs_and_new_steps(wandb_server):
+    run = wandb_server.add_run("ent", "live", "r1", state="running", history=wandb_rows(synthetic_run(100)))
+    source = open_source("wandb:ent/live", SourceOptions())
+    assert [(r.ref, r.progress) for r in source.runs()] == [("wandb:ent/live/r1", "_step 99")]
+    run.log({"train_loss": 3.0}, {"train_loss": 2.9})
+    wandb_server.add_run("ent", "live", "r2", history=wandb_rows(synthetic_run(10)))
+    assert [(r.ref, r.progress) for r in source.runs()] == [
+        ("wandb:ent/live/r1", "_step 101"),
+        ("wandb:ent/live/r2", "_step 9"),
+    ]
+    assert len(source.read(source.runs()[0])) == 102
+
+
+def test_listing_pages_through_a_large_project(wandb_server):
+    for k in range(120):
+        wandb_server.add_run("ent", "big", f"run{k:03d}", history=[{"train_loss": 1.0}])
+    refs = [r.ref for r in open_source("wandb:ent/big", SourceOptions()).runs()]
+    assert refs == [f"wandb:ent/big/run{k:03d}" for k in range(120)]
+    pages = [r.variables.get("cursor") for r in wandb_server.requests if r.operation == "Runs"]
+    assert len(pages) == 3
+
+
 def test_filters_are_merged_and_checked():
     options = SourceOptions(
         filter='{"config.lr": 1}', states=("finished",), tags=("x", "y"), created_after="2024-01-02"

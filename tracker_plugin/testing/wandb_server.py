@@ -13,23 +13,33 @@ pointed at it with ``WANDB_BASE_URL`` and ``WANDB_API_KEY``::
         ...  # use wandb.Api()
         run.summary, run.files, server.mutations()   # what the client wrote
 
-What it answers (matched by operation name, as ``wandb`` names them): ``Viewer`` and
-``GetDefaultEntity`` (the login check), ``ServerFeaturesQuery``, ``Runs`` (listing, with
-MongoDB-style ``filters``, ``order`` and cursor pagination), ``Run`` (one run),
-``RunHistoryKeys``, ``RunParquetHistory`` (always with no parquet URLs, so ``wandb-core``
-reads the history that has not been exported yet), ``HistoryPage`` (the pages of
-``scan_history``), ``UpsertBucket`` (summary, config, tags, state), ``CreateRunFiles``
-with the ``PUT`` of the file, ``RunFiles`` and ``MarkRunFilesUploaded``. Anything else,
-including the sampled history, is answered with a GraphQL error and recorded in
-:attr:`WandbServer.unsupported`, so a test can tell that the client used something this
-server does not model.
+What it answers (GraphQL operations matched by the names ``wandb`` gives them):
+
+- ``Viewer`` and ``GetDefaultEntity``: the login check and the default entity;
+- ``ServerFeaturesQuery``; ``Runs`` (listing, with MongoDB-style ``filters``, ``order``
+  and cursor pages); ``Run`` (one run); ``RunHistoryKeys``;
+- ``RunParquetHistory``, always with no parquet URLs, so that ``wandb-core`` takes the
+  path for history not yet exported, and pages through it with ``HistoryPage`` (a full
+  ``scan_history()``, steps ``minStep <= _step < maxStep``) or ``SampledHistoryPage``
+  (``scan_history(keys=...)``: the rows holding every key, ``minStep..maxStep`` both
+  included, as wandb-core asks for them);
+- ``UpsertBucket`` (summary, config, tags, state, display name; a new run by name),
+  ``CreateRunFiles`` with the ``PUT`` of the file, ``RunFiles``, ``MarkRunFilesUploaded``;
+- the ``file_stream`` of ``wandb sync`` (history, summary, completion).
+
+Anything else, including the sampled ``history()``, is answered with a GraphQL error and
+recorded in :attr:`WandbServer.unsupported`, so a test can tell that the client used
+something this server does not model.
 
 Writes replace the stored value the way W&B does: ``UpsertBucket`` with
 ``summaryMetrics`` replaces the whole summary, so a client that sends a stale copy loses
-keys here as it would on W&B.
+keys here as it would on W&B. Non-finite floats in history and summaries go out as the
+strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, as W&B's API returns them.
 
-:meth:`WandbServer.fail` makes requests answer an HTTP error (401, 404, 429, 500, ...),
-for one operation or one run, a number of times or forever.
+:meth:`WandbServer.fail` makes requests answer an HTTP error (401, 404, 429, 500, ...):
+all of them, one operation (a GraphQL name, ``"PUT"`` for uploads, ``"file_stream"``),
+and/or those about one run id; a number of times or forever. :attr:`WandbServer.requests`
+records every request, :meth:`WandbServer.mutations` the writes.
 """
 
 from __future__ import annotations
