@@ -71,6 +71,13 @@ def expand_multi_value(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _with(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply click option decorators so that they list in the order given."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options that say how to read a run into the common frame."""
     options = [
@@ -94,9 +101,7 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -143,9 +148,7 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -211,9 +214,7 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Largest relative change between the last sweep windows that counts as converged.",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def make_config(options: dict[str, Any]) -> AnalysisConfig:
