@@ -368,6 +368,31 @@ def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):
     assert "loss_eta/progress" in two_runs[1].summary and "loss_eta/progress" not in two_runs[0].summary
 
 
+def test_compare_reads_wandb_runs_without_writing(wandb_server, two_runs, capsys):
+    assert main(["compare", "wandb:ent/proj", "-t", "6", "--json"]) == 0
+    (table,) = json.loads(capsys.readouterr().out)
+    assert {r["ref"] for r in table["rows"]} == {"wandb:ent/proj/ra", "wandb:ent/proj/rb"}
+    assert wandb_server.mutations() == []
+
+
+def test_watch_rereads_wandb_every_pass_until_the_runs_finish(wandb_server, two_runs, capsys, monkeypatch):
+    import time as time_module
+
+    _, running = two_runs
+    passes = []
+
+    def between_passes(seconds: float) -> None:  # the run moves on, then finishes
+        passes.append(seconds)
+        running.log(*wandb_rows(synthetic_run(2100, seed=5).iloc[2000:]))
+        running.state = "finished"
+
+    monkeypatch.setattr(time_module, "sleep", between_passes)
+    assert main(["watch", "wandb:ent/proj", *TARGETS, "--every", "0.5", "--max-cycles", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "pass 1: 2 annotated; 1 still running" in err and "pass 2: 1 unchanged, 1 annotated; 0 still running" in err
+    assert passes == [30.0] and running.summary["loss_eta/progress"] == "_step 2099"
+
+
 # -- errors ----------------------------------------------------------------------------------
 @pytest.fixture
 def fast_retries(monkeypatch):
