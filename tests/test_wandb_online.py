@@ -428,6 +428,15 @@ def test_refused_api_key_is_one_line_naming_the_run_and_writes_nothing(
     assert wandb_server.mutations() == []
 
 
+def test_no_api_key_at_all_is_one_line(wandb_server, two_runs, capsys, monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc either
+    monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    code, out, err = annotate(capsys, "wandb:ent/proj", *TARGETS)
+    assert code == 2 and out == ""
+    assert err.strip() == "error: wandb:ent/proj: no W&B API key: set WANDB_API_KEY or run `wandb login`"
+
+
 def test_404_on_one_run_fails_that_run_alone(wandb_server, two_runs, capsys):
     wandb_server.fail(404, run="rb", operation="SampledHistoryPage")
     code, out, err = annotate(capsys, "wandb:ent/proj", *TARGETS)

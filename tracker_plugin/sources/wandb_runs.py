@@ -378,7 +378,9 @@ def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginErr
     attempts = _ATTEMPTS.search(text)
     tries = f" after {attempts.group(1)} attempts" if attempts else ""
     lowered = text.lower()
-    if status in (401, 403) or (status is None and ("no authentication" in lowered or "api key" in lowered)):
+    if status is None and ("no api key" in lowered or "no authentication" in lowered):
+        return AuthError("no W&B API key: set WANDB_API_KEY or run `wandb login`", run=run)
+    if status in (401, 403) or (status is None and "api key" in lowered):
         why = f"HTTP {status}" if status else text
         return AuthError(
             f"W&B refused the credentials ({why}); check WANDB_API_KEY or run `wandb login`", run=run
