@@ -429,9 +429,13 @@ def test_refused_api_key_is_one_line_naming_the_run_and_writes_nothing(
 
 
 def test_no_api_key_at_all_is_one_line(wandb_server, two_runs, capsys, monkeypatch, tmp_path):
+    from wandb.sdk import wandb_setup
+
     monkeypatch.delenv("WANDB_API_KEY")
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc either
     monkeypatch.setenv("NETRC", str(tmp_path / "none"))
+    # wandb keeps the key it saw when it first loaded its settings in this process
+    monkeypatch.setattr(wandb_setup.singleton().settings, "api_key", None)
     code, out, err = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 2 and out == ""
     assert err.strip() == "error: wandb:ent/proj: no W&B API key: set WANDB_API_KEY or run `wandb login`"
