@@ -88,6 +88,7 @@ def test_values_as_wandb_returns_them():
         whole(1024.0) == 1024 and isinstance(whole(1024.0), int) and whole(0.5) == 0.5 and whole(True) is True
     )
     assert wandb_progress(12.0) == "_step 12" and wandb_progress(None) is None and wandb_progress(-1) is None
+    assert wandb_progress(True) is None and wandb_progress("7") is None
 
 
 def test_batch_and_lr_schedule_from_configs():

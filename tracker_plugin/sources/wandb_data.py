@@ -67,7 +67,8 @@ def chosen_keys(available: Iterable[str], columns: Columns) -> list[str]:
 def wandb_progress(step: Any) -> str | None:
     """How far a run has got, as ``loss_eta/progress`` records it: ``_step N``."""
     step = whole(decode(step))
-    return f"{ROW_KEY} {step}" if isinstance(step, int) and step >= 0 else None
+    ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    return f"{ROW_KEY} {step}" if ok else None
 
 
 def build_wandb_history(
