@@ -360,6 +360,17 @@ def _tokens(
     logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
 ) -> np.ndarray:
     """Tokens consumed before each step: the logged ones, the gaps filled from the batch."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        tokens = _tokens_unchecked(logged, column, step, batch, run)
+    if not np.isfinite(tokens).all():  # an absurd batch summed past the largest float
+        i = int(np.flatnonzero(~np.isfinite(tokens))[0])
+        raise DataError(f"tokens summed from the batch overflow at step {step[i]}", run=run, column=column or "batch")
+    return tokens
+
+
+def _tokens_unchecked(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
+) -> np.ndarray:
     # Accumulated from the batch: a logging gap is filled with the batch of the row before it.
     accumulated = np.empty(len(step))
     accumulated[0] = step[0] * batch[0]
