@@ -239,3 +239,27 @@ def test_auto_text_names_the_model_interval_and_plan(capsys, data_dir, tmp_path)
 def test_forecast_option_errors_are_one_line(capsys, olmo, args, problem):
     line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "-t", "3", *args)
     assert problem in line
+
+
+def _strict(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_unbounded_interval_is_null_in_every_json(capsys, data_dir, tmp_path):
+    """A finished run forecast past its planned end: some replicates never get there."""
+    path = tmp_path / "run.csv"
+    path.write_bytes((data_dir / "olmo-ladder-370M-5xC.csv").read_bytes())
+    code, out, _ = run_cli(capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+    assert code == 0
+    (target,) = _strict(out)["targets"]
+    assert target["status"] == "extrapolated" and target["tokens_interval"][1] is None
+    assert target["p_reach_within_plan"] == 0.0
+    code, out, _ = run_cli(capsys, "compare", path, "--loss-col", "val_loss", "-t", "3.1", "--json",
+                           "--plot", tmp_path / "compare.png")
+    assert code == 0 and _strict(out)[0]["rows"][0]["tokens_high"] is None
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+    code, out, _ = run_cli(capsys, "annotate", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+    assert code == 0 and _strict(out)[0]["tokens_interval"][1] is None

@@ -248,10 +248,10 @@ def _schedule_analysis(
     window: np.ndarray,
     notes: list[str],
 ) -> Analysis:
-    """The analysis with a schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``)."""
-    plan = resolve_plan(history, config.lr_schedule)
-    notes.append(plan.note)
-    timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
+    """The analysis with a schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``).
+
+    The plan and the timeline are made only when some target is left to forecast.
+    """
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(window[0]) if len(window) else len(history)
     results: dict[float, TargetResult] = {}
@@ -267,15 +267,20 @@ def _schedule_analysis(
             open_targets.append(target)
     fit: LawFit | FitFailure | None = None
     selection = None
+    plan = None
     if open_targets:
+        plan = resolve_plan(history, config.lr_schedule)
+        notes.append(plan.note)
+        timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
         fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
         sweeps: dict[float, Sweep | None] = dict.fromkeys(open_targets)
         if config.stability_sweep:
             chosen = selection.chosen
             rows = _sweep_fits(
                 history, smoothed, fit_start, config,
+                # The sweep's many windows take two reweighting rounds instead of three.
                 fitter=lambda start, end, hint: fit_window(
-                    chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed
+                    chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=2
                 ),
             )
             sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in open_targets}

@@ -131,6 +131,7 @@ def fit_window(
     prior: GainPrior | None,
     hint: LawFit | None = None,
     smoothed: np.ndarray | None = None,
+    rounds: int | None = None,
 ) -> LawFit | FitFailure:
     """Fit a law to the raw loss of rows ``first:end`` of ``history``.
 
@@ -145,6 +146,7 @@ def fit_window(
         start=None if hint is None else hint.theta,
         smoothed_start=None if smoothed is None else float(smoothed[first]),
         cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
+        **({} if rounds is None else {"rounds": rounds}),
     )
 
 

@@ -73,12 +73,15 @@ def brent_bounded(
     return x, fx
 
 
-def grid_then_brent(f: Callable[[float], float], grid: np.ndarray, *, xtol: float = 1e-10) -> tuple[float, float]:
+def grid_then_brent(
+    f: Callable[[float], float], grid: np.ndarray, *, xtol: float = 1e-10, values: np.ndarray | None = None
+) -> tuple[float, float]:
     """Minimise ``f`` over the span of ``grid``: best grid point, then Brent in its bracket.
 
     The grid guards against settling in a poor local minimum; Brent refines the best cell.
+    ``values`` are ``f`` on the grid when the caller computed them at once.
     """
-    values = np.array([f(float(g)) for g in grid])
+    values = np.array([f(float(g)) for g in grid]) if values is None else np.array(values, float)
     values[~np.isfinite(values)] = np.inf
     k = int(np.argmin(values))
     lo = float(grid[max(k - 1, 0)])

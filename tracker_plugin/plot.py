@@ -210,6 +210,8 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
             x_hi.append(result.tokens)
             if result.tokens_interval is not None:
                 lo, hi = result.tokens_interval
+                if not np.isfinite(hi):  # unbounded: draw the band to the furthest forecast
+                    hi = max(result.tokens * 2, lo)
                 ax.plot([lo, hi], [result.target] * 2, color=color, lw=5, alpha=0.3, solid_capstyle="butt")
                 x_hi.append(hi)
     for target in targets:

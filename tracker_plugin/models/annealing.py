@@ -27,7 +27,8 @@ MOMENTUM_DECAY = 0.999
 
 
 def _power(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
-    return np.power(area, -theta[0])
+    """``area ** -alpha``; ``theta`` may be a column of exponents (one row each)."""
+    return np.power(area, -theta[0] if theta.ndim == 1 else -theta)
 
 
 def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:

@@ -59,7 +59,7 @@ BIN_STEP_RATIO = 1.08
 HUBER = 1.345
 IRLS_ROUNDS = 3
 # The exponent to this precision (absolute) is far finer than its uncertainty.
-_XTOL = 1e-7
+_XTOL = 1e-5
 # The EMA of a forecast is computed at the run's logging cadence (the smoothed loss is an
 # EMA of the logged rows, each held until the next), or at a quarter of the EMA's span when
 # that is coarser, with at most this many points; the model itself is evaluated on a
@@ -316,13 +316,15 @@ def fit_law(
     start: np.ndarray | None = None,
     smoothed_start: float | None = None,
     cadence: float = 1.0,
+    rounds: int = IRLS_ROUNDS,
 ) -> LawFit | FitFailure:
     """Fit ``law`` to the binned raw loss ``obs`` of a run on ``timeline``.
 
     ``start`` (parameters of a nearby fit) narrows the first search around them.
     ``smoothed_start`` is the observed EMA at ``start_step``: the law's EMA starts there.
     ``cadence`` is the steps between logged rows: the law's EMA is taken at that cadence,
-    as the observed one is.
+    as the observed one is. ``rounds`` caps the reweighting rounds (a sweep's many windows
+    take two).
 
     The fit sees only the lr drops before its last point; the returned fit predicts with
     every drop of the timeline (the planned ones too).
@@ -339,7 +341,7 @@ def fit_law(
     prior_mean = None if prior is None else prior.fraction * _level(obs)
     return _fit(
         law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean, start=start,
-        smoothed_start=smoothed_start, cadence=cadence,
+        smoothed_start=smoothed_start, cadence=cadence, rounds=rounds,
     )
 
 
@@ -406,7 +408,7 @@ def _fit(
         sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
         if given_weight:
             break
-        if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-4, atol=1e-6):
+        if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-3, atol=1e-5):
             break  # the reweighting has settled
         previous_theta = theta
         huber = np.minimum(1.0, HUBER * sigma / np.maximum(np.abs(scaled), 1e-300))
@@ -465,15 +467,22 @@ def _search(
         def profile(x: float) -> float:
             return problem.cost(*columns(np.array([x])))
 
+        def search(grid: np.ndarray) -> tuple[float, float]:
+            values = None
+            if law.anneal_fixed:
+                power, anneal = columns(grid[:, None])
+                values = problem.costs(power, anneal)
+            return grid_then_brent(profile, grid, xtol=_XTOL, values=values)
+
         if start is not None:
             # Near a previous answer (a refit, a later IRLS round): a bracket around it;
             # the full grid when the best point lands on the bracket's edge.
             lo, hi = max(start[0] / 1.5, lower[0]), min(start[0] * 1.5, upper[0])
-            x, cost = grid_then_brent(profile, np.linspace(lo, hi, 7), xtol=_XTOL)
+            x, cost = search(np.linspace(lo, hi, 7))
             if (x <= lo * 1.001 and lo > lower[0]) or (x >= hi * 0.999 and hi < upper[0]):
-                x, cost = grid_then_brent(profile, law.grid, xtol=_XTOL)
+                x, cost = search(law.grid)
         else:
-            x, cost = grid_then_brent(profile, law.grid, xtol=_XTOL)
+            x, cost = search(law.grid)
         return np.array([x]) if math.isfinite(cost) else None
 
     def residuals(th: np.ndarray) -> np.ndarray:
@@ -599,6 +608,49 @@ class _Projection:
             if free is subsets[0]:
                 break
         return best, best_cost
+
+    def costs(self, powers: np.ndarray, anneal: np.ndarray) -> np.ndarray:
+        """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once.
+
+        The free (unconstrained) problem is solved for every row together; rows where it
+        breaks a sign constraint, or is singular, fall back to :meth:`cost`.
+        """
+        w = self.w
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            wp = powers * w
+            sum_wp = wp.sum(axis=1)
+            pp = np.einsum("kn,kn->k", wp, powers)
+            py = wp @ self.y
+            pa = wp @ anneal
+        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
+        k = len(powers)
+        out = np.full(k, np.inf)
+        use_gain = self.prior is not None or any_anneal
+        size = 3 if use_gain else 2
+        g = np.empty((k, size, size))
+        rhs = np.empty((k, size))
+        g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = self.sum_w, sum_wp, pp
+        g[:, 1, 0] = sum_wp
+        rhs[:, 0], rhs[:, 1] = self.sum_wy, py
+        if use_gain:
+            extra = 0.0 if self.prior is None else self.prior[1] ** 2
+            g[:, 0, 2] = g[:, 2, 0] = -sum_wa
+            g[:, 1, 2] = g[:, 2, 1] = -pa
+            g[:, 2, 2] = aa + extra
+            rhs[:, 2] = -ay + (0.0 if self.prior is None else extra * self.prior[0])
+        finite = np.isfinite(g).all(axis=(1, 2)) & np.isfinite(rhs).all(axis=1)
+        det = np.linalg.det(np.where(finite[:, None, None], g, np.eye(size)))
+        ok = finite & (np.abs(det) > 1e-12 * np.abs(np.prod(np.diagonal(g, axis1=1, axis2=2), axis=1)))
+        if ok.any():
+            coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
+            cost = self.yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
+            feasible = (coef >= 0).all(axis=1)
+            rows = np.flatnonzero(ok)
+            out[rows[feasible]] = np.maximum(cost[feasible], 0.0)
+        for i in np.flatnonzero(~np.isfinite(out)):
+            if np.isfinite(powers[i]).all():
+                out[i] = self.cost(powers[i], anneal)
+        return out
 
     def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(coef, fitted)``; NaN when the columns are not finite."""
