@@ -218,3 +218,19 @@ def test_the_clock_changes_what_a_step_counts():
     # the loss follows tokens: the tokens clock stays right across the batch switch
     assert abs(math.log(by_tokens.tokens / truth)) < abs(math.log(by_steps.tokens / truth))
     assert by_tokens.tokens == pytest.approx(truth, rel=0.05)
+
+
+def test_a_plan_from_the_runs_params_is_used_unless_one_is_given():
+    """Tracker adapters put LrSchedule.from_params(run params) in History.lr_plan."""
+    from dataclasses import replace
+
+    history = _run()
+    cut, target, truth = _protocol(history, 0.5, 0.8)
+    params = {"lr_scheduler": "cosine", "warmup_steps": "100", "max_steps": "3000", "min_lr_ratio": "0.1"}
+    with_params = replace(cut, lr_plan=LrSchedule.from_params(params))
+    analysis = tp.analyze(with_params, [target], model="lr-annealing", ema_token_window=WINDOW)
+    assert analysis.plan.schedule.source == "params" and "(run params)" in analysis.plan.note
+    assert analysis.targets[0].tokens == pytest.approx(truth, rel=0.03)
+    given = tp.analyze(with_params, [target], model="lr-annealing", lr_schedule="constant:warmup=100",
+                       ema_token_window=WINDOW)
+    assert given.plan.schedule.source == "spec"

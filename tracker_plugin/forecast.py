@@ -114,7 +114,9 @@ class TargetForecast:
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
-    """The plan given (``--lr-schedule``, ``--lr-spec``, run params), else what the log shows."""
+    """The plan given (``--lr-schedule``, ``--lr-spec``), else the run's own (its params, as a
+    source put it in ``history.lr_plan``), else what the logged lr shows."""
+    given = given if given is not None else history.lr_plan
     if given is not None:
         return Plan(given, f"planned lr: {given.description}")
     inferred = infer_lr_schedule(history.step, history.lr)
