@@ -292,8 +292,9 @@ def crossing_tokens(timeline: Timeline, steps: np.ndarray, curve: np.ndarray, ta
 
 
 def _fine_end(tl: Timeline) -> float:
-    """Where the fine grid for the EMA may stop: past the log and the plan, with room."""
-    return min(tl.horizon, 4.0 * max(tl.last_step, tl.plan_end or 0.0, 1.0))
+    """Where the fine grid for the EMA may stop: twice the log or the plan. Further out the
+    EMA's lag is negligible beside the distance, and a coarse grid holds each value."""
+    return min(tl.horizon, 2.0 * max(tl.last_step, tl.plan_end or 0.0, 1.0))
 
 
 def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tuple[np.ndarray, float]:
