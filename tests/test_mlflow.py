@@ -70,9 +70,8 @@ def sqlite_store(tmp_path_factory) -> str:
     return uri
 
 
-@pytest.fixture(params=["server", "sqlite"])
-def tracking(request, tmp_path) -> Tracking:
-    server = request.getfixturevalue("mlflow_server") if request.param == "server" else None
+def make_tracking(request, tmp_path, kind: str) -> Tracking:
+    server = request.getfixturevalue("mlflow_server") if kind == "server" else None
     uri = server.uri if server else request.getfixturevalue("sqlite_store")
     client = MlflowClient(uri)
     name = f"test-{uuid.uuid4().hex[:10]}"
@@ -80,6 +79,24 @@ def tracking(request, tmp_path) -> Tracking:
     location = None if server else (tmp_path / "artifacts").as_uri()
     experiment_id = client.create_experiment(name, artifact_location=location)
     return Tracking(uri, client, experiment_id, name, server, tmp_path)
+
+
+@pytest.fixture(params=["server", "sqlite"])
+def tracking(request, tmp_path) -> Tracking:
+    """A fresh experiment on the session's mlflow server, then on the local sqlite store."""
+    return make_tracking(request, tmp_path, request.param)
+
+
+@pytest.fixture
+def local(request, tmp_path) -> Tracking:
+    """The local store only: for behaviour that does not depend on the transport."""
+    return make_tracking(request, tmp_path, "sqlite")
+
+
+@pytest.fixture
+def served(request, tmp_path) -> Tracking:
+    """The server only: for what only a server shows (pages, its access log)."""
+    return make_tracking(request, tmp_path, "server")
 
 
 def training_log(steps: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -159,19 +176,19 @@ def test_read_aligns_keys_on_step_and_the_latest_timestamp_wins(tracking):
     assert history.loss_key == "loss_text" and history.batch_source == "column 'global_batch'"
 
 
-def test_batch_from_a_run_param(tracking):
-    run_id = tracking.log(training_log().drop(columns=["global_batch", "tokens"]), params={"global_batch_size": 4194304})
-    source = tracking.source(f"mlflow:{run_id}")
+def test_batch_from_a_run_param(local):
+    run_id = local.log(training_log().drop(columns=["global_batch", "tokens"]), params={"global_batch_size": 4194304})
+    source = local.source(f"mlflow:{run_id}")
     history = source.read(source.runs()[0])
     assert set(history.batch) == {4194304.0}
     assert history.batch_source == "param 'global_batch_size'"
     assert history.tokens[-1] == 399 * 4194304.0
 
 
-def test_planned_lr_schedule_is_read_from_params(tracking):
+def test_planned_lr_schedule_is_read_from_params(local):
     params = {"lr_scheduler": "Cosine", "optimizer.lr": "3e-4", "min_lr": "3e-5", "warmup_steps": "100", "max_steps": "5000", "seed": "1"}
-    run_id = tracking.log(training_log(50), params=params)
-    source = tracking.source(f"mlflow:{run_id}")
+    run_id = local.log(training_log(50), params=params)
+    source = local.source(f"mlflow:{run_id}")
     planned = source.planned_lr(source.runs()[0])
     assert (planned.shape, planned.peak_lr, planned.final_lr, planned.warmup_steps, planned.total_steps) == (
         "cosine", 3e-4, 3e-5, 100, 5000,
@@ -179,15 +196,14 @@ def test_planned_lr_schedule_is_read_from_params(tracking):
     assert "seed" not in planned.params and planned.params["optimizer.lr"] == "3e-4"
 
 
-def test_history_pages_are_all_read(tracking, monkeypatch):
+def test_history_pages_are_all_read(served, monkeypatch):
     monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
-    run_id = tracking.log(training_log(50))
-    source = tracking.source(f"mlflow:{run_id}", use_cache=False)
-    mark = tracking.server.mark() if tracking.server else 0
+    run_id = served.log(training_log(50))
+    source = served.source(f"mlflow:{run_id}", use_cache=False)
+    mark = served.server.mark()
     history = source.read(source.runs()[0])
     assert list(history.step) == list(range(50))
-    if tracking.server:  # 4 keys x ceil(50 / 7) pages
-        assert tracking.server.requests_since(mark, "/metrics/get-history") == 4 * 8
+    assert served.server.requests_since(mark, "/metrics/get-history") == 4 * 8  # 4 keys x ceil(50 / 7) pages
 
 
 # -- writing back ------------------------------------------------------------------------------
@@ -243,25 +259,25 @@ def test_a_second_annotate_changes_nothing(tracking, capsys):
     assert snapshot(tracking, run_id) == first
 
 
-def test_a_changed_setting_reannotates_in_place(tracking, capsys):
-    run_id = tracking.log(training_log())
-    assert tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5")[0] == 0
-    rows = snapshot(tracking, run_id)["rows"]["loss_eta/target_5p50/tokens"]
-    assert tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "--ema-token-window", "5e8")[0] == 0
-    after = snapshot(tracking, run_id)
+def test_a_changed_setting_reannotates_in_place(local, capsys):
+    run_id = local.log(training_log())
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5")[0] == 0
+    rows = snapshot(local, run_id)["rows"]["loss_eta/target_5p50/tokens"]
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "--ema-token-window", "5e8")[0] == 0
+    after = snapshot(local, run_id)
     assert after["rows"]["loss_eta/target_5p50/tokens"] == rows + 1  # a new value at the same step
     assert json.loads(after["tags"]["loss_eta/settings"])["ema_token_window"] == 5e8
     assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
-def test_dry_run_writes_nothing(tracking, capsys):
-    run_id = tracking.log(training_log())
-    before = snapshot(tracking, run_id)
-    code, out, _ = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
+def test_dry_run_writes_nothing(local, capsys):
+    run_id = local.log(training_log())
+    before = snapshot(local, run_id)
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
     assert code == 0
     assert f"mlflow:{run_id}: would write loss_eta/target_4p00/tokens = " in out
     assert f"mlflow:{run_id}: would write metrics at step 399" in out
-    assert snapshot(tracking, run_id) == before
+    assert snapshot(local, run_id) == before
 
 
 def test_experiment_id_filter_and_a_running_run(tracking, capsys):
@@ -283,8 +299,8 @@ def test_experiment_id_filter_and_a_running_run(tracking, capsys):
     assert run.data.tags["loss_eta/progress"] == "399"
 
 
-def test_a_write_cut_short_is_redone(tracking, capsys, monkeypatch):
-    run_id = tracking.log(training_log())
+def test_a_write_cut_short_is_redone(local, capsys, monkeypatch):
+    run_id = local.log(training_log())
     from mlflow.exceptions import MlflowException
     from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
 
@@ -293,14 +309,14 @@ def test_a_write_cut_short_is_redone(tracking, capsys, monkeypatch):
 
     with monkeypatch.context() as patch:
         patch.setattr(MlflowClient, "log_artifact", refuse)
-        code, out, err = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+        code, out, err = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
     assert code == 1 and "Traceback" not in err
     assert "the MLflow server failed: artifact store unavailable" in out
-    tags = tracking.client.get_run(run_id).data.tags
+    tags = local.client.get_run(run_id).data.tags
     assert "loss_eta/settings_hash" not in tags and "loss_eta/progress" not in tags  # not marked complete
-    code, out, _ = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
     assert code == 0 and "unchanged" not in out
-    after = snapshot(tracking, run_id)
+    after = snapshot(local, run_id)
     assert {"loss_eta.json", "loss_eta.png"} <= set(after["artifacts"])
     assert after["tags"]["loss_eta/progress"] == "399"
 
@@ -368,9 +384,9 @@ def test_error_no_loss_history(tracking, capsys):
     )
 
 
-def test_error_missing_batch(tracking, capsys):
-    run_id = tracking.log(training_log(20).drop(columns=["global_batch", "tokens"]), params={"global_batch_size": "big"})
-    err = one_line_error(tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
+def test_error_missing_batch(local, capsys):
+    run_id = local.log(training_log(20).drop(columns=["global_batch", "tokens"]), params={"global_batch_size": "big"})
+    err = one_line_error(local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
     assert "param 'global_batch_size' = 'big' is not a positive number of tokens per step" in err
 
 

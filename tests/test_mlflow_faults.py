@@ -1,6 +1,7 @@
 """The MLflow server goes away in the middle of a many-run annotate, then comes back.
 
-This test has a server of its own (``stoppable_mlflow_server``), since it stops it.
+The test stops the session's server and starts it again (``stoppable_mlflow_server``);
+a restarted server keeps its port and data, as it does for a user.
 """
 
 from __future__ import annotations

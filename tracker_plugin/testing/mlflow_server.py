@@ -15,8 +15,8 @@ With pytest, load this module as a plugin in a ``conftest.py``::
     pytest_plugins = ["tracker_plugin.testing.mlflow_server"]
 
 and use the session fixture ``mlflow_server`` (one server for the whole session), or
-``stoppable_mlflow_server`` for a test that stops the server (it must start it again).
-The servers the selected tests need start in the background when collection ends.
+``stoppable_mlflow_server`` (the same server) in a test that stops it: the fixture starts
+it again after the test. The server starts in the background when collection ends.
 """
 
 from __future__ import annotations
@@ -177,35 +177,31 @@ class MlflowServer:
 
 # -- pytest: session fixtures, started while the first tests run ---------------------------
 
-# A server takes seconds to start (two processes import mlflow). The servers the selected
-# tests use are started as soon as collection ends, so they come up while other tests run.
-_SERVERS: dict[str, MlflowServer] = {}
-_ROOTS: list[tempfile.TemporaryDirectory[str]] = []
+# A server takes seconds to start (two processes import mlflow): the session's server
+# starts in the background when collection ends, if a selected test uses it, and comes
+# up while the first tests run.
+_SESSION: dict[str, Any] = {}  # "server": MlflowServer, "root": its TemporaryDirectory
 FIXTURES = ("mlflow_server", "stoppable_mlflow_server")
 
 
-def _server(name: str) -> MlflowServer:
-    if name not in _SERVERS:
-        root = tempfile.TemporaryDirectory(prefix=f"{name}-")
-        _ROOTS.append(root)
-        _SERVERS[name] = MlflowServer(root.name).start(wait=False)
-    return _SERVERS[name]
+def _server(*, wait: bool = True) -> MlflowServer:
+    if "server" not in _SESSION:
+        _SESSION["root"] = tempfile.TemporaryDirectory(prefix="mlflow-server-")
+        _SESSION["server"] = MlflowServer(_SESSION["root"].name).start(wait=False)
+    server: MlflowServer = _SESSION["server"]
+    return server.wait_ready() if wait else server
 
 
 def pytest_collection_finish(session: Any) -> None:
-    """Start the servers that the selected tests use."""
-    used = {name for item in session.items for name in getattr(item, "fixturenames", ()) if name in FIXTURES}
-    for name in sorted(used):
-        _server(name)
+    """Start the session's server if a selected test uses it."""
+    if any(name in FIXTURES for item in session.items for name in getattr(item, "fixturenames", ())):
+        _server(wait=False)
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
-    for server in _SERVERS.values():
-        server.stop()
-    _SERVERS.clear()
-    for root in _ROOTS:
-        root.cleanup()
-    _ROOTS.clear()
+    if "server" in _SESSION:
+        _SESSION.pop("server").stop()
+        _SESSION.pop("root").cleanup()
 
 
 try:
@@ -218,12 +214,15 @@ if pytest is not None:
     @pytest.fixture(scope="session")
     def mlflow_server() -> MlflowServer:
         """One ``mlflow server`` (1 worker, sqlite) shared by the whole test session."""
-        return _server("mlflow_server").wait_ready()
+        return _server()
 
     @pytest.fixture
     def stoppable_mlflow_server() -> Iterator[MlflowServer]:
-        """A second server, for tests that stop it; started again after each test if stopped."""
-        server = _server("stoppable_mlflow_server").wait_ready()
+        """The session's server, for a test that stops it: started again after the test.
+
+        A restarted server keeps its port and data, so the tests after it see no change.
+        """
+        server = _server()
         yield server
         if not server.running:
             server.start()
