@@ -71,6 +71,9 @@ _PAGE = 25_000  # points per get-history page, MLflow's own page size
 # often accepts all of a burst of new connections and serves every page sent on them
 # while the others idle. A connection per page lets whichever worker is free take it.
 _ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
+# The keys' first requests go out this many seconds apart: requests arriving together
+# tend to be taken by one worker, which then serves them all while the others idle.
+_STAGGER = 0.05
 _SEARCH_PAGE = 1_000
 _MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
 _STATES = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "finished", "FAILED": "failed", "KILLED": "killed"}
@@ -243,8 +246,8 @@ class MlflowSource(Source):
             return {name: self._history(run, run_id, name) for name in names}
         failed = threading.Event()
 
-        def fetch(name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            if failed.is_set():
+        def fetch(name: str, delay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            if failed.wait(delay):
                 raise CancelledError
             try:
                 return self._history(run, run_id, name)
@@ -252,7 +255,7 @@ class MlflowSource(Source):
                 failed.set()
                 raise
 
-        futures = {name: self._executor().submit(fetch, name) for name in names}
+        futures = {name: self._executor().submit(fetch, name, k * _STAGGER) for k, name in enumerate(names)}
         try:
             return {name: future.result() for name, future in futures.items()}
         except BaseException:
