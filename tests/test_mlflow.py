@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -408,6 +409,13 @@ def test_error_no_store_and_no_server(capsys, tmp_path):
     assert err == f"error: mlflow:abc: the MLflow tracking server {dead} is not answering (connection refused)"
     # MLflow alone would retry for minutes; the bounded retries give up in seconds.
     assert time.monotonic() - start < 30
+
+
+def test_error_mlflow_not_installed(capsys, monkeypatch):
+    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # import mlflow now fails
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3"))
+    assert err == "error: mlflow is not installed; install it with: pip install 'tracker_plugin[mlflow]'"
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:

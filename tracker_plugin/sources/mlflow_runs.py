@@ -96,6 +96,7 @@ class MlflowSource(Source):
     # -- listing ---------------------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
+        self._client()  # first: without mlflow installed, say so before anything else
         spec = self.spec.strip()
         if spec.startswith("experiment/"):
             experiment_ids = [self._experiment_id(spec[len("experiment/") :])]
@@ -288,13 +289,14 @@ class MlflowSource(Source):
         return record if record is not None else self._get_run(run_id, run.ref)
 
     def _get_run(self, run_id: str, ref: str) -> Any:
+        client = self._client()
         from mlflow.exceptions import MlflowException
 
         try:
-            record = self._client().get_run(run_id)
+            record = client.get_run(run_id)
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise RunNotFound(f"no such run at {self._client().tracking_uri}", run=ref) from None
+                raise RunNotFound(f"no such run at {client.tracking_uri}", run=ref) from None
             raise self._translate(exc, ref) from None
         with self._lock:
             self._records[run_id] = record
@@ -303,12 +305,12 @@ class MlflowSource(Source):
     # -- writing ---------------------------------------------------------------------------
 
     def write(self, run: RunInfo, annotation: Annotation) -> None:
+        client = self._client()
         from mlflow.entities import Metric, RunTag
 
         run_id = _run_id(run)
         step = int(annotation.analysis.observed_step)
         with self._errors(run.ref):
-            client = self._client()
             current = client.get_run(run_id)  # fresh: what an earlier annotation left
             latest = _latest(current)
             stamp = int(time.time() * 1000)
