@@ -35,3 +35,45 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def golden() -> dict:
     return json.loads((DATA / "parity_golden.json").read_text())
+
+
+# Generated cases per property-based suite (tests/test_hardening.py), reported at the end.
+CASES: dict[str, int] = {"analyze": 0, "compare": 0, "frame": 0}
+
+
+def pytest_terminal_summary(terminalreporter):
+    if any(CASES.values()):
+        total = sum(CASES.values())
+        detail = ", ".join(f"{k} {v}" for k, v in CASES.items())
+        terminalreporter.write_line(f"hardening: {total} generated cases ({detail}), none ended in a traceback")
+
+
+# -- W&B: one fake server per session, the real wandb client pointed at it ------------------
+@pytest.fixture(scope="session")
+def wandb_session(tmp_path_factory):
+    """The session's W&B test server, with wandb's directories isolated in tmp dirs."""
+    from tracker_plugin.testing.wandb_server import WandbServer
+
+    home = tmp_path_factory.mktemp("wandb-home")
+    with WandbServer() as server, pytest.MonkeyPatch.context() as env:
+        for name, value in {
+            **server.env(),
+            "WANDB_DIR": str(home),
+            "WANDB_CONFIG_DIR": str(home / "config"),
+            "WANDB_CACHE_DIR": str(home / "cache"),
+            "WANDB_DATA_DIR": str(home / "data"),
+            "WANDB_SILENT": "true",
+        }.items():
+            env.setenv(name, value)
+        env.delenv("WANDB_ENTITY", raising=False)
+        env.delenv("WANDB_PROJECT", raising=False)
+        env.delenv("WANDB_MODE", raising=False)
+        yield server
+
+
+@pytest.fixture
+def wandb_server(wandb_session):
+    """The session's W&B test server, emptied for this test."""
+    wandb_session.reset()
+    yield wandb_session
+    wandb_session.reset()

@@ -88,7 +88,8 @@ class AnalysisConfig:
 
 def _positive(name: str, value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(f"{name} ({flag}) must be a positive number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,13 @@ class Analysis:
 
 def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     """Analyse a validated history; see :func:`tracker_plugin.analyze` for the public entry."""
+    # Absurd values (a loss of 1e158) overflow inside fits; those end as failed fits with
+    # a reason, so the floating-point warnings on the way say nothing new.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _run_analysis(history, config)
+
+
+def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     stages = batch_stages(history)
     smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
     fit_start, reason = _fit_start(history, stages, config)
@@ -280,6 +288,9 @@ def _forecast(
     if tokens is None:
         note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
         return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+    if not math.isfinite(tokens):
+        note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
+        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
     note = None
     if len(stages) > 1 and config.batch_schedule is None:
@@ -343,6 +354,8 @@ def _solve_rows(rows: Sequence[SweepRow], target: float, history: History, confi
         note = row.note
         if row.fit is not None and tokens is None:
             note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"
+        elif tokens is not None and not math.isfinite(tokens):
+            tokens, note = None, "unreachable under this fit: beyond 1e300 tokens"
         step = tokens_to_step(tokens, history, config.batch_schedule) if tokens is not None else None
         solved.append(SweepRow(row.max_step, row.max_tokens, tokens, step, row.fit, note))
     return tuple(solved)

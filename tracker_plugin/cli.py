@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,7 +20,7 @@ from .analysis import MODELS, AnalysisConfig, run_analysis
 from .errors import ConfigError, TrackerPluginError
 from .history import Columns
 from .report import runs_table, to_json, to_text
-from .runner import outcome_rows, process_runs
+from .runner import Outcome, outcome_rows, process_runs
 from .schedule import BatchSchedule
 from .sources import RunInfo, Source, SourceOptions, open_source
 
@@ -70,6 +71,13 @@ def expand_multi_value(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _with(options: list[Callable[..., Any]], func: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply click option decorators so that they list in the order given."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
 def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options that say how to read a run into the common frame."""
     options = [
@@ -93,9 +101,7 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -142,9 +148,7 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -210,9 +214,7 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Largest relative change between the last sweep windows that counts as converged.",
         ),
     ]
-    for option in reversed(options):
-        func = option(func)
-    return func
+    return _with(options, func)
 
 
 def make_config(options: dict[str, Any]) -> AnalysisConfig:
@@ -266,6 +268,22 @@ def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]
     if options.project:
         return ["wandb:"]
     raise click.UsageError("give a SOURCE (a CSV path, mlflow:..., wandb:...), --experiment-id or -p/--project")
+
+
+def annotate_once(
+    specs: Sequence[str], options: SourceOptions, config: AnalysisConfig, *, force: bool = False, dry_run: bool = False
+) -> list[Outcome]:
+    """One annotation pass over every run the run strings name."""
+    outcomes = []
+    for source, runs in open_runs(specs, options):
+        try:
+            outcomes += process_runs(
+                source, runs, config, write=True, force=force, dry_run=dry_run, workers=options.workers,
+                label="annotating",
+            )
+        finally:
+            source.close()
+    return outcomes
 
 
 def open_runs(specs: Sequence[str], options: SourceOptions) -> list[tuple[Source, list[RunInfo]]]:
@@ -343,15 +361,8 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     """
     config = make_config(options)
     source_options = make_source_options(options)
-    outcomes = []
-    for source, runs in open_runs(default_sources(sources, source_options), source_options):
-        try:
-            outcomes += process_runs(
-                source, runs, config, write=True, force=force, dry_run=dry_run,
-                workers=source_options.workers, label="annotating",
-            )
-        finally:
-            source.close()
+    specs = default_sources(sources, source_options)
+    outcomes = annotate_once(specs, source_options, config, force=force, dry_run=dry_run)
     rows = outcome_rows(outcomes)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -361,6 +372,104 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
                 click.echo(f"{outcome.run.ref}: would write {line}")
         click.echo(runs_table(rows))
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option("--json", "fmt", flag_value="json", help="Print the comparison as JSON.")
+@click.option("--csv", "fmt", flag_value="csv", help="Print the comparison as CSV (safe to open in a spreadsheet).")
+@click.option("--markdown", "fmt", flag_value="markdown", help="Print the comparison as Markdown tables.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write an overlay plot (PNG) of all runs.")
+def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **options: Any) -> int:
+    """Compare runs on the token axis: which reaches each target first, and by how much.
+
+    SOURCES are CSV files or directories, MLflow experiments or runs, W&B projects or
+    runs (with --filter, --state, --tag). For each target the table lists run, batch,
+    status, tokens, steps, interval and tokens relative to the best run, sorted by tokens.
+    Exit code 1 if a run could not be analysed.
+    """
+    from .compare import Compared, render_csv, render_json, render_markdown, render_text
+    from .compare import compare as compare_runs
+
+    config = make_config(options)
+    source_options = make_source_options(options)
+    outcomes = []
+    for source, runs in open_runs(default_sources(sources, source_options), source_options):
+        try:
+            outcomes += process_runs(source, runs, config, write=False, workers=source_options.workers)
+        finally:
+            source.close()
+    compared = [Compared(o.run.name, o.run.ref, o.analysis, o.error) for o in outcomes]
+    rows = compare_runs(compared, config.targets)
+    if fmt == "json":
+        click.echo(json.dumps(render_json(rows), indent=2))
+    elif fmt == "csv":
+        click.echo(render_csv(rows), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(rows))
+    else:
+        click.echo(render_text(rows))
+    if plot_path:
+        from .plot import plot_comparison
+
+        plot_comparison([(c.name, c.analysis) for c in compared if c.analysis is not None], plot_path)
+    return 1 if any(o.failed for o in outcomes) else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option(
+    "--every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    metavar="MINUTES",
+    help="Minutes between annotation passes.",
+)
+@click.option(
+    "--max-cycles",
+    type=click.IntRange(min=1),
+    help="Stop after this many passes even if runs are still running [default: until all have finished].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_json: bool, **options: Any) -> int:
+    """Re-annotate runs every few minutes until they have all finished.
+
+    Each pass reconnects to the tracker, lists the runs again and annotates those that
+    moved on since the last pass; a run that finishes gets its final annotation, and the
+    command then stops by itself (or after --max-cycles passes). One line per pass goes
+    to stderr; the last pass's summary table to stdout. Exit code 1 if the last pass had
+    a failed run.
+    """
+    import time
+
+    config = make_config(options)
+    source_options = make_source_options(options)
+    specs = default_sources(sources, source_options)
+    cycle = 0
+    while True:
+        cycle += 1
+        outcomes = annotate_once(specs, source_options, config)
+        running = [o for o in outcomes if not o.run.finished]
+        failed = [o for o in outcomes if o.failed]
+        counts = ", ".join(f"{n} {a}" for a, n in Counter(o.action for o in outcomes).items()) or "no runs"
+        click.echo(f"pass {cycle}: {counts}; {len(running)} still running", err=True)
+        if not running and not failed:
+            click.echo("every run has finished and carries its final annotation", err=True)
+            break
+        if max_cycles is not None and cycle >= max_cycles:
+            click.echo(f"stopping after {cycle} passes (--max-cycles)", err=True)
+            break
+        time.sleep(every * 60)
+    rows = outcome_rows(outcomes)
+    click.echo(json.dumps(rows, indent=2) if as_json else runs_table(rows))
+    return 1 if failed else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -255,6 +255,7 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str, 
 
 
 _NAN_SPELLINGS = ("nan", "+nan", "-nan")
+_MAX_STEP = 1e15
 
 
 def _spelled_nan(values: pd.Series) -> np.ndarray:
@@ -306,11 +307,13 @@ def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
 
 
 def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
-    bad = ~np.isfinite(step) | (step < 0) | (step != np.round(step))
+    bad = ~np.isfinite(step) | (step < 0) | (step != np.round(step)) | (step > _MAX_STEP)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"steps must be whole numbers >= 0, found {step[i]!r} in row {i + 1}", run=run, column=column
+            f"steps must be whole numbers from 0 to 1e15, found {float(step[i]):g} in row {i + 1}",
+            run=run,
+            column=column,
         )
     return step.astype(np.int64)
 
@@ -342,11 +345,11 @@ def _batch(
                 column="global_batch" if column is None else column,
             )
         batch = np.full(len(step), float(given))
-    bad = ~np.isfinite(batch) | (batch <= 0)
+    bad = ~np.isfinite(batch) | (batch < 1)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(
-            f"the batch must be a positive number of tokens per step, found {batch[i]!r} at step {step[i]}",
+            f"the batch must be at least 1 token per step, found {float(batch[i]):g} at step {step[i]}",
             run=run,
             column=column or "batch",
         )
@@ -357,6 +360,17 @@ def _tokens(
     logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
 ) -> np.ndarray:
     """Tokens consumed before each step: the logged ones, the gaps filled from the batch."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        tokens = _tokens_unchecked(logged, column, step, batch, run)
+    if not np.isfinite(tokens).all():  # an absurd batch summed past the largest float
+        i = int(np.flatnonzero(~np.isfinite(tokens))[0])
+        raise DataError(f"tokens summed from the batch overflow at step {step[i]}", run=run, column=column or "batch")
+    return tokens
+
+
+def _tokens_unchecked(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
+) -> np.ndarray:
     # Accumulated from the batch: a logging gap is filled with the batch of the row before it.
     accumulated = np.empty(len(step))
     accumulated[0] = step[0] * batch[0]
@@ -366,7 +380,7 @@ def _tokens(
     invalid = np.isinf(logged) | (logged < 0)
     if invalid.any():
         i = int(np.flatnonzero(invalid)[0])
-        raise DataError(f"tokens must be finite and >= 0, found {logged[i]!r} at step {step[i]}", run=run, column=column)
+        raise DataError(f"tokens must be finite and >= 0, found {float(logged[i]):g} at step {step[i]}", run=run, column=column)
     known = np.isfinite(logged)
     tokens = logged if known.all() else np.where(known, logged, accumulated + _filled(logged - accumulated))
     drop = np.flatnonzero(np.diff(tokens) < 0)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+
 import numpy as np
 
 from .optimize import brent_bounded, grid_then_brent
@@ -21,6 +23,7 @@ _ALPHA_BOUNDS = (1e-3, 10.0)
 _A_MIN = 1e-6
 _ALPHA_GRID = np.geomspace(*_ALPHA_BOUNDS, 25)
 _HINT_SPAN = 1.5
+_LOG_MAX = math.log(1e300)
 _XTOL = 1e-10
 
 
@@ -53,10 +56,14 @@ class PowerLaw:
         return self.l0 + self.a * np.power(np.asarray(tokens, float) / TOKEN_UNIT, -self.alpha)
 
     def solve(self, target: float) -> float | None:
-        """Tokens at which the law reaches ``target``; None when it never does."""
+        """Tokens at which the law reaches ``target``; None when it never does.
+
+        ``inf`` when it does so only beyond the floating-point range (a tiny exponent).
+        """
         if target <= self.l0:
             return None
-        return (self.a / (target - self.l0)) ** (1.0 / self.alpha) * TOKEN_UNIT
+        log_tokens = (math.log(self.a) - math.log(target - self.l0)) / self.alpha + math.log(TOKEN_UNIT)
+        return math.exp(log_tokens) if log_tokens < _LOG_MAX else math.inf
 
 
 def fit_power_law(tokens: np.ndarray, loss: np.ndarray, *, alpha_hint: float | None = None) -> PowerLaw | FitFailure:
@@ -98,6 +105,8 @@ def fit_power_law(tokens: np.ndarray, loss: np.ndarray, *, alpha_hint: float | N
     if not np.isfinite(sse):
         return FitFailure("power-law", "the least-squares problem has no finite solution")
     l0, a, _ = problem.solve(np.exp(-alpha * log_x))
+    if not all(map(math.isfinite, (l0, a, alpha))):
+        return FitFailure("power-law", "the loss values are too large for a finite fit")
     return PowerLaw(l0=float(l0), a=float(a), alpha=float(alpha))
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from .analysis import Analysis
 
-__all__ = ["plot_analysis"]
+__all__ = ["plot_analysis", "plot_comparison"]
 
 # matplotlib's text layout (mathtext, font cache) is not thread-safe: one plot at a time.
 _LOCK = threading.Lock()
@@ -144,3 +145,78 @@ def _ylim(ax: Any, analysis: Analysis) -> None:
     low = min(lows)
     pad = 0.08 * (high - low or 1.0)
     ax.set_ylim(low - pad, high + pad)
+
+
+_RUN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
+               "tab:gray", "tab:olive", "tab:cyan")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+def plot_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO) -> None:
+    """Overlay several runs' smoothed losses on one token axis, with their forecasts.
+
+    Each run gets a colour; each target a marker shape. A solid curve is the logged
+    (smoothed) loss, its dashed continuation the fitted law out to the forecast, and a
+    bar at the target's height the forecast's interval.
+    """
+    with _LOCK:
+        _draw_comparison(analyses, path)
+
+
+def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO) -> None:
+    fig = _figure()
+    ax = fig.add_subplot()
+    targets = sorted({t.target for _, a in analyses for t in a.targets}, reverse=True)
+    lows, highs, x_lo, x_hi = [], [], [], []
+    for k, (name, analysis) in enumerate(analyses):
+        color = _RUN_COLORS[k % len(_RUN_COLORS)]
+        history = analysis.history
+        tokens = np.maximum(history.tokens, history.batch[0])
+        after = history.step >= analysis.fit_start_step
+        start = int(np.argmax(after)) if after.any() else 0
+        ax.plot(tokens[start:], analysis.smoothed[start:], color=color, lw=1.6, label=_short(name))
+        x_lo.append(tokens[start])
+        x_hi.append(tokens[-1])
+        lows.append(float(np.min(analysis.smoothed[start:])))
+        highs.append(float(np.percentile(analysis.smoothed[start:], 95)))
+        forecasts = [t for t in analysis.targets if t.status == "extrapolated" and t.tokens]
+        fit = analysis.fit
+        if forecasts and fit is not None and hasattr(fit, "predict"):
+            end = max(t.tokens for t in forecasts)
+            beyond = np.geomspace(tokens[-1], end, 100)
+            ax.plot(beyond, fit.predict(beyond), color=color, lw=1.2, ls="--")
+        for result in analysis.targets:
+            if result.tokens is None:
+                continue
+            marker = _MARKERS[targets.index(result.target) % len(_MARKERS)]
+            filled = result.status == "reached"
+            ax.plot([result.tokens], [result.target], marker=marker, ms=7, ls="none", color=color,
+                    markerfacecolor=color if filled else "white", markeredgewidth=1.5)
+            x_hi.append(result.tokens)
+            if result.tokens_interval is not None:
+                lo, hi = result.tokens_interval
+                ax.plot([lo, hi], [result.target] * 2, color=color, lw=5, alpha=0.3, solid_capstyle="butt")
+                x_hi.append(hi)
+    for target in targets:
+        ax.axhline(target, color="0.35", lw=0.8, ls=":")
+        ax.annotate(f"target {target:g}", xy=(0.005, target), xycoords=("axes fraction", "data"),
+                    xytext=(0, 3), textcoords="offset points", fontsize=8, color="0.3")
+    ax.set_xscale("log")
+    if x_lo:
+        ax.set_xlim(min(x_lo) * 0.9, max(x_hi) * 1.2)
+        low = min(lows + targets)
+        high = max(highs)
+        pad = 0.06 * (high - low or 1.0)
+        ax.set_ylim(low - pad, high + pad)
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("loss (token-window EMA)")
+    ax.set_title("runs on the token axis: filled = reached, open = forecast, dashed = fitted law, bar = interval",
+                 fontsize=9)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format="png")
+
+
+def _short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."

@@ -51,7 +51,7 @@ from ..errors import (
 )
 from ..history import Columns, History, batch_from_name, build_history
 from .base import RunInfo, Source, SourceOptions
-from .params import PlannedLr, batch_from_params, planned_lr_from_params
+from .wandb_config import ConfigLrSchedule, batch_from_config, lr_schedule_from_config
 
 __all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
 
@@ -187,9 +187,13 @@ class MlflowSource(Source):
         history = build_history(frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss)
         return replace(history, batch_source=batch_source) if batch_source else history
 
-    def planned_lr(self, run: RunInfo) -> PlannedLr | None:
-        """The LR schedule the run's params describe (see :mod:`.params`), or None."""
-        return planned_lr_from_params(self._record(run).data.params)
+    def planned_lr(self, run: RunInfo) -> ConfigLrSchedule | None:
+        """The LR schedule the run's params plan, read as a W&B config is; None when they name none.
+
+        See :func:`~tracker_plugin.sources.wandb_config.lr_schedule_from_config` for the
+        names read (``lr``, ``optimizer.lr``, ``warmup_steps``, ``max_steps``, ...).
+        """
+        return lr_schedule_from_config(_param_values(self._record(run).data.params))
 
     def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
         """Role -> the first candidate key the run logged; the loss key must be there."""
@@ -212,9 +216,9 @@ class MlflowSource(Source):
         """Tokens per step when no batch metric is logged: a param, the flag, the run name."""
         if "batch" in keys:
             return self.options.batch_size, None
-        found = batch_from_params(record.data.params, self.options.batch_params, run=run.ref)
+        found = batch_from_config(_param_values(record.data.params), self.options.batch_params)
         if found is not None:
-            return found[1], f"param '{found[0]}'"
+            return found[0], f"param '{found[1]}'"
         if self.options.batch_size is not None:
             return self.options.batch_size, None
         from_name = batch_from_name(run.name)
@@ -524,6 +528,20 @@ def _same(latest: tuple[int, int, float] | None, value: float | None, step: int)
     if value is None or math.isnan(value):
         return math.isnan(stored)
     return stored == float(value)
+
+
+def _param_values(params: Mapping[str, str]) -> dict[str, Any]:
+    """MLflow params (always strings) with numbers as numbers, as a tracker's config holds them."""
+    values: dict[str, Any] = {}
+    for name, text in params.items():
+        try:
+            values[name] = int(text)
+        except ValueError:
+            try:
+                values[name] = float(text)
+            except ValueError:
+                values[name] = text
+    return values
 
 
 def _run_id(run: RunInfo) -> str:

@@ -1,0 +1,182 @@
+"""Several runs side by side on the token axis: which reaches each target first, and by how much.
+
+Pure: analyses in, rows out; the renderers turn rows into text, Markdown, CSV or JSON.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .analysis import Analysis
+from .report import format_tokens
+
+__all__ = ["ComparisonRow", "compare", "render_csv", "render_json", "render_markdown", "render_text"]
+
+
+@dataclass(frozen=True)
+class ComparisonRow:
+    """One run's answer for one target."""
+
+    target: float
+    run: str
+    ref: str
+    batch_first: float | None  # tokens per step in the first and last batch stage
+    batch_last: float | None
+    dynamic: bool
+    status: str
+    tokens: float | None
+    step: float | None
+    tokens_low: float | None
+    tokens_high: float | None
+    vs_best: float | None  # tokens / the best run's tokens for this target
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Compared:
+    """A run to compare: its name, its run string, and its analysis or why it has none."""
+
+    name: str
+    ref: str
+    analysis: Analysis | None
+    error: str | None = None
+
+
+def batch_label(row: ComparisonRow) -> str:
+    """``786,432`` for a fixed batch; ``dynamic 262,144->1,048,576`` for stages."""
+    if row.batch_last is None:
+        return "-"
+    if not row.dynamic:
+        return f"{row.batch_last:,.0f}"
+    return f"dynamic {row.batch_first:,.0f}->{row.batch_last:,.0f}"
+
+
+def compare(runs: Sequence[Compared], targets: Sequence[float]) -> list[ComparisonRow]:
+    """Rows grouped by target, each group sorted by tokens to target (runs without one last)."""
+    rows = []
+    for target in targets:
+        group = [_row(run, target) for run in runs]
+        best = min((r.tokens for r in group if r.tokens is not None), default=None)
+        group = [_with_ratio(r, best) for r in group]
+        group.sort(key=lambda r: (r.tokens is None, r.tokens if r.tokens is not None else 0.0, r.run))
+        rows += group
+    return rows
+
+
+def _row(run: Compared, target: float) -> ComparisonRow:
+    if run.analysis is None:
+        return ComparisonRow(target, run.name, run.ref, None, None, False, "failed", None, None, None, None, None, run.error)
+    result = next(t for t in run.analysis.targets if t.target == target)
+    low, high = result.tokens_interval or (None, None)
+    return ComparisonRow(
+        target=target,
+        run=run.name,
+        ref=run.ref,
+        batch_first=run.analysis.stages[0].batch,
+        batch_last=run.analysis.stages[-1].batch,
+        dynamic=run.analysis.dynamic_batch,
+        status=result.status,
+        tokens=result.tokens,
+        step=result.step,
+        tokens_low=low,
+        tokens_high=high,
+        vs_best=None,
+        note=result.note,
+    )
+
+
+def _with_ratio(row: ComparisonRow, best: float | None) -> ComparisonRow:
+    if row.tokens is None or not best:
+        return row
+    return ComparisonRow(**{**asdict(row), "vs_best": row.tokens / best})
+
+
+_HEADER = ("target", "run", "batch", "status", "tokens", "step", "interval", "vs best")
+
+
+def _cells(row: ComparisonRow) -> tuple[str, ...]:
+    interval = (
+        f"{format_tokens(row.tokens_low)}-{format_tokens(row.tokens_high)}"
+        if row.tokens_low is not None and row.tokens_high is not None
+        else "-"
+    )
+    return (
+        f"{row.target:g}",
+        row.run,
+        batch_label(row),
+        row.status,
+        format_tokens(row.tokens),
+        "-" if row.step is None else f"{row.step:,.0f}",
+        interval,
+        _relative(row.vs_best),
+    )
+
+
+def _relative(ratio: float | None) -> str:
+    if ratio is None or not math.isfinite(ratio):
+        return "-"
+    return "best" if ratio == 1.0 else f"+{(ratio - 1) * 100:.1f}%"
+
+
+def render_text(rows: Sequence[ComparisonRow]) -> str:
+    """One aligned table per target."""
+    blocks = []
+    for target in dict.fromkeys(r.target for r in rows):
+        cells = [_cells(r)[1:] for r in rows if r.target == target]
+        header = _HEADER[1:]
+        widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
+        lines = [f"target {target:g}"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *cells]]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def render_markdown(rows: Sequence[ComparisonRow]) -> str:
+    """A GitHub-flavoured Markdown table per target; pipes and newlines in names escaped."""
+    blocks = []
+    for target in dict.fromkeys(r.target for r in rows):
+        header = _HEADER[1:]
+        lines = [f"### target {target:g}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in (r for r in rows if r.target == target):
+            lines.append("| " + " | ".join(_markdown_cell(c) for c in _cells(row)[1:]) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+# A cell starting with one of these is a formula to a spreadsheet (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """Text a spreadsheet will show as text: formula-like strings get a leading quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def render_csv(rows: Sequence[ComparisonRow]) -> str:
+    """Machine-readable rows with raw numbers, safe to open in a spreadsheet."""
+    buffer = io.StringIO()
+    fields = list(asdict(rows[0])) if rows else list(ComparisonRow.__dataclass_fields__)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: spreadsheet_safe("" if v is None else v) for k, v in asdict(row).items()})
+    return buffer.getvalue()
+
+
+def render_json(rows: Sequence[ComparisonRow]) -> list[dict[str, Any]]:
+    """Rows as plain dicts, grouped by target."""
+    return [
+        {"target": target, "rows": [asdict(r) for r in rows if r.target == target]}
+        for target in dict.fromkeys(r.target for r in rows)
+    ]
