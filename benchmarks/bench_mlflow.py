@@ -12,7 +12,8 @@ batches, several at once), then prints:
   3. a cached re-analysis: the seconds of ``read`` on a warm cache, and how many
      ``get-history`` requests it made (from the server's access log; target: 0).
 Baseline and ours alternate ``--repeat`` times; each figure is the median. The client's
-and the server's CPU seconds are printed too: on a machine shared with other work, the
+and the server's CPU seconds are printed too, with how many of the machine's CPUs were busy
+and how many of those were this benchmark's: on a machine shared with other work, the
 wall times move with the load, the CPU seconds do not.
 
 ``--data-dir`` keeps the server's store between runs, so the run is logged only once.
@@ -58,11 +59,19 @@ def group_cpu(pgid: int | None) -> float:
     return total
 
 
-def measured(func: Callable[[], object], pgid: int | None) -> tuple[float, float, float, object]:
-    """Wall seconds, this process's CPU seconds, the server's CPU seconds, and the result."""
-    cpu, server = time.process_time(), group_cpu(pgid)
+def machine_cpu() -> tuple[int, int]:
+    """Busy and total jiffies of the whole machine so far (all its CPUs, /proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def measured(func: Callable[[], object], pgid: int | None) -> tuple[float, float, float, float, object]:
+    """Wall seconds, this process's and the server's CPU seconds, the machine's busy CPUs, the result."""
+    cpu, server, machine = time.process_time(), group_cpu(pgid), machine_cpu()
     elapsed, result = timed(func)
-    return elapsed, time.process_time() - cpu, group_cpu(pgid) - server, result
+    busy, total = (after - before for after, before in zip(machine_cpu(), machine))
+    return elapsed, time.process_time() - cpu, group_cpu(pgid) - server, (os.cpu_count() or 1) * busy / max(total, 1), result
 
 
 def ensure_run(client, steps: int) -> str:
@@ -100,12 +109,16 @@ def compare(label: str, uri: str, run_id: str, repeat: int, pgid: int | None) ->
         base.append(measured(sequential, pgid))
         mine.append(measured(ours, pgid))
     b, m = (statistics.median(t[0] for t in runs) for runs in (base, mine))
-    points = base[0][3]
+    points = base[0][4]
     print(f"{label}: {points:,} points; sequential get_metric_history {b:.2f} s, ours {m:.2f} s, speed-up {b / m:.2f}x")
     for name, runs in (("sequential", base), ("ours", mine)):
-        cpu = f", server CPU {statistics.median(t[2] for t in runs):.1f} s" if pgid else ""
-        print(f"    {name:>10}: wall {', '.join(f'{t[0]:.1f}' for t in runs)} s; "
-              f"client CPU {statistics.median(t[1] for t in runs):.1f} s{cpu} (medians)")  # fmt: skip
+        client, server = (statistics.median(t[i] for t in runs) for i in (1, 2))
+        ours_cpus = statistics.median((t[1] + t[2]) / t[0] for t in runs)
+        print(
+            f"    {name:>10}: wall {', '.join(f'{t[0]:.1f}' for t in runs)} s; medians: client CPU {client:.1f} s"
+            + (f", server CPU {server:.1f} s" if pgid else "")
+            + f"; the machine's CPUs busy {statistics.median(t[3] for t in runs):.2f}, {ours_cpus:.2f} of them ours"
+        )
 
 
 def cached(server: MlflowServer, run_id: str, cache_dir: str) -> None:
