@@ -71,13 +71,21 @@ def measured(func: Callable[[], object], pgid: int | None) -> tuple[float, float
     cpu, server, machine = time.process_time(), group_cpu(pgid), machine_cpu()
     elapsed, result = timed(func)
     busy, total = (after - before for after, before in zip(machine_cpu(), machine))
-    return elapsed, time.process_time() - cpu, group_cpu(pgid) - server, (os.cpu_count() or 1) * busy / max(total, 1), result
+    return (
+        elapsed,
+        time.process_time() - cpu,
+        group_cpu(pgid) - server,
+        (os.cpu_count() or 1) * busy / max(total, 1),
+        result,
+    )
 
 
 def ensure_run(client, steps: int) -> str:
     """The benchmark run, logged now unless an earlier benchmark left it in the store."""
     name = f"bench-{steps}"
-    experiment = client.get_experiment_by_name("bench") or client.get_experiment(client.create_experiment("bench"))
+    experiment = client.get_experiment_by_name("bench") or client.get_experiment(
+        client.create_experiment("bench")
+    )
     found = client.search_runs([experiment.experiment_id], filter_string=f"attributes.run_name = '{name}'")
     if found and found[0].info.status == "FINISHED":
         return found[0].info.run_id
@@ -85,7 +93,9 @@ def ensure_run(client, steps: int) -> str:
     run_id = client.create_run(experiment.experiment_id, run_name=name).info.run_id
     elapsed, points = timed(lambda: log_frame(client, run_id, frame, keys=KEYS, workers=8))
     client.set_terminated(run_id)
-    print(f"setup: logged {points:,} points with log_batch in {elapsed:.1f} s ({points / elapsed:,.0f} points/s)")
+    print(
+        f"setup: logged {points:,} points with log_batch in {elapsed:.1f} s ({points / elapsed:,.0f} points/s)"
+    )
     return run_id
 
 
@@ -110,7 +120,9 @@ def compare(label: str, uri: str, run_id: str, repeat: int, pgid: int | None) ->
         mine.append(measured(ours, pgid))
     b, m = (statistics.median(t[0] for t in runs) for runs in (base, mine))
     points = base[0][4]
-    print(f"{label}: {points:,} points; sequential get_metric_history {b:.2f} s, ours {m:.2f} s, speed-up {b / m:.2f}x")
+    print(
+        f"{label}: {points:,} points; sequential get_metric_history {b:.2f} s, ours {m:.2f} s, speed-up {b / m:.2f}x"
+    )
     for name, runs in (("sequential", base), ("ours", mine)):
         client, server = (statistics.median(t[i] for t in runs) for i in (1, 2))
         ours_cpus = statistics.median((t[1] + t[2]) / t[0] for t in runs)
@@ -135,11 +147,15 @@ def cached(server: MlflowServer, run_id: str, cache_dir: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    parser.add_argument(
+        "--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)"
+    )
     args = parser.parse_args()
 
     from mlflow.tracking import MlflowClient

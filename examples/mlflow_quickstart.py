@@ -12,6 +12,7 @@ there (by name) are not logged again, so the script can be run twice; the second
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -22,7 +23,9 @@ TARGETS = ["3.6", "3.3", "3.1"]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db]")
+    parser.add_argument(
+        "--tracking-uri", help="MLflow tracking URI [default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db]"
+    )
     args = parser.parse_args(argv)
 
     import mlflow
@@ -74,7 +77,7 @@ def mlflow_table(client, experiment_id: str, prefix: str) -> str:
 
 
 def _number(value: float | None) -> str:
-    return "" if value is None or value != value else f"{value:.6g}"
+    return "" if value is None or math.isnan(value) else f"{value:.6g}"
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ from tracker_plugin.cache import HistoryCache, default_cache_dir
 
 
 def entry(n: int, fill: float) -> dict[str, np.ndarray]:
-    return {"0.step": np.arange(n, dtype=np.int64), "0.value": np.full(n, fill), "0.timestamp": np.arange(n) * 10}
+    return {
+        "0.step": np.arange(n, dtype=np.int64),
+        "0.value": np.full(n, fill),
+        "0.timestamp": np.arange(n) * 10,
+    }
 
 
 def test_round_trip_and_misses(tmp_path):

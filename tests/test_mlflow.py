@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracker_plugin import AnalysisConfig, Columns, DataError, RunNotFound, build_history
+from tracker_plugin import AnalysisConfig, Columns, build_history
 from tracker_plugin.analysis import run_analysis
 from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of
 from tracker_plugin.cli import main
-from tracker_plugin.sources import SourceOptions, open_source
-from tracker_plugin.sources import mlflow_runs
+from tracker_plugin.sources import SourceOptions, mlflow_runs, open_source
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame, log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
@@ -55,7 +54,9 @@ class Tracking:
 
     def cli(self, capsys, command: str, *args: str) -> tuple[int, str, str]:
         capsys.readouterr()  # drop what logging the runs printed
-        code = main([command, *map(str, args), "--tracking-uri", self.uri, "--cache-dir", str(self.tmp / "cache")])
+        code = main(
+            [command, *map(str, args), "--tracking-uri", self.uri, "--cache-dir", str(self.tmp / "cache")]
+        )
         out, err = capsys.readouterr()
         return code, out, err
 
@@ -114,7 +115,9 @@ def snapshot(tracking: Tracking, run_id: str) -> dict:
     for info in client.list_artifacts(run_id):
         if not info.is_dir:
             target = tracking.tmp / "downloads" / uuid.uuid4().hex
-            artifacts[info.path] = Path(client.download_artifacts(run_id, info.path, str(target))).read_bytes()
+            artifacts[info.path] = Path(
+                client.download_artifacts(run_id, info.path, str(target))
+            ).read_bytes()
     return {
         "status": run.info.status,
         "end_time": run.info.end_time,
@@ -150,7 +153,9 @@ def test_read_aligns_keys_on_step_and_the_latest_timestamp_wins(tracking):
     log.loc[log["step"] == 260, "loss_text"] = "inf"
     first = log[log["step"] < 200].copy()
     resumed = log[log["step"] >= 150].copy()
-    resumed["loss_text"] = resumed["loss_text"].map(lambda v: v if v in ("nan", "inf") else repr(float(v) + 0.25))
+    resumed["loss_text"] = resumed["loss_text"].map(
+        lambda v: v if v in ("nan", "inf") else repr(float(v) + 0.25)
+    )
     run_id = tracking.client.create_run(tracking.experiment_id, run_name="resumed").info.run_id
     keys = ["tokens", "global_batch", "lr", "loss_text"]
     t0 = int(time.time() * 1000)
@@ -178,7 +183,9 @@ def test_read_aligns_keys_on_step_and_the_latest_timestamp_wins(tracking):
 
 
 def test_batch_from_a_run_param(local):
-    run_id = local.log(training_log().drop(columns=["global_batch", "tokens"]), params={"global_batch_size": 4194304})
+    run_id = local.log(
+        training_log().drop(columns=["global_batch", "tokens"]), params={"global_batch_size": 4194304}
+    )
     source = local.source(f"mlflow:{run_id}")
     history = source.read(source.runs()[0])
     assert set(history.batch) == {4194304.0}
@@ -193,7 +200,11 @@ def test_planned_lr_schedule_is_read_from_params(local):
     source = local.source(f"mlflow:{run_id}")
     planned = source.planned_lr(source.runs()[0])
     assert (planned.name, planned.peak, planned.final, planned.warmup_steps, planned.total_steps) == (
-        "cosine", 3e-4, 3e-5, 100, 5000,
+        "cosine",
+        3e-4,
+        3e-5,
+        100,
+        5000,
     )
     assert planned.keys["peak"] == "optimizer.lr" and "seed" not in planned.keys.values()
     assert source.planned_lr(source.runs()[0]) == planned
@@ -224,7 +235,9 @@ def test_annotate_writes_the_analysis_and_touches_nothing_else(tracking, capsys)
     before = {run_id: snapshot(tracking, run_id) for run_id in ids}
     expected = {run_id: expected_annotation(tracking, run_id) for run_id in ids}
 
-    code, out, err = tracking.cli(capsys, "annotate", f"mlflow:experiment/{tracking.experiment}", "-t", *TARGETS)
+    code, out, err = tracking.cli(
+        capsys, "annotate", f"mlflow:experiment/{tracking.experiment}", "-t", *TARGETS
+    )
     assert code == 0, err
     statuses = sorted(line.split()[2] for line in out.splitlines()[1:])  # the table's status column
     assert statuses == ["extrapolated"] * 2 + ["reached"] * 2 + ["unreachable"] * 2
@@ -289,15 +302,25 @@ def test_experiment_id_filter_and_a_running_run(tracking, capsys):
     done = tracking.log(training_log(), name="done")
     running = tracking.log(training_log(seed=2), name="running", status="RUNNING")
     code, out, _ = tracking.cli(
-        capsys, "annotate", "--experiment-id", tracking.experiment_id, "--filter", "attributes.status = 'FINISHED'",
-        "-t", "5.5", "--json",
+        capsys,
+        "annotate",
+        "--experiment-id",
+        tracking.experiment_id,
+        "--filter",
+        "attributes.status = 'FINISHED'",
+        "-t",
+        "5.5",
+        "--json",
     )
     assert code == 0
     assert {row["ref"] for row in json.loads(out)} == {f"mlflow:{done}"}
-    code, out, _ = tracking.cli(capsys, "annotate", "--experiment-id", tracking.experiment_id, "-t", "5.5", "--json")
+    code, out, _ = tracking.cli(
+        capsys, "annotate", "--experiment-id", tracking.experiment_id, "-t", "5.5", "--json"
+    )
     assert code == 0
     assert {row["ref"]: row["action"] for row in json.loads(out)} == {
-        f"mlflow:{done}": "unchanged", f"mlflow:{running}": "annotated",
+        f"mlflow:{done}": "unchanged",
+        f"mlflow:{running}": "annotated",
     }
     run = tracking.client.get_run(running)
     assert run.info.status == "RUNNING" and run.info.end_time is None
@@ -363,7 +386,9 @@ def one_line_error(result: tuple[int, str, str]) -> str:
 
 
 def test_error_bad_run_id(tracking, capsys):
-    err = one_line_error(tracking.cli(capsys, "analyze", "mlflow:0123456789abcdef0123456789abcdef", "-t", "3"))
+    err = one_line_error(
+        tracking.cli(capsys, "analyze", "mlflow:0123456789abcdef0123456789abcdef", "-t", "3")
+    )
     assert err == f"error: mlflow:0123456789abcdef0123456789abcdef: no such run at {tracking.uri}"
     err = one_line_error(tracking.cli(capsys, "annotate", "mlflow:not-a-run", "-t", "3"))
     assert "mlflow:not-a-run: no such run" in err
@@ -376,7 +401,9 @@ def test_error_missing_keys(tracking, capsys):
         f"error: mlflow:{run_id}: no loss metric 'train_loss' or 'train/loss' or 'loss' or 'train/CrossEntropyLoss'; "
         "the run logs ['accuracy'] (choose one with --loss-col)"
     )
-    err = one_line_error(tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3", "--loss-col", "val_loss"))
+    err = one_line_error(
+        tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3", "--loss-col", "val_loss")
+    )
     assert "no loss metric 'val_loss'" in err
 
 
@@ -390,27 +417,41 @@ def test_error_no_loss_history(tracking, capsys):
 
 
 def test_error_missing_batch(local, capsys):
-    run_id = local.log(training_log(20).drop(columns=["global_batch", "tokens"]), params={"global_batch_size": "big"})
+    run_id = local.log(
+        training_log(20).drop(columns=["global_batch", "tokens"]), params={"global_batch_size": "big"}
+    )
     err = one_line_error(local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
-    assert err.startswith(f"error: mlflow:{run_id}: column 'global_batch': no such column and no batch size given")
+    assert err.startswith(
+        f"error: mlflow:{run_id}: column 'global_batch': no such column and no batch size given"
+    )
 
 
 def test_error_unknown_experiment_and_bad_filter(tracking, capsys):
     err = one_line_error(tracking.cli(capsys, "annotate", "mlflow:experiment/no-such-experiment", "-t", "3"))
-    assert err.startswith("error: mlflow:experiment/no-such-experiment: no experiment named 'no-such-experiment'")
-    err = one_line_error(tracking.cli(capsys, "annotate", "--experiment-id", tracking.experiment_id, "--filter", "status ==", "-t", "3"))
+    assert err.startswith(
+        "error: mlflow:experiment/no-such-experiment: no experiment named 'no-such-experiment'"
+    )
+    err = one_line_error(
+        tracking.cli(
+            capsys, "annotate", "--experiment-id", tracking.experiment_id, "--filter", "status ==", "-t", "3"
+        )
+    )
     assert err.startswith("error: --filter 'status ==': ")
 
 
 def test_error_no_store_and_no_server(capsys, tmp_path):
     missing = tmp_path / "nothing" / "mlflow.db"
-    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", f"sqlite:///{missing}"))
+    err = one_line_error(
+        _cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", f"sqlite:///{missing}")
+    )
     assert f"no MLflow store at {missing}" in err
     assert not missing.exists()
     start = time.monotonic()
     dead = f"http://127.0.0.1:{free_port()}"
     err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", dead))
-    assert err == f"error: mlflow:abc: the MLflow tracking server {dead} is not answering (connection refused)"
+    assert (
+        err == f"error: mlflow:abc: the MLflow tracking server {dead} is not answering (connection refused)"
+    )
     # MLflow alone would retry for minutes; the bounded retries give up in seconds.
     assert time.monotonic() - start < 30
 
@@ -439,7 +480,10 @@ def test_align_histories_latest_timestamp_wins_whatever_the_order():
     for _ in range(5):
         order = rng.permutation(len(step))
         frame, nan_loss = mlflow_runs.align_histories(
-            {"loss": (step[order], value[order], stamp[order]), "lr": (np.array([0, 4]), np.array([1.0, 2.0]), np.array([1, 2]))},
+            {
+                "loss": (step[order], value[order], stamp[order]),
+                "lr": (np.array([0, 4]), np.array([1.0, 2.0]), np.array([1, 2])),
+            },
             "loss",
         )
         assert list(frame["step"]) == [0, 1, 2, 3, 4]
@@ -450,8 +494,14 @@ def test_align_histories_latest_timestamp_wins_whatever_the_order():
 
 def test_align_histories_marks_logged_nan_and_restores_infinity():
     frame, nan_loss = mlflow_runs.align_histories(
-        {"loss": (np.array([0, 1, 2]), np.array([1.0, np.nan, 1.7976931348623157e308]), np.array([1, 2, 3])),
-         "tokens": (np.array([3]), np.array([5.0]), np.array([4]))},
+        {
+            "loss": (
+                np.array([0, 1, 2]),
+                np.array([1.0, np.nan, 1.7976931348623157e308]),
+                np.array([1, 2, 3]),
+            ),
+            "tokens": (np.array([3]), np.array([5.0]), np.array([4])),
+        },
         "loss",
     )
     assert list(nan_loss) == [False, True, False, False]
@@ -464,5 +514,8 @@ def test_annotation_keys_fit_one_log_batch():
     history = build_history(training_log(), run="r")
     config = AnalysisConfig(targets=tuple(np.linspace(3, 7, 10)))
     annotation = build_annotation(run_analysis(history, config), settings_of(config, Columns(), None))
-    assert len(annotation.metrics) <= MAX_METRICS_PER_BATCH and len(annotation.labels) <= MAX_PARAMS_TAGS_PER_BATCH
+    assert (
+        len(annotation.metrics) <= MAX_METRICS_PER_BATCH
+        and len(annotation.labels) <= MAX_PARAMS_TAGS_PER_BATCH
+    )
     assert max(map(len, annotation.labels.values())) <= MAX_TAG_VAL_LENGTH

@@ -44,7 +44,8 @@ def test_server_stopped_mid_annotate_then_restarted(stoppable_mlflow_server, tmp
     client = MlflowClient(server.uri)
     experiment = client.create_experiment(name)
     ids = [
-        log_run(client, experiment, synthetic_run(300, batch=4_194_304.0, seed=k), name=f"run{k}") for k in range(4)
+        log_run(client, experiment, synthetic_run(300, batch=4_194_304.0, seed=k), name=f"run{k}")
+        for k in range(4)
     ]
     capsys.readouterr()
 

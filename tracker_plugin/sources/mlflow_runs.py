@@ -76,7 +76,13 @@ _ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
 _STAGGER = 0.05
 _SEARCH_PAGE = 1_000
 _MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
-_STATES = {"RUNNING": "running", "SCHEDULED": "running", "FINISHED": "finished", "FAILED": "failed", "KILLED": "killed"}
+_STATES = {
+    "RUNNING": "running",
+    "SCHEDULED": "running",
+    "FINISHED": "finished",
+    "FAILED": "failed",
+    "KILLED": "killed",
+}
 _ROLES = ("loss", "tokens", "batch", "lr")  # the step is MLflow's own
 
 
@@ -105,7 +111,9 @@ class MlflowSource(Source):
         elif self.options.experiment_ids:
             experiment_ids = [self._experiment_id(e) for e in self.options.experiment_ids]
         else:
-            raise ConfigError("mlflow: needs a run id (mlflow:RUN_ID), mlflow:experiment/NAME_OR_ID or --experiment-id")
+            raise ConfigError(
+                "mlflow: needs a run id (mlflow:RUN_ID), mlflow:experiment/NAME_OR_ID or --experiment-id"
+            )
         return [self._info(record) for record in self._search(experiment_ids)]
 
     def _experiment_id(self, name_or_id: str) -> str:
@@ -150,7 +158,9 @@ class MlflowSource(Source):
                 )
             except MlflowException as exc:
                 if exc.error_code == "INVALID_PARAMETER_VALUE" and self.options.filter:
-                    raise ConfigError(f"--filter {self.options.filter!r}: {_first_line(exc.message)}") from None
+                    raise ConfigError(
+                        f"--filter {self.options.filter!r}: {_first_line(exc.message)}"
+                    ) from None
                 raise self._translate(exc, where) from None
             records += list(page)
             token = page.token
@@ -184,7 +194,9 @@ class MlflowSource(Source):
         frame, nan_loss = align_histories(histories, keys["loss"])
         batch_size, batch_source = self._batch(run, record, keys)
         columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
-        history = build_history(frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss)
+        history = build_history(
+            frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
+        )
         return replace(history, batch_source=batch_source) if batch_source else history
 
     def planned_lr(self, run: RunInfo) -> ConfigLrSchedule | None:
@@ -235,7 +247,10 @@ class MlflowSource(Source):
             cache_key = ("mlflow", self._client().tracking_uri, record.info.run_id, *marks)
             cached = self._cache.load(cache_key)
             if cached is not None and all(f"{i}.step" in cached for i in range(len(names))):
-                return {n: (cached[f"{i}.step"], cached[f"{i}.value"], cached[f"{i}.timestamp"]) for i, n in enumerate(names)}
+                return {
+                    n: (cached[f"{i}.step"], cached[f"{i}.value"], cached[f"{i}.timestamp"])
+                    for i, n in enumerate(names)
+                }
         histories = self._fetch(run, record.info.run_id, names)
         if cache_key is not None and self._cache is not None:
             arrays = {}
@@ -244,7 +259,9 @@ class MlflowSource(Source):
             self._cache.store(cache_key, arrays)
         return histories
 
-    def _fetch(self, run: RunInfo, run_id: str, names: Sequence[str]) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _fetch(
+        self, run: RunInfo, run_id: str, names: Sequence[str]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
         if self._rest_store() is None:
             # A local store is read in this thread: its reads hold the GIL, threads only slow them.
@@ -332,12 +349,19 @@ class MlflowSource(Source):
             # One request where MLflow's limits allow (the client splits larger batches).
             client.log_batch(run_id, metrics=metrics, tags=tags)
             with tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
-                for name, data in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
+                for name, data in (
+                    (ARTIFACT_JSON, annotation.report_bytes()),
+                    (ARTIFACT_PNG, annotation.plot_bytes()),
+                ):
                     path = Path(tmp) / name
                     path.write_bytes(data)
                     client.log_artifact(run_id, str(path))
             # Last: these mark the annotation complete, so a write cut short is redone.
-            final = [RunTag(k, annotation.labels[k]) for k in sorted(markers) if current.data.tags.get(k) != annotation.labels[k]]
+            final = [
+                RunTag(k, annotation.labels[k])
+                for k in sorted(markers)
+                if current.data.tags.get(k) != annotation.labels[k]
+            ]
             client.log_batch(run_id, tags=final)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
@@ -370,7 +394,9 @@ class MlflowSource(Source):
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=max(1, self.options.workers), thread_name_prefix="mlflow-read")
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(1, self.options.workers), thread_name_prefix="mlflow-read"
+                )
             return self._pool
 
     @contextmanager
@@ -404,7 +430,9 @@ class MlflowSource(Source):
         uri = self._client_obj.tracking_uri if self._client_obj is not None else self.options.tracking_uri
         reason = _network_reason(exc)
         if reason == "server errors":
-            return f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
+            return (
+                f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
+            )
         return f"the MLflow tracking server {uri} is not answering ({reason})"
 
 
@@ -453,7 +481,11 @@ def _rest_history(store: Any, run_id: str, key: str) -> tuple[np.ndarray, np.nda
         if token:
             params["page_token"] = token
         response = http_request(
-            store.get_host_creds(), _HISTORY_ENDPOINT, "GET", params=params, extra_headers=_ONE_REQUEST_PER_CONNECTION
+            store.get_host_creds(),
+            _HISTORY_ENDPOINT,
+            "GET",
+            params=params,
+            extra_headers=_ONE_REQUEST_PER_CONNECTION,
         )
         response = verify_rest_response(response, _HISTORY_ENDPOINT)
         page = response.json()
@@ -466,7 +498,9 @@ def _rest_history(store: Any, run_id: str, key: str) -> tuple[np.ndarray, np.nda
         if token is None:
             break
         if token in seen or not metrics:
-            raise SourceError(f"metric '{key}': the server's history pages do not advance (page token {token!r})")
+            raise SourceError(
+                f"metric '{key}': the server's history pages do not advance (page token {token!r})"
+            )
         seen.add(token)
     return (
         np.asarray(steps, dtype=np.int64),

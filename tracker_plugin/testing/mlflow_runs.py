@@ -46,7 +46,9 @@ def log_frame(
     for key in keys if keys is not None else [c for c in frame.columns if c != step]:
         values = pd.to_numeric(frame[key], errors="coerce").to_numpy(dtype=float)
         logged = _logged(frame[key])
-        metrics += [Metric(key, float(values[i]), int(stamps[i]), int(steps[i])) for i in np.flatnonzero(logged)]
+        metrics += [
+            Metric(key, float(values[i]), int(stamps[i]), int(steps[i])) for i in np.flatnonzero(logged)
+        ]
     # Time order within a batch, as a training loop would send them.
     metrics.sort(key=lambda m: (m.timestamp, m.key))
     batches = [metrics[i : i + _BATCH] for i in range(0, len(metrics), _BATCH)]
@@ -72,7 +74,7 @@ def log_run(
 
     ``status="RUNNING"`` leaves the run running. Returns the run id.
     """
-    from mlflow.entities import Param, RunTag
+    from mlflow.entities import Param
 
     run = client.create_run(experiment_id, run_name=name, tags=dict(tags or {}))
     run_id = run.info.run_id

@@ -68,7 +68,9 @@ class MlflowServer:
             return self.wait_ready(timeout) if wait else self
         self.root.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
-        env.update(MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1")
+        env.update(
+            MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_DISABLE_TELEMETRY="true", PYTHONUNBUFFERED="1"
+        )
         env.pop("MLFLOW_TRACKING_URI", None)
         command = [
             sys.executable, "-m", "mlflow", "server",
@@ -171,7 +173,9 @@ class MlflowServer:
     def __enter__(self) -> MlflowServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 
