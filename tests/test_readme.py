@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import runpy
 import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -41,9 +43,30 @@ def test_quick_start_output_is_what_the_command_prints(capsys, monkeypatch):
 
 
 def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
-    monkeypatch.chdir(ROOT)
-    line = next(l for l in README.splitlines() if l.startswith(".venv/bin/tracker-plugin "))
-    args = [a.replace("loss_eta.png", str(tmp_path / "loss_eta.png")) for a in shlex.split(line)[1:]]
-    assert main(args) == 0
-    assert (tmp_path / "loss_eta.png").stat().st_size > 10_000
-    assert re.search(r"REACHED", capsys.readouterr().out)
+    """The main job, as the README gives it, on a new local MLflow store in a temp dir."""
+    line = next(l for l in README.splitlines() if l.startswith(".venv/bin/python examples/"))
+    script, *args = shlex.split(line)[1:]
+    store = tmp_path / "mlflow.db"
+    monkeypatch.chdir(tmp_path)  # MLflow's artifacts (./mlruns) land here, never in the repo
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
+    monkeypatch.setattr(sys, "argv", [script, *args])
+    repo_before = sorted(p.name for p in ROOT.iterdir())
+    with pytest.raises(SystemExit) as done:
+        runpy.run_path(str(ROOT / script), run_name="__main__")
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    runs = sorted(p.stem for p in (ROOT / "examples" / "runs").glob("*.csv"))
+    table = out.split("\n\n")[0]
+    assert sorted({row.split()[0] for row in table.splitlines()[2:]}) == runs
+    assert re.search(r"olmo-ladder-370M-5xC\s+3.3\s+reached\s+19.06B\s+24,234", table)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("loss-eta-examples")
+    for run in client.search_runs([experiment.experiment_id]):
+        assert run.data.tags["loss_eta/target_3p30/status"] in ("reached", "unreachable")
+        assert run.info.status == "FINISHED"
+        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"loss_eta.json", "loss_eta.png"}
+    assert list((tmp_path / "mlruns").iterdir())
+    assert sorted(p.name for p in ROOT.iterdir()) == repo_before

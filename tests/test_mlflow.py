@@ -1,0 +1,521 @@
+"""MLflow: reading runs, writing forecasts back, annotating experiments.
+
+Every test that talks to MLflow runs twice: against a real ``mlflow server`` process
+(started once per session) and against a local sqlite store. The fault tests, which stop
+a server, are in ``test_mlflow_faults.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracker_plugin import AnalysisConfig, Columns, build_history
+from tracker_plugin.analysis import run_analysis
+from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of
+from tracker_plugin.cli import main
+from tracker_plugin.sources import SourceOptions, mlflow_runs, open_source
+from tracker_plugin.testing import synthetic_run
+from tracker_plugin.testing.mlflow_runs import log_frame, log_run
+from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
+
+MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
+MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
+TARGETS = ("5.5", "4.0", "1.5")  # reached, extrapolated, unreachable on the runs below
+
+
+@dataclass
+class Tracking:
+    """One place runs live in for a test: its URI, a client, and a fresh experiment."""
+
+    uri: str
+    client: object
+    experiment_id: str
+    experiment: str
+    server: MlflowServer | None
+    tmp: Path
+
+    def log(self, frame: pd.DataFrame, name: str = "run", **kwargs) -> str:
+        return log_run(self.client, self.experiment_id, frame, name=name, **kwargs)
+
+    def source(self, spec: str, **options) -> mlflow_runs.MlflowSource:
+        options.setdefault("cache_dir", str(self.tmp / "cache"))
+        return open_source(spec, SourceOptions(tracking_uri=self.uri, **options))
+
+    def cli(self, capsys, command: str, *args: str) -> tuple[int, str, str]:
+        capsys.readouterr()  # drop what logging the runs printed
+        code = main(
+            [command, *map(str, args), "--tracking-uri", self.uri, "--cache-dir", str(self.tmp / "cache")]
+        )
+        out, err = capsys.readouterr()
+        return code, out, err
+
+
+@pytest.fixture(scope="session")
+def sqlite_store(tmp_path_factory) -> str:
+    """A local sqlite store, created once (creating MLflow's tables takes seconds)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    root = tmp_path_factory.mktemp("mlflow-local")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    SqlAlchemyStore(uri, str(root / "artifacts")).engine.dispose()
+    return uri
+
+
+def make_tracking(request, tmp_path, kind: str) -> Tracking:
+    server = request.getfixturevalue("mlflow_server") if kind == "server" else None
+    uri = server.uri if server else request.getfixturevalue("sqlite_store")
+    client = MlflowClient(uri)
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    # Artifacts of a local store go under the test's temp dir, never the working directory.
+    location = None if server else (tmp_path / "artifacts").as_uri()
+    experiment_id = client.create_experiment(name, artifact_location=location)
+    return Tracking(uri, client, experiment_id, name, server, tmp_path)
+
+
+@pytest.fixture(params=["server", "sqlite"])
+def tracking(request, tmp_path) -> Tracking:
+    """A fresh experiment on the session's mlflow server, then on the local sqlite store."""
+    return make_tracking(request, tmp_path, request.param)
+
+
+@pytest.fixture
+def local(request, tmp_path) -> Tracking:
+    """The local store only: for behaviour that does not depend on the transport."""
+    return make_tracking(request, tmp_path, "sqlite")
+
+
+@pytest.fixture
+def served(request, tmp_path) -> Tracking:
+    """The server only: for what only a server shows (pages, its access log)."""
+    return make_tracking(request, tmp_path, "server")
+
+
+def training_log(steps: int = 400, seed: int = 0) -> pd.DataFrame:
+    """A run whose smoothed loss crosses 5.5, heads for 4.0 and never reaches 1.5 (L0 = 2)."""
+    return synthetic_run(steps, batch=4_194_304.0, seed=seed)
+
+
+def snapshot(tracking: Tracking, run_id: str) -> dict:
+    """Everything about a run that annotating could change."""
+    client = tracking.client
+    run = client.get_run(run_id)
+    rows = {key: len(client.get_metric_history(run_id, key)) for key in run.data.metrics}
+    artifacts = {}
+    for info in client.list_artifacts(run_id):
+        if not info.is_dir:
+            target = tracking.tmp / "downloads" / uuid.uuid4().hex
+            artifacts[info.path] = Path(
+                client.download_artifacts(run_id, info.path, str(target))
+            ).read_bytes()
+    return {
+        "status": run.info.status,
+        "end_time": run.info.end_time,
+        "params": dict(run.data.params),
+        "tags": dict(run.data.tags),
+        "metrics": {key: _nan_safe(value) for key, value in run.data.metrics.items()},
+        "rows": rows,
+        "artifacts": artifacts,
+    }
+
+
+def _nan_safe(value: float) -> float | str:
+    return "nan" if math.isnan(value) else value
+
+
+def expected_annotation(tracking: Tracking, run_id: str, targets=TARGETS):
+    """What the annotation should be, computed through the Python API."""
+    source = tracking.source(f"mlflow:{run_id}", use_cache=False)
+    run = source.runs()[0]
+    config = AnalysisConfig(targets=tuple(map(float, targets)))
+    analysis = run_analysis(source.read(run), config)
+    return build_annotation(analysis, settings_of(config, Columns(), None), progress=run.progress)
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def test_read_aligns_keys_on_step_and_the_latest_timestamp_wins(tracking):
+    log = training_log(300)
+    log["lr"] = log["lr"].where(log["step"] % 10 == 0)  # lr logged every 10 steps only
+    log["loss_text"] = log["train_loss"].map(repr).astype(object)
+    log.loc[log["step"] == 250, "loss_text"] = "nan"  # a diverged step, logged as NaN
+    log.loc[log["step"] == 260, "loss_text"] = "inf"
+    first = log[log["step"] < 200].copy()
+    resumed = log[log["step"] >= 150].copy()
+    resumed["loss_text"] = resumed["loss_text"].map(
+        lambda v: v if v in ("nan", "inf") else repr(float(v) + 0.25)
+    )
+    run_id = tracking.client.create_run(tracking.experiment_id, run_name="resumed").info.run_id
+    keys = ["tokens", "global_batch", "lr", "loss_text"]
+    t0 = int(time.time() * 1000)
+    log_frame(tracking.client, run_id, first, keys=keys, start_ms=t0)
+    # The restart from the step-150 checkpoint logs steps 150..199 again, later.
+    log_frame(tracking.client, run_id, resumed, keys=keys, start_ms=t0 + 10_000)
+    tracking.client.set_terminated(run_id)
+
+    source = tracking.source(f"mlflow:{run_id}", columns=Columns().with_overrides(loss="loss_text"))
+    history = source.read(source.runs()[0])
+
+    expected_frame = pd.concat([first[first["step"] < 150], resumed])[["step", *keys]]
+    expected = build_history(
+        expected_frame.assign(loss_text=pd.to_numeric(expected_frame["loss_text"], errors="coerce")),
+        run="expected",
+        columns=Columns().with_overrides(loss="loss_text"),
+        logged_nan_loss=(expected_frame["loss_text"] == "nan").to_numpy(),
+    )
+    for name in ("step", "tokens", "batch", "loss", "lr"):
+        np.testing.assert_allclose(getattr(history, name), getattr(expected, name), rtol=1e-12, err_msg=name)
+    assert history.loss[history.step == 180][0] == pytest.approx(float(log.loc[180, "train_loss"]) + 0.25)
+    assert 250 not in history.step and 260 not in history.step
+    assert any("dropped 2 rows whose loss was NaN or infinite" in note for note in history.notes)
+    assert history.loss_key == "loss_text" and history.batch_source == "column 'global_batch'"
+
+
+def test_batch_from_a_run_param(local):
+    run_id = local.log(
+        training_log().drop(columns=["global_batch", "tokens"]), params={"global_batch_size": 4194304}
+    )
+    source = local.source(f"mlflow:{run_id}")
+    history = source.read(source.runs()[0])
+    assert set(history.batch) == {4194304.0}
+    assert history.batch_source == "param 'global_batch_size'"
+    assert history.tokens[-1] == 399 * 4194304.0
+
+
+def test_planned_lr_schedule_is_read_from_params(local):
+    params = {"lr_scheduler": "cosine", "optimizer.lr": "3e-4", "min_lr": "3e-5", "warmup_steps": "100",
+              "max_steps": "5000", "seed": "1"}  # fmt: skip
+    run_id = local.log(training_log(50), params=params)
+    source = local.source(f"mlflow:{run_id}")
+    planned = source.planned_lr(source.runs()[0])
+    assert (planned.name, planned.peak, planned.final, planned.warmup_steps, planned.total_steps) == (
+        "cosine",
+        3e-4,
+        3e-5,
+        100,
+        5000,
+    )
+    assert planned.keys["peak"] == "optimizer.lr" and "seed" not in planned.keys.values()
+    assert source.planned_lr(source.runs()[0]) == planned
+    other = local.source(f"mlflow:{local.log(training_log(50), params={'seed': '1'})}")
+    assert other.planned_lr(other.runs()[0]) is None
+
+
+def test_history_pages_are_all_read(served, monkeypatch):
+    monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
+    run_id = served.log(training_log(50))
+    source = served.source(f"mlflow:{run_id}", use_cache=False)
+    mark = served.server.mark()
+    history = source.read(source.runs()[0])
+    assert list(history.step) == list(range(50))
+    assert served.server.requests_since(mark, "/metrics/get-history") == 4 * 8  # 4 keys x ceil(50 / 7) pages
+
+
+# -- writing back ------------------------------------------------------------------------------
+
+
+def test_annotate_writes_the_analysis_and_touches_nothing_else(tracking, capsys):
+    log = training_log()
+    log["accuracy"] = np.linspace(0.1, 0.9, len(log))
+    ids = [
+        tracking.log(log, name="a", params={"seed": 1}, tags={"team": "lm"}),
+        tracking.log(training_log(seed=1), name="b"),
+    ]
+    before = {run_id: snapshot(tracking, run_id) for run_id in ids}
+    expected = {run_id: expected_annotation(tracking, run_id) for run_id in ids}
+
+    code, out, err = tracking.cli(
+        capsys, "annotate", f"mlflow:experiment/{tracking.experiment}", "-t", *TARGETS
+    )
+    assert code == 0, err
+    statuses = sorted(line.split()[2] for line in out.splitlines()[1:])  # the table's status column
+    assert statuses == ["extrapolated"] * 2 + ["reached"] * 2 + ["unreachable"] * 2
+
+    for run_id in ids:
+        after, was, annotation = snapshot(tracking, run_id), before[run_id], expected[run_id]
+        # values written back read back equal to the analysis, at the run's last step
+        for key, value in annotation.metrics.items():
+            assert after["metrics"][key] == ("nan" if value is None else pytest.approx(value, rel=1e-12)), key
+            assert tracking.client.get_metric_history(run_id, key)[-1].step == 399
+        assert {k: after["tags"][k] for k in annotation.labels} == annotation.labels
+        assert after["artifacts"]["loss_eta.json"] == annotation.report_bytes()
+        assert after["artifacts"]["loss_eta.png"].startswith(b"\x89PNG")
+        # a finished run stays finished, with the same end time; the user's keys are untouched
+        assert (after["status"], after["end_time"]) == ("FINISHED", was["end_time"])
+        assert after["params"] == was["params"]
+        assert {k: v for k, v in after["tags"].items() if not k.startswith("loss_eta/")} == was["tags"]
+        for key, value in was["metrics"].items():
+            assert after["metrics"][key] == value and after["rows"][key] == was["rows"][key], key
+        # every key written is valid in MLflow and in W&B
+        written = (set(after["metrics"]) | set(after["tags"])) - set(was["metrics"]) - set(was["tags"])
+        assert written == set(annotation.keys())
+        assert all(KEY_PATTERN.match(k) and MLFLOW_KEY.match(k) for k in written)
+
+
+def test_a_second_annotate_changes_nothing(tracking, capsys):
+    run_id = tracking.log(training_log())
+    args = ("annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert tracking.cli(capsys, *args)[0] == 0
+    first = snapshot(tracking, run_id)
+    code, out, _ = tracking.cli(capsys, *args)
+    assert code == 0 and "unchanged" in out
+    assert snapshot(tracking, run_id) == first
+    # Forced, the same values are not logged again: no new metric rows, the same artifacts.
+    code, out, _ = tracking.cli(capsys, *args, "--force")
+    assert code == 0 and "unchanged" not in out
+    assert snapshot(tracking, run_id) == first
+
+
+def test_a_changed_setting_reannotates_in_place(local, capsys):
+    run_id = local.log(training_log())
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5")[0] == 0
+    rows = snapshot(local, run_id)["rows"]["loss_eta/target_5p50/tokens"]
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "--ema-token-window", "5e8")[0] == 0
+    after = snapshot(local, run_id)
+    assert after["rows"]["loss_eta/target_5p50/tokens"] == rows + 1  # a new value at the same step
+    assert json.loads(after["tags"]["loss_eta/settings"])["ema_token_window"] == 5e8
+    assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
+
+
+def test_dry_run_writes_nothing(local, capsys):
+    run_id = local.log(training_log())
+    before = snapshot(local, run_id)
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
+    assert code == 0
+    assert f"mlflow:{run_id}: would write loss_eta/target_4p00/tokens = " in out
+    assert f"mlflow:{run_id}: would write metrics at step 399" in out
+    assert snapshot(local, run_id) == before
+
+
+def test_experiment_id_filter_and_a_running_run(tracking, capsys):
+    done = tracking.log(training_log(), name="done")
+    running = tracking.log(training_log(seed=2), name="running", status="RUNNING")
+    code, out, _ = tracking.cli(
+        capsys,
+        "annotate",
+        "--experiment-id",
+        tracking.experiment_id,
+        "--filter",
+        "attributes.status = 'FINISHED'",
+        "-t",
+        "5.5",
+        "--json",
+    )
+    assert code == 0
+    assert {row["ref"] for row in json.loads(out)} == {f"mlflow:{done}"}
+    code, out, _ = tracking.cli(
+        capsys, "annotate", "--experiment-id", tracking.experiment_id, "-t", "5.5", "--json"
+    )
+    assert code == 0
+    assert {row["ref"]: row["action"] for row in json.loads(out)} == {
+        f"mlflow:{done}": "unchanged",
+        f"mlflow:{running}": "annotated",
+    }
+    run = tracking.client.get_run(running)
+    assert run.info.status == "RUNNING" and run.info.end_time is None
+    assert run.data.tags["loss_eta/progress"] == "399"
+
+
+def test_a_write_cut_short_is_redone(local, capsys, monkeypatch):
+    run_id = local.log(training_log())
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import TEMPORARILY_UNAVAILABLE
+
+    def refuse(*args, **kwargs):
+        raise MlflowException("artifact store unavailable", error_code=TEMPORARILY_UNAVAILABLE)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MlflowClient, "log_artifact", refuse)
+        code, out, err = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert code == 1 and "Traceback" not in err
+    assert "the MLflow server failed: artifact store unavailable" in out
+    tags = local.client.get_run(run_id).data.tags
+    assert "loss_eta/settings_hash" not in tags and "loss_eta/progress" not in tags  # not marked complete
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert code == 0 and "unchanged" not in out
+    after = snapshot(local, run_id)
+    assert {"loss_eta.json", "loss_eta.png"} <= set(after["artifacts"])
+    assert after["tags"]["loss_eta/progress"] == "399"
+
+
+# -- cache ---------------------------------------------------------------------------------------
+
+
+def test_a_cached_reanalysis_reads_no_history_from_the_server(tracking, capsys):
+    done = tracking.log(training_log(), name="done")
+    running = tracking.log(training_log(seed=3), name="running", status="RUNNING")
+    server = tracking.server
+    for run_id, cached in ((done, True), (running, False)):
+        first = tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "5.5", "--json")
+        mark = server.mark() if server else 0
+        second = tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "5.5", "--json")
+        assert first[0] == second[0] == 0 and first[1] == second[1]
+        if server:
+            assert server.requests_since(mark, "/metrics/get-history") == (0 if cached else 4)
+    if server:
+        mark = server.mark()
+        assert tracking.cli(capsys, "analyze", f"mlflow:{done}", "-t", "5.5", "--no-cache")[0] == 0
+        assert server.requests_since(mark, "/metrics/get-history") == 4
+    # A corrupt entry is a miss: read again, and replaced.
+    for entry in (tracking.tmp / "cache" / "histories").glob("*.npz"):
+        entry.write_bytes(b"not a zip file")
+    code, out, _ = tracking.cli(capsys, "analyze", f"mlflow:{done}", "-t", "5.5", "--json")
+    assert code == 0 and json.loads(out)["observed"]["step"] == 399
+    assert all(entry.stat().st_size > 1000 for entry in (tracking.tmp / "cache" / "histories").glob("*.npz"))
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+def one_line_error(result: tuple[int, str, str]) -> str:
+    code, _, err = result
+    assert code == 2, err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err.strip()
+
+
+def test_error_bad_run_id(tracking, capsys):
+    err = one_line_error(
+        tracking.cli(capsys, "analyze", "mlflow:0123456789abcdef0123456789abcdef", "-t", "3")
+    )
+    assert err == f"error: mlflow:0123456789abcdef0123456789abcdef: no such run at {tracking.uri}"
+    err = one_line_error(tracking.cli(capsys, "annotate", "mlflow:not-a-run", "-t", "3"))
+    assert "mlflow:not-a-run: no such run" in err
+
+
+def test_error_missing_keys(tracking, capsys):
+    run_id = tracking.log(pd.DataFrame({"step": range(10), "accuracy": np.linspace(0, 1, 10)}))
+    err = one_line_error(tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
+    assert err == (
+        f"error: mlflow:{run_id}: no loss metric 'train_loss' or 'train/loss' or 'loss' or 'train/CrossEntropyLoss'; "
+        "the run logs ['accuracy'] (choose one with --loss-col)"
+    )
+    err = one_line_error(
+        tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3", "--loss-col", "val_loss")
+    )
+    assert "no loss metric 'val_loss'" in err
+
+
+def test_error_no_loss_history(tracking, capsys):
+    frame = pd.DataFrame({"step": [0, 1, 2], "train_loss": ["nan", "nan", "5.0"], "global_batch": [1024] * 3})
+    run_id = tracking.log(frame.astype({"train_loss": object}))
+    err = one_line_error(tracking.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
+    assert err == (
+        f"error: mlflow:{run_id}: column 'train_loss': has only one finite value; at least two logged steps are needed"
+    )
+
+
+def test_error_missing_batch(local, capsys):
+    run_id = local.log(
+        training_log(20).drop(columns=["global_batch", "tokens"]), params={"global_batch_size": "big"}
+    )
+    err = one_line_error(local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3"))
+    assert err.startswith(
+        f"error: mlflow:{run_id}: column 'global_batch': no such column and no batch size given"
+    )
+
+
+def test_error_unknown_experiment_and_bad_filter(tracking, capsys):
+    err = one_line_error(tracking.cli(capsys, "annotate", "mlflow:experiment/no-such-experiment", "-t", "3"))
+    assert err.startswith(
+        "error: mlflow:experiment/no-such-experiment: no experiment named 'no-such-experiment'"
+    )
+    err = one_line_error(
+        tracking.cli(
+            capsys, "annotate", "--experiment-id", tracking.experiment_id, "--filter", "status ==", "-t", "3"
+        )
+    )
+    assert err.startswith("error: --filter 'status ==': ")
+
+
+def test_error_no_store_and_no_server(capsys, tmp_path):
+    missing = tmp_path / "nothing" / "mlflow.db"
+    err = one_line_error(
+        _cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", f"sqlite:///{missing}")
+    )
+    assert f"no MLflow store at {missing}" in err
+    assert not missing.exists()
+    start = time.monotonic()
+    dead = f"http://127.0.0.1:{free_port()}"
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", dead))
+    assert (
+        err == f"error: mlflow:abc: the MLflow tracking server {dead} is not answering (connection refused)"
+    )
+    # MLflow alone would retry for minutes; the bounded retries give up in seconds.
+    assert time.monotonic() - start < 30
+
+
+def test_error_mlflow_not_installed(capsys, monkeypatch):
+    for name in [m for m in sys.modules if m == "mlflow" or m.startswith("mlflow.")]:
+        monkeypatch.setitem(sys.modules, name, None)  # import mlflow now fails
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3"))
+    assert err == "error: mlflow is not installed; install it with: pip install 'tracker_plugin[mlflow]'"
+
+
+def _cli(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(map(str, args)))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- pure parts ------------------------------------------------------------------------------------
+
+
+def test_align_histories_latest_timestamp_wins_whatever_the_order():
+    rng = np.random.default_rng(0)
+    step = np.array([0, 1, 2, 3, 2, 3, 4])
+    value = np.array([9.0, 8.0, 7.0, 6.0, 7.5, 6.5, 5.0])
+    stamp = np.array([10, 11, 12, 13, 20, 21, 22])
+    for _ in range(5):
+        order = rng.permutation(len(step))
+        frame, nan_loss = mlflow_runs.align_histories(
+            {
+                "loss": (step[order], value[order], stamp[order]),
+                "lr": (np.array([0, 4]), np.array([1.0, 2.0]), np.array([1, 2])),
+            },
+            "loss",
+        )
+        assert list(frame["step"]) == [0, 1, 2, 3, 4]
+        assert list(frame["loss"]) == [9.0, 8.0, 7.5, 6.5, 5.0]
+        assert np.isnan(frame["lr"][1]) and frame["lr"][4] == 2.0
+        assert not nan_loss.any()
+
+
+def test_align_histories_marks_logged_nan_and_restores_infinity():
+    frame, nan_loss = mlflow_runs.align_histories(
+        {
+            "loss": (
+                np.array([0, 1, 2]),
+                np.array([1.0, np.nan, 1.7976931348623157e308]),
+                np.array([1, 2, 3]),
+            ),
+            "tokens": (np.array([3]), np.array([5.0]), np.array([4])),
+        },
+        "loss",
+    )
+    assert list(nan_loss) == [False, True, False, False]
+    assert frame["loss"][2] == np.inf and np.isnan(frame["loss"][3])
+
+
+def test_annotation_keys_fit_one_log_batch():
+    from mlflow.utils.validation import MAX_METRICS_PER_BATCH, MAX_PARAMS_TAGS_PER_BATCH, MAX_TAG_VAL_LENGTH
+
+    history = build_history(training_log(), run="r")
+    config = AnalysisConfig(targets=tuple(np.linspace(3, 7, 10)))
+    annotation = build_annotation(run_analysis(history, config), settings_of(config, Columns(), None))
+    assert (
+        len(annotation.metrics) <= MAX_METRICS_PER_BATCH
+        and len(annotation.labels) <= MAX_PARAMS_TAGS_PER_BATCH
+    )
+    assert max(map(len, annotation.labels.values())) <= MAX_TAG_VAL_LENGTH
