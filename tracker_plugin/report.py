@@ -262,6 +262,11 @@ def format_tokens(value: float | None) -> str:
     return f"{value:.0f}"
 
 
+def _upper(value: float | None) -> str:
+    """An interval's upper end; none (no replicate got there) reads as inf."""
+    return "inf" if value is None or not math.isfinite(value) else format_tokens(value)
+
+
 def runs_table(rows: list[dict[str, Any]]) -> str:
     """The summary table of a many-run command: run, target, status, tokens, step, interval."""
     header = ("run", "target", "status", "tokens", "step", "interval", "note")
@@ -275,7 +280,7 @@ def runs_table(rows: list[dict[str, Any]]) -> str:
                 str(row["status"]),
                 format_tokens(row["tokens"]),
                 "-" if row["step"] is None else f"{row['step']:,.0f}",
-                "-" if not interval else f"{format_tokens(interval[0])}-{format_tokens(interval[1])}",
+                "-" if not interval else f"{format_tokens(interval[0])}-{_upper(interval[1])}",
                 row.get("note") or "",
             )
         )
