@@ -234,3 +234,18 @@ def test_a_plan_from_the_runs_params_is_used_unless_one_is_given():
     given = tp.analyze(with_params, [target], model="lr-annealing", lr_schedule="constant:warmup=100",
                        ema_token_window=WINDOW)
     assert given.plan.schedule.source == "spec"
+
+
+def test_the_sweep_fits_every_window_on_its_own_rows():
+    history = _run()
+    cut, target, _ = _protocol(history, 0.6, 0.9)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW,
+                          stability_sweep=True, sweep_step=100, sweep_min_window=200)
+    sweep = analysis.targets[0].sweep
+    tokens = [row.tokens for row in sweep.rows]
+    assert len(tokens) >= 10 and all(t is not None for t in tokens)
+    assert len(set(tokens)) == len(tokens)  # no two windows share their data
+    assert sweep.rows[-1].max_step == cut.last_step
+    # the last window is the whole window: the same law as the forecast's, up to reweighting
+    assert sweep.rows[-1].fit.params["alpha"] == pytest.approx(analysis.fit.params["alpha"], rel=0.02)
+    assert sweep.verdict in ("converged", "not_converged")

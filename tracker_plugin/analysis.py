@@ -19,6 +19,7 @@ from .errors import ConfigError
 from .forecast import AUTO, Plan, Selection, TargetForecast, choose_law, fit_window, forecast_targets, resolve_plan
 from .history import BatchStage, Columns, History, batch_stages, build_history
 from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
+from .models.schedule_law import fit_prefixes, smooth_all
 from .schedule import BatchSchedule, LrSchedule, tokens_to_step
 from .smoothing import token_window_ema
 
@@ -275,14 +276,7 @@ def _schedule_analysis(
         fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
         sweeps: dict[float, Sweep | None] = dict.fromkeys(open_targets)
         if config.stability_sweep:
-            chosen = selection.chosen
-            rows = _sweep_fits(
-                history, smoothed, fit_start, config,
-                # The sweep's many windows take two reweighting rounds instead of three.
-                fitter=lambda start, end, hint: fit_window(
-                    chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=2
-                ),
-            )
+            rows = _law_sweep(history, smoothed, fit_start, config, fit, selection.chosen, timeline, prior)
             sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in open_targets}
         results.update(_law_forecasts(fit, selection, open_targets, history, first, stages, config, sweeps))
     return Analysis(
@@ -472,6 +466,48 @@ def sweep_checkpoints(fit_start: int, last_step: int, every: int, min_window: in
         checkpoints.pop()
     checkpoints.append(last_step)
     return checkpoints
+
+
+def _law_sweep(
+    history: History,
+    smoothed: np.ndarray,
+    fit_start: int,
+    config: AnalysisConfig,
+    fit: LawFit | FitFailure,
+    chosen: str,
+    timeline: Any,
+    prior: GainPrior | None,
+) -> tuple[SweepRow, ...]:
+    """The stability sweep with a schedule-aware law.
+
+    Every window is fitted with one weighted pass, the whole window's robust weights and
+    prior strength; for the lr-annealing law all windows at once (:func:`fit_prefixes`),
+    else one by one. The windows' EMAs are then computed together.
+    """
+
+    def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        like = None if isinstance(fit, FitFailure) else fit
+        return fit_window(
+            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+        )
+
+    if isinstance(fit, FitFailure):
+        return _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+    first = int(np.searchsorted(history.step, fit_start))
+    windows = []
+    for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
+        end = int(np.searchsorted(history.step, max_step, side="right"))
+        if end - first >= MIN_FIT_ROWS:
+            windows.append((max_step, end))
+    batch = fit_prefixes(fit, history.step[first:].astype(float), history.loss[first:], [end - first for _, end in windows])
+    rows = []
+    for (max_step, end), found in zip(windows, batch):
+        window_fit: Fit | FitFailure = found if found is not None else one_by_one(first, end, None)
+        note = window_fit.reason if isinstance(window_fit, FitFailure) else None
+        rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
+                             None if isinstance(window_fit, FitFailure) else window_fit, note))
+    smooth_all([f for f in batch if f is not None])
+    return tuple(rows)
 
 
 def _sweep_fits(

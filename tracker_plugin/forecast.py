@@ -134,12 +134,15 @@ def fit_window(
     hint: LawFit | None = None,
     smoothed: np.ndarray | None = None,
     rounds: int | None = None,
+    like: LawFit | None = None,
 ) -> LawFit | FitFailure:
     """Fit a law to the raw loss of rows ``first:end`` of ``history``.
 
     ``hint`` (the fit of an overlapping window, as in a sweep) starts the search near its
     parameters; it changes the speed, not the answer. ``smoothed`` (the run's EMA) starts
-    the law's EMA at the observed one.
+    the law's EMA at the observed one. ``rounds`` caps the reweighting rounds; ``like`` (the
+    fit of the whole window) lends its prior strength, so a single round still weighs the
+    prior as the full fit does.
     """
     obs = observations(history.step[first:end], history.loss[first:end], timeline)
     window_timeline = replace(timeline, last_step=float(history.step[end - 1])) if end < len(history) else timeline
@@ -149,6 +152,7 @@ def fit_window(
         smoothed_start=None if smoothed is None else float(smoothed[first]),
         cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
         **({} if rounds is None else {"rounds": rounds}),
+        **({} if like is None else {"strength": like.strength}),
     )
 
 
