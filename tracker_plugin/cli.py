@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,6 +27,7 @@ from .report import backtest_json, backtest_text, runs_table, to_json, to_text
 from .runner import Outcome, outcome_rows, process_runs
 from .schedule import BatchSchedule, LrSchedule
 from .sources import RunInfo, Source, SourceOptions, open_source
+from .sources.base import select_states
 from .sources.csvfile import read_lr_schedule
 
 EXIT_BAD_INPUT = 2
@@ -140,7 +142,7 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--state",
             "states",
             multiple=True,
-            help="W&B run state(s) to take: running, finished, failed, crashed.",
+            help="Take only runs in this state (repeatable): running, finished, failed, crashed, killed.",
         ),
         click.option("--tag", "tags", multiple=True, help="Take only W&B runs with this tag (repeatable)."),
         click.option("--created-after", help="Take only runs created after this date (YYYY-MM-DD)."),
@@ -340,11 +342,18 @@ def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]
 
 
 def annotate_once(
-    specs: Sequence[str], options: SourceOptions, config: AnalysisConfig, *, force: bool = False, dry_run: bool = False
+    specs: Sequence[str],
+    options: SourceOptions,
+    config: AnalysisConfig,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+    keep: frozenset[str] = frozenset(),
+    states: tuple[str, ...] | None = None,
 ) -> list[Outcome]:
-    """One annotation pass over every run the run strings name."""
+    """One annotation pass over every run the run strings name; see :func:`open_runs`."""
     outcomes = []
-    for source, runs in open_runs(specs, options):
+    for source, runs in open_runs(specs, options, keep, states):
         try:
             outcomes += process_runs(
                 source, runs, config, write=True, force=force, dry_run=dry_run, workers=options.workers,
@@ -355,12 +364,27 @@ def annotate_once(
     return outcomes
 
 
-def open_runs(specs: Sequence[str], options: SourceOptions) -> list[tuple[Source, list[RunInfo]]]:
-    """Each run string's source and the runs it names."""
-    opened = []
-    for spec in specs:
-        source = open_source(spec, options)
-        opened.append((source, source.runs()))
+def open_runs(
+    specs: Sequence[str],
+    options: SourceOptions,
+    keep: frozenset[str] = frozenset(),
+    states: tuple[str, ...] | None = None,
+) -> list[tuple[Source, list[RunInfo]]]:
+    """Each run string's source and the runs it names, in ``states`` (default: ``--state``).
+
+    Runs whose ref is in ``keep`` are taken whatever their state.
+    """
+    states = options.states if states is None else states
+    opened: list[tuple[Source, list[RunInfo]]] = []
+    try:
+        for spec in specs:
+            source = open_source(spec, options)
+            opened.append((source, []))
+            opened[-1] = (source, select_states(source.runs(), states, keep))
+    except BaseException:
+        for source, _ in opened:
+            source.close()
+        raise
     return opened
 
 
@@ -613,10 +637,18 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     config = make_config(options)
     source_options = make_source_options(options)
     specs = default_sources(sources, source_options)
+    # After the first pass, list every run and keep the ones watched so far: a run that
+    # was picked while running must be seen again once it has finished.
+    later = replace(source_options, states=())
+    watched: frozenset[str] = frozenset()
     cycle = 0
     while True:
         cycle += 1
-        outcomes = annotate_once(specs, source_options, config)
+        if cycle == 1:
+            outcomes = annotate_once(specs, source_options, config)
+        else:
+            outcomes = annotate_once(specs, later, config, keep=watched, states=source_options.states)
+        watched |= {o.run.ref for o in outcomes}
         running = [o for o in outcomes if not o.run.finished]
         failed = [o for o in outcomes if o.failed]
         counts = ", ".join(f"{n} {a}" for a, n in Counter(o.action for o in outcomes).items()) or "no runs"

@@ -17,10 +17,25 @@ from ..annotation import Annotation, Previous
 from ..errors import SourceError
 from ..history import Columns, History
 
-__all__ = ["FINISHED_STATES", "RunInfo", "Source", "SourceOptions"]
+__all__ = ["FINISHED_STATES", "STATES", "RunInfo", "Source", "SourceOptions", "select_states"]
 
 # Normalised run states; a tracker's own states map onto these.
+STATES = ("running", "finished", "failed", "crashed", "killed", "unknown")
 FINISHED_STATES = frozenset({"finished", "failed", "crashed", "killed"})
+# Tracker-specific states a user may ask for with --state, as the normalised state.
+_STATE_ALIASES = {"preempting": "running", "scheduled": "running", "pending": "unknown", "preempted": "killed"}
+
+
+def select_states(runs: list[RunInfo], states: tuple[str, ...], keep: frozenset[str] = frozenset()) -> list[RunInfo]:
+    """The runs in one of ``states`` (``--state``; case-insensitive), all runs if none given.
+
+    Runs whose ref is in ``keep`` stay whatever their state: a watched run that was
+    running must still get its final annotation once it has finished.
+    """
+    if not states:
+        return runs
+    wanted = {_STATE_ALIASES.get(s.lower(), s.lower()) for s in states}
+    return [run for run in runs if run.state in wanted or run.ref in keep]
 
 
 @dataclass(frozen=True)
