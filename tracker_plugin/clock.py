@@ -31,8 +31,8 @@ CLOCKS = ("tokens", "steps")
 _GRID_POINTS = 2048
 _EXTENSION_POINTS = 256
 # The grid reaches this many times the longer of the log and the plan: a law fitted to a
-# run says little about a hundred times its length, so a target further out is unreachable.
-HORIZON_FACTOR = 100.0
+# run says little about twenty times its length, so a target further out is unreachable.
+HORIZON_FACTOR = 20.0
 
 
 @dataclass(frozen=True, eq=False)

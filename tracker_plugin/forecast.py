@@ -280,7 +280,7 @@ def forecast_targets(
             curves.append((replicate, rep_steps, rep_curve + fluctuation.path(rng, rep_steps, last)))
     shifts = spread.standard_t(max(error_dof, 1), len(curves))
     observed = float(history.tokens[-1])
-    # Past the end of the timeline (100x the run) a forecast means "not in sight".
+    # Past the end of the timeline (20x the run) a forecast means "not in sight".
     beyond = float(fit.timeline.tokens[-1])
     plan_end = fit.timeline.plan_end
     out = []
