@@ -16,10 +16,19 @@ import pandas as pd
 
 from .clock import CLOCKS, build_timeline
 from .errors import ConfigError
-from .forecast import AUTO, Plan, Selection, TargetForecast, choose_law, fit_window, forecast_targets, resolve_plan
+from .forecast import (
+    AUTO,
+    Plan,
+    Selection,
+    TargetForecast,
+    choose_law,
+    fit_window,
+    forecast_targets,
+    resolve_plan,
+)
 from .history import BatchStage, Columns, History, batch_stages, build_history
 from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
-from .models.schedule_law import fit_prefixes, smooth_all
+from .models.prefixes import fit_prefixes, smooth_all
 from .schedule import BatchSchedule, LrSchedule, tokens_to_step
 from .smoothing import token_window_ema
 

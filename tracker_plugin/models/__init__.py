@@ -7,7 +7,8 @@ A fit either succeeds, giving an object with ``predict`` and ``solve``, or retur
 - ``lr-annealing`` (:mod:`.annealing`): Tissue et al. 2024.
 - ``multi-power`` (:mod:`.multipower`): Luo et al. 2025.
 
-The schedule-aware laws share their fitting (:mod:`.schedule_law`).
+The schedule-aware laws share their fitting (:mod:`.schedule_law`), its linear part
+(:mod:`.projection`) and the all-windows-at-once fitting of a sweep (:mod:`.prefixes`).
 """
 
 from .annealing import LR_ANNEALING

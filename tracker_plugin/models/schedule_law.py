@@ -36,8 +36,9 @@ import numpy as np
 
 from ..clock import DropCells, Timeline
 from ..optimize import grid_then_brent, levenberg_marquardt
-from ..smoothing import ema_decay, linear_recurrence_rows, token_window_ema
+from ..smoothing import token_window_ema
 from .base import FitFailure
+from .projection import Projection
 
 __all__ = [
     "GainPrior",
@@ -45,9 +46,7 @@ __all__ = [
     "LawFit",
     "Observations",
     "fit_law",
-    "fit_prefixes",
     "observations",
-    "smooth_all",
 ]
 
 # Fewer binned points than this and a law (three linear and at least one nonlinear
@@ -295,185 +294,6 @@ class LawFit:
         )
 
 
-# Exponents tried at once when many windows are fitted together (ratio 1.03 apart; a
-# parabola through the best three refines the answer).
-_PREFIX_GRID = np.geomspace(0.02, 3.0, 161)
-
-
-def fit_prefixes(like: LawFit, step: np.ndarray, loss: np.ndarray, ends: list[int]) -> list[LawFit | None]:
-    """``like``'s law fitted to the first ``end`` rows of its window, for each end.
-
-    ``step`` and ``loss`` are the window's raw rows (those ``like`` was fitted to, binned).
-    For a law whose anneal column does not depend on its one nonlinear parameter (the
-    lr-annealing law), the normal equations of every prefix at every exponent of a fine grid
-    come from cumulative sums over ``like``'s bins, plus one bin of the rows a prefix cuts
-    short, so a sweep's hundreds of windows cost a few array passes and each sees exactly
-    its rows. Each prefix takes one weighted pass with ``like``'s robust weights and prior
-    strength, at the grid's best exponent refined by a parabola. None where this does not
-    apply (another law, or every exponent breaking a sign constraint): fit that one alone.
-    """
-    law, obs = like.law, like.observations
-    if not law.anneal_fixed or len(law.theta_names) != 1 or like.weight is None or obs.rows is None:
-        return [None] * len(ends)
-    weight = like.weight
-    robust = weight / obs.weight  # each bin's Huber factor
-    anneal = law.anneal(like.theta, obs.clock, obs.area, like.cells)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-        z = np.power(obs.area / obs.area[-1], -_PREFIX_GRID[:, None])
-    wz = weight * z
-    zero = np.zeros((len(_PREFIX_GRID), 1))
-    cum = {
-        "z": np.hstack([zero, np.cumsum(wz, axis=1)]), "zz": np.hstack([zero, np.cumsum(wz * z, axis=1)]),
-        "za": np.hstack([zero, np.cumsum(wz * anneal, axis=1)]), "zy": np.hstack([zero, np.cumsum(wz * obs.loss, axis=1)]),
-    }
-    wa = weight * anneal
-    one = {
-        key: np.r_[0.0, np.cumsum(values)]
-        for key, values in (("w", weight), ("a", wa), ("aa", wa * anneal), ("ay", wa * obs.loss),
-                            ("y", weight * obs.loss), ("yy", weight * obs.loss**2))
-    }
-    use_gain = like.prior is not None or bool(anneal.any())
-    out: list[LawFit | None] = []
-    for end in ends:
-        complete = int(np.searchsorted(obs.rows, end, side="right"))
-        prefix = obs.take(complete)
-        extra = None
-        if complete < len(obs) and end > (obs.rows[complete - 1] if complete else 0):
-            begin = int(obs.rows[complete - 1]) if complete else 0
-            cut_step = float(np.mean(step[begin:end]))
-            area, clock = like.timeline.area_at(cut_step), like.timeline.clock_at(cut_step)
-            extra = (cut_step, float(np.mean(loss[begin:end])), float(end - begin) * robust[complete], area, clock)
-            prefix = prefix.append(cut_step, extra[1], float(end - begin), float(area), float(clock), end)
-        if len(prefix) < MIN_POINTS:
-            out.append(None)
-            continue
-        mean = None if like.prior is None else like.prior.fraction * _level(prefix)
-        terms = _prefix_terms(cum, one, complete, extra, anneal_of=lambda c, a: law.anneal(like.theta, np.array([c]), np.array([a]), like.cells)[0], area0=float(obs.area[-1]))
-        alpha = _best_exponent(terms, use_gain or (extra is not None and terms["a"] != 0), mean, like.strength)
-        if alpha is None:
-            out.append(None)
-            continue
-        robust_prefix = np.r_[weight[:complete], [] if extra is None else [extra[2]]]
-        out.append(_prefix_fit(like, prefix, alpha, robust_prefix, mean, float(step[end - 1])))
-    return out
-
-
-def _prefix_terms(cum, one, complete, extra, anneal_of, area0):
-    """The sums of one prefix: ``complete`` whole bins, plus the ``extra`` cut-short bin."""
-    terms = {key: values[:, complete].copy() for key, values in cum.items()}
-    terms.update({key: float(values[complete]) for key, values in one.items()})
-    if extra is not None:
-        step, y, w, area, clock = extra
-        a = float(anneal_of(clock, area))
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            z = np.power(area / area0, -_PREFIX_GRID)
-        terms["z"] += w * z
-        terms["zz"] += w * z * z
-        terms["za"] += w * z * a
-        terms["zy"] += w * z * y
-        terms["w"] += w
-        terms["a"] += w * a
-        terms["aa"] += w * a * a
-        terms["ay"] += w * a * y
-        terms["y"] += w * y
-        terms["yy"] += w * y * y
-    return terms
-
-
-def _best_exponent(terms: dict, use_gain: bool, mean: float | None, strength: float) -> float | None:
-    k = len(_PREFIX_GRID)
-    size = 3 if use_gain else 2
-    g = np.zeros((k, size, size))
-    rhs = np.zeros((k, size))
-    g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = terms["w"], terms["z"], terms["zz"]
-    g[:, 1, 0] = terms["z"]
-    rhs[:, 0], rhs[:, 1] = terms["y"], terms["zy"]
-    yy = terms["yy"]
-    if use_gain:
-        extra = strength**2 if mean is not None else 0.0
-        g[:, 0, 2] = g[:, 2, 0] = -terms["a"]
-        g[:, 1, 2] = g[:, 2, 1] = -terms["za"]
-        g[:, 2, 2] = terms["aa"] + extra
-        rhs[:, 2] = -terms["ay"] + (extra * mean if mean is not None else 0.0)
-        if mean is not None:
-            yy += (strength * mean) ** 2
-    ok = np.isfinite(g).all(axis=(1, 2)) & (np.abs(np.linalg.det(np.where(np.isfinite(g), g, 0.0))) > 1e-300)
-    cost = np.full(k, np.inf)
-    if ok.any():
-        coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
-        value = yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
-        value[(coef < 0).any(axis=1)] = np.inf
-        cost[ok] = value
-    best = int(np.argmin(cost))
-    if not np.isfinite(cost[best]):
-        return None
-    u = np.log(_PREFIX_GRID)
-    if 0 < best < k - 1 and np.isfinite(cost[best - 1]) and np.isfinite(cost[best + 1]):
-        c0, c1, c2 = cost[best - 1], cost[best], cost[best + 1]
-        curvature = c0 - 2 * c1 + c2
-        if curvature > 0:
-            step = 0.5 * (c0 - c2) / curvature
-            return float(np.exp(u[best] + min(max(step, -1.0), 1.0) * (u[1] - u[0])))
-    return float(_PREFIX_GRID[best])
-
-
-def _prefix_fit(
-    like: LawFit, obs: Observations, alpha: float, weight: np.ndarray, mean: float | None, last: float
-) -> LawFit | None:
-    area_ref = float(obs.area[-1])
-    seen = like.cells.before(float(obs.clock[-1]))
-    theta = np.array([alpha])
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-        power = like.law.power(theta, obs.area / area_ref)
-    anneal = like.law.anneal(theta, obs.clock, obs.area, seen)
-    problem = _Projection(obs.loss, weight, mean, like.strength if mean is not None else 0.0)
-    coef, fitted = problem.solve(power, anneal)
-    if not np.isfinite(coef).all():
-        return None
-    residuals = obs.loss - fitted
-    scaled = residuals * np.sqrt(obs.weight)
-    sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
-    return replace(
-        like, theta=theta, coef=coef, area_ref=area_ref, timeline=replace(like.timeline, last_step=last),
-        sigma=sigma, residuals=residuals, fitted=fitted, observations=obs, prior_mean=mean, weight=weight,
-        _cache={},
-    )
-
-
-def smooth_all(fits: list[LawFit]) -> None:
-    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows).
-
-    The fits share their law, timeline (but for the last logged step), start and cadence;
-    their EMAs are computed together on one grid and left in each fit's cache.
-    """
-    if not fits:
-        return
-    first = fits[0]
-    tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
-    end = _fine_end(tl)
-    drops = np.interp(first.cells.clock, tl.clock_steps, tl.step)
-    coarse = np.unique(np.r_[
-        np.linspace(first.start_step, end, _MODEL_POINTS),
-        drops[drops > first.start_step],
-        np.geomspace(end, tl.horizon, 128),
-    ])
-    area, clock = tl.area_at(coarse), tl.clock_at(coarse)
-    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
-    shift = max(spacing - first.cadence, 0.0) / 2
-    at = np.maximum(fine - shift, first.start_step)
-    series = np.empty((len(fits), len(fine)))
-    for row, fit in enumerate(fits):
-        power, anneal = fit.law.columns(fit.theta, clock, area, fit.area_ref, fit.cells)
-        series[row] = np.interp(at, coarse, fit.coef[0] + fit.coef[1] * power - fit.coef[2] * anneal)
-        if fit.smoothed_start is not None:
-            series[row, 0] = fit.smoothed_start
-    batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-    decay = ema_decay(fine, batch, first.ema_window)
-    curves = linear_recurrence_rows(decay, (1.0 - decay) * series)
-    for row, fit in enumerate(fits):
-        fit._cache["smoothed"] = (fine, curves[row])
-
-
 def crossing_tokens(timeline: Timeline, steps: np.ndarray, curve: np.ndarray, target: float) -> float | None:
     """Tokens where ``curve`` (on ``steps``) first reaches ``target`` after the last logged step."""
     after = np.flatnonzero((steps > timeline.last_step) & (curve <= target))
@@ -599,7 +419,7 @@ def _fit(
     previous_theta = None
     for round_ in range(rounds):
         use_prior = round_ > 0 or strength > 0
-        problem = _Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
+        problem = Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
         theta = _search(law, problem, columns, theta, quick=given_weight)
         if theta is None:
             return FitFailure(law.name, "the least-squares problem has no finite solution")
@@ -656,7 +476,7 @@ def _prior_strength(scaled: np.ndarray, sigma: float, prior_sd: float) -> float:
 
 def _search(
     law: Law,
-    problem: _Projection,
+    problem: Projection,
     columns: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
     start: np.ndarray | None,
     *,
@@ -696,178 +516,3 @@ def _search(
         if cost < best_cost:
             best, best_cost = x, cost
     return best
-
-
-# Which of (L0, A, G) are free, the rest held at 0: the free problem first, then every
-# combination of active sign constraints.
-_SUBSETS = ((0, 1, 2), (1, 2), (0, 2), (0, 1), (2,), (1,), (0,))
-_NO_GAIN = ((0, 1), (1,), (0,))
-
-
-def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) -> list[float] | None:
-    """Solve the normal equations restricted to ``free`` (others 0) by Cramer's rule.
-
-    None when the restricted system is singular: a column without information (no lr
-    drop seen and no prior, say) is then left out by a smaller subset.
-    """
-    coef = [0.0, 0.0, 0.0]
-    if len(free) == 1:
-        (i,) = free
-        if g[i][i] <= 1e-300:
-            return None
-        coef[i] = rhs[i] / g[i][i]
-        return coef
-    if len(free) == 2:
-        i, j = free
-        det = g[i][i] * g[j][j] - g[i][j] * g[j][i]
-        if abs(det) <= 1e-12 * abs(g[i][i] * g[j][j]) or det == 0:
-            return None
-        coef[i] = (rhs[i] * g[j][j] - g[i][j] * rhs[j]) / det
-        coef[j] = (g[i][i] * rhs[j] - g[j][i] * rhs[i]) / det
-        return coef
-    a = g
-    det = (
-        a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
-        - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
-        + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
-    )
-    scale = abs(a[0][0] * a[1][1] * a[2][2])
-    if det == 0 or abs(det) <= 1e-12 * scale:
-        return None
-    for k in range(3):
-        m = [row[:] for row in a]
-        for r in range(3):
-            m[r][k] = rhs[r]
-        coef[k] = (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        ) / det
-    return coef
-
-
-class _Projection:
-    """For fixed columns, the best ``L0 >= 0``, ``A >= 0``, ``G >= 0`` by weighted least squares.
-
-    With a prior, one pseudo-observation ``strength * (G - mean) = 0`` joins the rows. The
-    sign constraints (a loss and its parts are not negative; without them a short window
-    trades a tiny exponent against a negative asymptote) are met by trying the free
-    problem, then each combination of active constraints: a few 3x3 (or smaller) solves.
-    """
-
-    def __init__(self, y: np.ndarray, weight: np.ndarray, prior_mean: float | None, strength: float) -> None:
-        self.y = y
-        self.w = weight
-        self.prior = None if prior_mean is None or strength <= 0 else (prior_mean, strength)
-        self.sw = np.sqrt(weight)
-        self.wy = weight * y
-        self.sum_w = float(weight.sum())
-        self.sum_wy = float(self.wy.sum())
-        self.yy = float(self.wy @ y) + (0.0 if self.prior is None else (self.prior[1] * self.prior[0]) ** 2)
-        self._anneal: tuple[np.ndarray, tuple[float, float, float, bool]] | None = None
-
-    def _anneal_terms(self, anneal: np.ndarray) -> tuple[float, float, float, bool]:
-        """Sums that involve only the anneal column: computed once when it does not change."""
-        if self._anneal is not None and self._anneal[0] is anneal:
-            return self._anneal[1]
-        wa = self.w * anneal
-        terms = (float(wa.sum()), float(wa @ anneal), float(wa @ self.y), bool(anneal.any()))
-        self._anneal = (anneal, terms)
-        return terms
-
-    def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float]:
-        wp = self.w * power
-        sum_wp = float(wp.sum())
-        if not math.isfinite(sum_wp):
-            return None, math.inf
-        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
-        pa = float(wp @ anneal)
-        g = [
-            [self.sum_w, sum_wp, -sum_wa],
-            [sum_wp, float(wp @ power), -pa],
-            [-sum_wa, -pa, aa],
-        ]
-        rhs = [self.sum_wy, float(wp @ self.y), -ay]
-        if self.prior is not None:
-            mean, strength = self.prior
-            g[2][2] += strength**2
-            rhs[2] += strength**2 * mean
-        best, best_cost = None, math.inf
-        # Without a drop to see and without a prior, G is not in the problem at all.
-        subsets = _SUBSETS if self.prior is not None or any_anneal else _NO_GAIN
-        for free in subsets:
-            coef = _solve_small(g, rhs, free)
-            if coef is None or min(coef) < 0:
-                continue
-            # cost = y'Wy - 2 c'r + c'Gc, from the normal equations
-            cost = self.yy - 2 * (coef[0] * rhs[0] + coef[1] * rhs[1] + coef[2] * rhs[2])
-            for i in range(3):
-                for j in range(3):
-                    cost += coef[i] * g[i][j] * coef[j]
-            if cost < best_cost:
-                best, best_cost = coef, cost
-            if free is subsets[0]:
-                break
-        return best, best_cost
-
-    def costs(self, powers: np.ndarray, anneal: np.ndarray) -> np.ndarray:
-        """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once.
-
-        The free (unconstrained) problem is solved for every row together; rows where it
-        breaks a sign constraint, or is singular, fall back to :meth:`cost`.
-        """
-        w = self.w
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            wp = powers * w
-            sum_wp = wp.sum(axis=1)
-            pp = np.einsum("kn,kn->k", wp, powers)
-            py = wp @ self.y
-            pa = wp @ anneal
-        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
-        k = len(powers)
-        out = np.full(k, np.inf)
-        use_gain = self.prior is not None or any_anneal
-        size = 3 if use_gain else 2
-        g = np.empty((k, size, size))
-        rhs = np.empty((k, size))
-        g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = self.sum_w, sum_wp, pp
-        g[:, 1, 0] = sum_wp
-        rhs[:, 0], rhs[:, 1] = self.sum_wy, py
-        if use_gain:
-            extra = 0.0 if self.prior is None else self.prior[1] ** 2
-            g[:, 0, 2] = g[:, 2, 0] = -sum_wa
-            g[:, 1, 2] = g[:, 2, 1] = -pa
-            g[:, 2, 2] = aa + extra
-            rhs[:, 2] = -ay + (0.0 if self.prior is None else extra * self.prior[0])
-        finite = np.isfinite(g).all(axis=(1, 2)) & np.isfinite(rhs).all(axis=1)
-        det = np.linalg.det(np.where(finite[:, None, None], g, np.eye(size)))
-        ok = finite & (np.abs(det) > 1e-12 * np.abs(np.prod(np.diagonal(g, axis1=1, axis2=2), axis=1)))
-        if ok.any():
-            coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
-            cost = self.yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
-            feasible = (coef >= 0).all(axis=1)
-            rows = np.flatnonzero(ok)
-            out[rows[feasible]] = np.maximum(cost[feasible], 0.0)
-        for i in np.flatnonzero(~np.isfinite(out)):
-            if np.isfinite(powers[i]).all():
-                out[i] = self.cost(powers[i], anneal)
-        return out
-
-    def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(coef, fitted)``; NaN when the columns are not finite."""
-        best, _ = self._best(power, anneal)
-        if best is None or not np.isfinite(anneal).all():
-            return np.full(3, np.nan), np.full(len(self.y), np.nan)
-        return np.array(best), best[0] + best[1] * power - best[2] * anneal
-
-    def residuals(self, power: np.ndarray, anneal: np.ndarray) -> np.ndarray:
-        coef, fitted = self.solve(power, anneal)
-        if not np.isfinite(coef).all():
-            return np.full(len(self.y) + 1, np.inf)
-        extra = 0.0 if self.prior is None else self.prior[1] * (coef[2] - self.prior[0])
-        return np.r_[self.sw * (self.y - fitted), extra]
-
-    def cost(self, power: np.ndarray, anneal: np.ndarray) -> float:
-        """The weighted sum of squares (prior included) at the best linear parameters."""
-        best, cost = self._best(power, anneal)
-        return max(cost, 0.0) if best is not None else math.inf
