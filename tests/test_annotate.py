@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of, target_slug
+from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_hash, settings_of, target_slug
 from tracker_plugin.cli import main
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
@@ -25,7 +25,7 @@ def test_target_slug(target, slug):
 def test_every_key_is_valid_in_both_trackers(data_dir):
     history = tp.load_csv(data_dir / "parity_dynamic.csv")
     config = tp.AnalysisConfig(targets=(5.5, 3.9, 2.1, 3.14159))
-    analysis = tp.analyze(history, config.targets)
+    analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     assert len(annotation.keys()) == 4 * 8 + 7
     for key in annotation.keys():
@@ -90,3 +90,13 @@ def test_one_bad_run_fails_alone_with_exit_code_1(capsys, runs_dir):
     assert broken[0]["status"] == "failed" and "non-numeric value 'oops'" in broken[0]["note"]
     assert (runs_dir / "parity_fixed.loss_eta.json").exists()
     assert "Traceback" not in err
+
+
+def test_a_planned_lr_schedule_is_in_the_settings_hash_but_not_copied_whole():
+    steps = list(range(0, 100_000, 10))
+    plan = tp.LrSchedule.from_table(steps, [1.0 - s / 200_000 for s in steps])
+    other = tp.LrSchedule.from_table(steps, [1.0 - s / 150_000 for s in steps])
+    settings = settings_of(tp.AnalysisConfig(targets=(3.0,), lr_schedule=plan), tp.Columns(), None)
+    assert len(json.dumps(settings)) < 2_000
+    changed = settings_of(tp.AnalysisConfig(targets=(3.0,), lr_schedule=other), tp.Columns(), None)
+    assert settings_hash(settings) != settings_hash(changed)

@@ -27,7 +27,7 @@ def test_text_report_has_every_part(capsys, data_dir):
     code, out, _ = run_cli(
         capsys,
         "analyze", data_dir / "parity_dynamic.csv", "--target", "5.5", "3.9", "2.1",
-        "--stability-sweep", "--batch-schedule", "0:262144", "3e9:2097152",
+        "--stability-sweep", "--batch-schedule", "0:262144", "3e9:2097152", "--model", "power-law",
     )
     assert code == 0
     assert "batch: DYNAMIC, 3 stages" in out
@@ -38,7 +38,9 @@ def test_text_report_has_every_part(capsys, data_dir):
 
 
 def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
-    code, out, _ = run_cli(capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "4.2", "--ema-token-window", "5e7")
+    code, out, _ = run_cli(
+        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "4.2", "--ema-token-window", "5e7", "--model", "power-law"
+    )
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("target=4.2"))
     assert "EXTRAPOLATED (fit L0=" in line and "alpha=" in line
@@ -48,7 +50,8 @@ def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
 
 def test_json_follows_the_contract(capsys, data_dir):
     code, out, _ = run_cli(
-        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "5.0", "4.2", "1.9", "--ema-token-window", "5e7", "--json"
+        capsys, "analyze", data_dir / "parity_fixed.csv", "-t", "5.0", "4.2", "1.9", "--ema-token-window", "5e7", "--json",
+        "--model", "power-law",
     )
     assert code == 0
     doc = json.loads(out)
@@ -188,3 +191,75 @@ def test_console_script_and_module(command, data_dir):
     )
     assert done.returncode == 0, done.stderr
     assert "REACHED" in done.stdout
+
+
+def test_auto_json_has_the_forecast_fields(capsys, data_dir):
+    path = data_dir / "olmo-ladder-190M-1xC.csv"
+    code, out, _ = run_cli(
+        capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.5", "--lr-spec", "cosine:warmup=400,total=7300,final=0.1",
+        "--interval", "0.9", "--json",
+    )
+    assert code == 0
+    doc = json.loads(out)
+    (target,) = doc["targets"]
+    assert target["status"] == "extrapolated"
+    low, high = target["tokens_interval"]
+    assert low < target["tokens"] < high
+    s_low, s_high = target["step_interval"]
+    assert s_low < target["step"] < s_high
+    assert 0 <= target["p_reach_within_plan"] <= 1
+    assert target["model"]["name"] == doc["model_selection"]["chosen"]
+    assert doc["model_selection"]["requested"] == "auto"
+    assert doc["lr_plan"]["source"] == "spec" and doc["lr_plan"]["total_steps"] == 7300
+    assert doc["clock"] == "tokens" and doc["interval_level"] == 0.9
+
+
+def test_auto_text_names_the_model_interval_and_plan(capsys, data_dir, tmp_path):
+    plan = tmp_path / "plan.csv"
+    plan.write_text("step,lr\n0,0\n400,1\n7300,0.1\n")
+    code, out, _ = run_cli(capsys, "analyze", data_dir / "olmo-ladder-190M-1xC.csv", "--loss-col", "val_loss", "-t", "3.5",
+                           "--lr-schedule", plan)
+    assert code == 0
+    assert "model: " in out and "auto:" in out
+    assert f"note: planned lr: --lr-schedule {plan}" in out
+    line = next(line for line in out.splitlines() if line.startswith("target=3.5"))
+    assert "80% interval: tokens=[" in line and "steps=[" in line and "P(reached within plan)=" in line
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["--lr-spec", "cosine:total=10", "--lr-schedule", "plan.csv"], "give the planned lr once"),
+        (["--lr-spec", "triangle:total=10"], "unknown shape 'triangle'"),
+        (["--lr-schedule", "absent.csv"], "--lr-schedule absent.csv: no such file"),
+        (["--interval", "80"], "interval is a coverage between 0 and 1"),
+        (["--clock", "hours"], "'hours' is not one of 'tokens', 'steps'"),
+    ],
+)
+def test_forecast_option_errors_are_one_line(capsys, olmo, args, problem):
+    line = _one_line_error(capsys, "analyze", olmo, "--loss-col", "val_loss", "-t", "3", *args)
+    assert problem in line
+
+
+def _strict(text: str):
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_an_unbounded_interval_is_null_in_every_json(capsys, data_dir, tmp_path):
+    """A finished run forecast past its planned end: some replicates never get there."""
+    path = tmp_path / "run.csv"
+    path.write_bytes((data_dir / "olmo-ladder-370M-5xC.csv").read_bytes())
+    code, out, _ = run_cli(capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+    assert code == 0
+    (target,) = _strict(out)["targets"]
+    assert target["status"] == "extrapolated" and target["tokens_interval"][1] is None
+    assert target["p_reach_within_plan"] == 0.0
+    code, out, _ = run_cli(capsys, "compare", path, "--loss-col", "val_loss", "-t", "3.1", "--json",
+                           "--plot", tmp_path / "compare.png")
+    assert code == 0 and _strict(out)[0]["rows"][0]["tokens_high"] is None
+    assert (tmp_path / "compare.png").stat().st_size > 10_000
+    code, out, _ = run_cli(capsys, "annotate", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+    assert code == 0 and _strict(out)[0]["tokens_interval"][1] is None

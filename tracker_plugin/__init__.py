@@ -22,7 +22,7 @@ from .errors import (
 from .history import BatchStage, Columns, History, build_history
 from .models import FitFailure, PowerLaw
 from .report import to_json, to_text
-from .schedule import BatchSchedule
+from .schedule import BatchSchedule, LrSchedule
 from .sources.csvfile import read_csv as load_csv
 
 __version__ = "0.1.0"
@@ -38,6 +38,7 @@ __all__ = [
     "DataError",
     "FitFailure",
     "History",
+    "LrSchedule",
     "MissingDependency",
     "PowerLaw",
     "RunNotFound",

@@ -14,10 +14,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .clock import CLOCKS, build_timeline
 from .errors import ConfigError
+from .forecast import (
+    AUTO,
+    Plan,
+    Selection,
+    TargetForecast,
+    choose_law,
+    fit_window,
+    forecast_targets,
+    resolve_plan,
+)
 from .history import BatchStage, Columns, History, batch_stages, build_history
-from .models import FitFailure, PowerLaw, fit_power_law
-from .schedule import BatchSchedule, tokens_to_step
+from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
+from .models.prefixes import fit_prefixes, smooth_all
+from .schedule import BatchSchedule, LrSchedule, tokens_to_step
 from .smoothing import token_window_ema
 
 __all__ = [
@@ -30,16 +42,19 @@ __all__ = [
     "run_analysis",
 ]
 
-Fit = PowerLaw
-MODELS = ("power-law",)
+Fit = PowerLaw | LawFit
+MODELS = (AUTO, "power-law", *LAWS)
 
 REACHED = "reached"
 EXTRAPOLATED = "extrapolated"
 UNREACHABLE = "unreachable"
 FAILED = "failed"
 
-# Fewer rows than this after the fit start and no extrapolation is attempted.
+# Fewer rows than this after the fit start and no extrapolation is attempted: the power
+# law's limit is the original script's; a schedule-aware law needs two more rows than its
+# four free parameters (three linear, one nonlinear at least).
 MIN_FIT_ROWS = 10
+MIN_LAW_ROWS = 6
 # Without an lr history the warmup is taken to be this share of the logged tokens.
 NO_LR_WARMUP_SHARE = 0.1
 
@@ -48,12 +63,19 @@ NO_LR_WARMUP_SHARE = 0.1
 class AnalysisConfig:
     """Every setting that changes an analysis's result.
 
-    The defaults are those of the original ``find_target_loss.py``.
+    The defaults are those of the original ``find_target_loss.py``, the model included
+    (``power-law``); :func:`analyze` and the command line default to ``model="auto"``.
+    ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to the
+    schedule-aware models only.
     """
 
     targets: tuple[float, ...]
     ema_token_window: float = 100_000_000.0
     model: str = "power-law"
+    lr_schedule: LrSchedule | None = None
+    clock: str = "tokens"
+    interval: float = 0.8
+    anneal_gain: float = 0.05
     fit_start_step: int | None = None
     fit_last_stage: bool = False
     batch_schedule: BatchSchedule | None = None
@@ -84,6 +106,12 @@ class AnalysisConfig:
             raise ConfigError(f"max_fit_points must be at least 16, got {self.max_fit_points}")
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"unknown clock {self.clock!r}; choose from {', '.join(CLOCKS)}")
+        if not (isinstance(self.interval, (int, float)) and 0 < self.interval < 1):
+            raise ConfigError(f"interval is a coverage between 0 and 1 (0.8 for 80%), got {self.interval!r}")
+        if not (isinstance(self.anneal_gain, (int, float)) and 0 <= self.anneal_gain < 1):
+            raise ConfigError(f"anneal_gain is a share of the loss in [0, 1), got {self.anneal_gain!r}")
 
 
 def _positive(name: str, value: float) -> None:
@@ -129,6 +157,7 @@ class TargetResult:
     note: str | None = None
     beyond_warn_factor: bool = False
     sweep: Sweep | None = None
+    p_reach_within_plan: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,6 +176,8 @@ class Analysis:
     targets: tuple[TargetResult, ...]
     notes: tuple[str, ...] = ()
     fit: Fit | FitFailure | None = None
+    selection: Selection | None = None
+    plan: Plan | None = None
     history: History = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     smoothed: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
@@ -174,6 +205,9 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
             f"the EMA window ({config.ema_token_window:,.0f} tokens) is smaller than the batch "
             "on some steps: no smoothing there"
         )
+
+    if config.model != "power-law":
+        return _schedule_analysis(history, config, stages, smoothed, fit_start, reason, window, notes)
 
     fit: Fit | FitFailure | None = None
     sweep_rows: tuple[SweepRow, ...] | None = None
@@ -211,6 +245,128 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         fit=fit,
         history=history,
         smoothed=smoothed,
+    )
+
+
+def _schedule_analysis(
+    history: History,
+    config: AnalysisConfig,
+    stages: tuple[BatchStage, ...],
+    smoothed: np.ndarray,
+    fit_start: int,
+    reason: str,
+    window: np.ndarray,
+    notes: list[str],
+) -> Analysis:
+    """The analysis with a schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``).
+
+    The plan and the timeline are made only when some target is left to forecast.
+    """
+    prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
+    first = int(window[0]) if len(window) else len(history)
+    results: dict[float, TargetResult] = {}
+    open_targets = []
+    for target in config.targets:
+        crossing = _crossing(history, smoothed, target)
+        if crossing is not None:
+            results[target] = TargetResult(target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=1.0)
+        elif len(window) < MIN_LAW_ROWS:
+            note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {MIN_LAW_ROWS}"
+            results[target] = TargetResult(target, FAILED, note=note)
+        else:
+            open_targets.append(target)
+    fit: LawFit | FitFailure | None = None
+    selection = None
+    plan = None
+    if open_targets:
+        plan = resolve_plan(history, config.lr_schedule)
+        notes.append(plan.note)
+        timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
+        fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
+        sweeps: dict[float, Sweep | None] = dict.fromkeys(open_targets)
+        if config.stability_sweep:
+            rows = _law_sweep(history, smoothed, fit_start, config, fit, selection.chosen, timeline, prior)
+            sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in open_targets}
+        results.update(_law_forecasts(fit, selection, open_targets, history, first, stages, config, sweeps))
+    return Analysis(
+        run=history.run,
+        loss_key=history.loss_key,
+        config=config,
+        fit_start_step=fit_start,
+        fit_start_reason=reason,
+        observed_step=history.last_step,
+        observed_tokens=history.last_tokens,
+        stages=stages,
+        batch_source=history.batch_source,
+        targets=tuple(results[t] for t in config.targets),
+        notes=tuple(notes),
+        fit=fit,
+        selection=selection,
+        plan=plan,
+        history=history,
+        smoothed=smoothed,
+    )
+
+
+def _law_forecasts(
+    fit: LawFit | FitFailure,
+    selection: Selection,
+    targets: list[float],
+    history: History,
+    first: int,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweeps: dict[float, Sweep | None],
+) -> dict[float, TargetResult]:
+    if isinstance(fit, FitFailure):
+        return {t: TargetResult(t, FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+    found = forecast_targets(
+        fit, targets, history, first, level=config.interval,
+        error_scale=selection.error_scale, error_dof=selection.error_count,
+    )
+    results = {}
+    for target, forecast in zip(targets, found):
+        results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])
+    return results
+
+
+def _law_result(
+    fit: LawFit,
+    target: float,
+    found: TargetForecast,
+    history: History,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweep: Sweep | None,
+) -> TargetResult:
+    if found.tokens is None:
+        note = (
+            f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
+            f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
+        )
+        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
+    factor = found.tokens / history.last_tokens
+    notes = [n for n in (found.note,) if n]
+    if len(stages) > 1 and config.batch_schedule is None:
+        notes.append(f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule")
+    step_interval = None
+    if found.interval is not None:
+        step_interval = tuple(
+            math.inf if not math.isfinite(t) else tokens_to_step(t, history, config.batch_schedule) for t in found.interval
+        )
+    return TargetResult(
+        target,
+        EXTRAPOLATED,
+        tokens=found.tokens,
+        step=tokens_to_step(found.tokens, history, config.batch_schedule),
+        tokens_interval=found.interval,
+        step_interval=step_interval,  # type: ignore[arg-type]
+        fit=fit,
+        extrapolation_factor=factor,
+        note="; ".join(notes) or None,
+        beyond_warn_factor=factor > config.extrapolation_warn_factor,
+        sweep=sweep,
+        p_reach_within_plan=found.p_reach_within_plan,
     )
 
 
@@ -269,7 +425,7 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
 
 def _fit(
     history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig, hint: Fit | None = None
-) -> Fit | FitFailure:
+) -> PowerLaw | FitFailure:
     rows = _sample(rows, config.max_fit_points)
     return fit_power_law(history.tokens[rows], smoothed[rows], alpha_hint=None if hint is None else hint.alpha)
 
@@ -321,9 +477,62 @@ def sweep_checkpoints(fit_start: int, last_step: int, every: int, min_window: in
     return checkpoints
 
 
-def _sweep_fits(
-    history: History, smoothed: np.ndarray, fit_start: int, config: AnalysisConfig
+def _law_sweep(
+    history: History,
+    smoothed: np.ndarray,
+    fit_start: int,
+    config: AnalysisConfig,
+    fit: LawFit | FitFailure,
+    chosen: str,
+    timeline: Any,
+    prior: GainPrior | None,
 ) -> tuple[SweepRow, ...]:
+    """The stability sweep with a schedule-aware law.
+
+    Every window is fitted with one weighted pass, the whole window's robust weights and
+    prior strength; for the lr-annealing law all windows at once (:func:`fit_prefixes`),
+    else one by one. The windows' EMAs are then computed together.
+    """
+
+    def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        like = None if isinstance(fit, FitFailure) else fit
+        return fit_window(
+            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+        )
+
+    if isinstance(fit, FitFailure):
+        return _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+    first = int(np.searchsorted(history.step, fit_start))
+    windows = []
+    for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
+        end = int(np.searchsorted(history.step, max_step, side="right"))
+        if end - first >= MIN_FIT_ROWS:
+            windows.append((max_step, end))
+    batch = fit_prefixes(fit, history.step[first:].astype(float), history.loss[first:], [end - first for _, end in windows])
+    rows = []
+    for (max_step, end), found in zip(windows, batch):
+        window_fit: Fit | FitFailure = found if found is not None else one_by_one(first, end, None)
+        note = window_fit.reason if isinstance(window_fit, FitFailure) else None
+        rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
+                             None if isinstance(window_fit, FitFailure) else window_fit, note))
+    smooth_all([f for f in batch if f is not None])
+    return tuple(rows)
+
+
+def _sweep_fits(
+    history: History,
+    smoothed: np.ndarray,
+    fit_start: int,
+    config: AnalysisConfig,
+    fitter: Any = None,
+) -> tuple[SweepRow, ...]:
+    """Fits on windows ending every sweep step; ``fitter(first, end, hint)`` makes each fit
+    (default: the power law on the smoothed loss)."""
+    if fitter is None:
+
+        def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+            return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+
     rows = []
     first = int(np.searchsorted(history.step, fit_start))
     previous = None
@@ -331,7 +540,7 @@ def _sweep_fits(
         end = int(np.searchsorted(history.step, max_step, side="right"))
         if end - first < MIN_FIT_ROWS:
             continue
-        fit = _fit(history, smoothed, np.arange(first, end), config, hint=previous)
+        fit = fitter(first, end, previous)
         previous = None if isinstance(fit, FitFailure) else fit
         note = fit.reason if isinstance(fit, FitFailure) else None
         rows.append(
@@ -417,6 +626,9 @@ def analyze(
         raise ConfigError(f"unknown analysis option(s): {', '.join(sorted(unknown))}")
     if isinstance(options.get("batch_schedule"), (str, list, tuple)):
         options["batch_schedule"] = BatchSchedule.parse(options["batch_schedule"])
+    if isinstance(options.get("lr_schedule"), str):
+        options["lr_schedule"] = LrSchedule.parse_spec(options["lr_schedule"])
+    options.setdefault("model", AUTO)
     config = AnalysisConfig(targets=tuple(targets), **options)
     if isinstance(data, History):
         history = data

@@ -66,6 +66,7 @@ def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | No
 
     settings = asdict(config)
     settings["batch_schedule"] = None if config.batch_schedule is None else str(config.batch_schedule)
+    settings["lr_schedule"] = None if config.lr_schedule is None else config.lr_schedule.fingerprint()
     settings["columns"] = asdict(columns)
     settings["batch_size"] = batch_size
     settings["version"] = __version__

@@ -18,13 +18,17 @@ import click
 
 from . import __version__
 from .analysis import MODELS, AnalysisConfig, run_analysis
+from .backtest import PLANS, backtest_run, summarize
+from .clock import CLOCKS
 from .errors import ConfigError, TrackerPluginError
+from .forecast import AUTO
 from .history import Columns
-from .report import runs_table, to_json, to_text
+from .report import backtest_json, backtest_text, runs_table, to_json, to_text
 from .runner import Outcome, outcome_rows, process_runs
-from .schedule import BatchSchedule
+from .schedule import BatchSchedule, LrSchedule
 from .sources import RunInfo, Source, SourceOptions, open_source
 from .sources.base import select_states
+from .sources.csvfile import read_lr_schedule
 
 EXIT_BAD_INPUT = 2
 
@@ -34,6 +38,9 @@ _MULTI_VALUE = {
     "--target": "number",
     "-t": "number",
     "--batch-schedule": "pair",
+    "--fit-fractions": "number",
+    "--target-quantiles": "number",
+    "--models": "model",
 }
 
 
@@ -47,6 +54,10 @@ def _is_number(text: str) -> bool:
 
 def _is_pair(text: str) -> bool:
     return ":" in text and not text.startswith("-")
+
+
+def _is_model(text: str) -> bool:
+    return text in MODELS
 
 
 def expand_multi_value(argv: Sequence[str]) -> list[str]:
@@ -66,7 +77,7 @@ def expand_multi_value(argv: Sequence[str]) -> list[str]:
             continue
         out.append(argv[i])  # the first value always belongs to the option
         i += 1
-        looks_right = _is_number if kind == "number" else _is_pair
+        looks_right = {"number": _is_number, "pair": _is_pair, "model": _is_model}[kind]
         while i < len(argv) and looks_right(argv[i]):
             out += [arg, argv[i]]
             i += 1
@@ -153,32 +164,35 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _with(options, func)
 
 
-def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Options that change the analysis; the same in every command."""
+_TARGET_OPTION = click.option(
+    "-t",
+    "--target",
+    "targets",
+    type=float,
+    multiple=True,
+    required=True,
+    metavar="LOSS [LOSS ...]",
+    help="Target loss(es); several may follow one flag.",
+)
+_MODEL_OPTION = click.option(
+    "--model",
+    type=click.Choice(MODELS),
+    default=AUTO,
+    show_default=True,
+    help="Loss-curve model: auto picks the schedule-aware law that best forecasts the run's own "
+    "later history; power-law is the original script's power law in tokens.",
+)
+
+
+def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that change the analysis, except the targets and the model."""
     options = [
-        click.option(
-            "-t",
-            "--target",
-            "targets",
-            type=float,
-            multiple=True,
-            required=True,
-            metavar="LOSS [LOSS ...]",
-            help="Target loss(es); several may follow one flag.",
-        ),
         click.option(
             "--ema-token-window",
             type=float,
             default=100_000_000.0,
             show_default=True,
             help="EMA smoothing window in tokens (converted to a span per step from that step's batch).",
-        ),
-        click.option(
-            "--model",
-            type=click.Choice(MODELS),
-            default="power-law",
-            show_default=True,
-            help="Loss-curve model used to extrapolate.",
         ),
         click.option("--fit-start-step", type=int, help="First step of the fit [default: end of lr warmup]."),
         click.option(
@@ -191,6 +205,39 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
             multiple=True,
             metavar="TOKENS:BATCH [...]",
             help="Planned batch stages, e.g. '0:589824 2e9:786432'; converts forecast tokens to steps.",
+        ),
+        click.option(
+            "--lr-schedule",
+            "lr_schedule_file",
+            type=click.Path(dir_okay=False),
+            help="CSV with columns step,lr: the planned lr of the whole run (schedule-aware models).",
+        ),
+        click.option(
+            "--lr-spec",
+            metavar="SHAPE:KEY=VALUE,...",
+            help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
+            "(shapes: constant, cosine, linear, wsd, step; see the README).",
+        ),
+        click.option(
+            "--clock",
+            type=click.Choice(CLOCKS),
+            default="tokens",
+            show_default=True,
+            help="What a step of summed lr counts in: tokens (right across batch switches) or steps.",
+        ),
+        click.option(
+            "--interval",
+            type=float,
+            default=0.8,
+            show_default=True,
+            help="Coverage of the forecast interval (0.8 = 80%).",
+        ),
+        click.option(
+            "--anneal-gain",
+            type=float,
+            default=0.05,
+            show_default=True,
+            help="Prior share of the loss a full lr decay removes, for decays the log has not shown (0: none).",
         ),
         click.option(
             "--extrapolation-warn-factor",
@@ -219,22 +266,44 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _with(options, func)
 
 
+def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that change the analysis; the same in every command."""
+    return _TARGET_OPTION(_MODEL_OPTION(settings_options(func)))
+
+
 def make_config(options: dict[str, Any]) -> AnalysisConfig:
     """The analysis settings from the parsed command-line options."""
+    return AnalysisConfig(targets=tuple(options.pop("targets")), model=options.pop("model"), **make_settings(options))
+
+
+def make_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`AnalysisConfig` fields of :func:`settings_options`, popped from ``options``."""
     schedule = options.pop("batch_schedule", ())
-    return AnalysisConfig(
-        targets=tuple(options.pop("targets")),
+    return dict(
         ema_token_window=options.pop("ema_token_window"),
-        model=options.pop("model"),
         fit_start_step=options.pop("fit_start_step"),
         fit_last_stage=options.pop("fit_last_stage"),
         batch_schedule=BatchSchedule.parse(schedule) if schedule else None,
+        lr_schedule=_lr_schedule(options.pop("lr_schedule_file", None), options.pop("lr_spec", None)),
+        clock=options.pop("clock"),
+        interval=options.pop("interval"),
+        anneal_gain=options.pop("anneal_gain"),
         extrapolation_warn_factor=options.pop("extrapolation_warn_factor"),
         stability_sweep=options.pop("stability_sweep"),
         sweep_step=options.pop("sweep_step"),
         sweep_min_window=options.pop("sweep_min_window"),
         convergence_tol=options.pop("convergence_tol"),
     )
+
+
+def _lr_schedule(path: str | None, spec: str | None) -> LrSchedule | None:
+    if path and spec:
+        raise ConfigError("give the planned lr once: --lr-schedule FILE or --lr-spec SPEC, not both")
+    if spec:
+        return LrSchedule.parse_spec(spec)
+    if path:
+        return read_lr_schedule(path)
+    return None
 
 
 def make_source_options(options: dict[str, Any]) -> SourceOptions:
@@ -396,6 +465,98 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
                 click.echo(f"{outcome.run.ref}: would write {line}")
         click.echo(runs_table(rows))
     return 1 if any(o.failed for o in outcomes) else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@click.option(
+    "--fit-fractions",
+    type=float,
+    multiple=True,
+    default=(0.25, 0.5),
+    show_default=True,
+    metavar="F [F ...]",
+    help="Cut each run at these shares of its final tokens.",
+)
+@click.option(
+    "--target-quantiles",
+    type=float,
+    multiple=True,
+    default=(0.6, 0.8, 0.95),
+    show_default=True,
+    metavar="Q [Q ...]",
+    help="Targets: the smoothed loss at these shares of each run's final tokens.",
+)
+@click.option(
+    "--models",
+    type=click.Choice(MODELS),
+    multiple=True,
+    default=(AUTO, "power-law"),
+    show_default=True,
+    metavar="MODEL [MODEL ...]",
+    help=f"Models to score ({', '.join(MODELS)}).",
+)
+@click.option(
+    "--plan",
+    type=click.Choice(PLANS),
+    default="log",
+    show_default=True,
+    help="log: each forecast gets the finished run's logged lr as its planned schedule; "
+    "infer: only the lr logged up to the cut.",
+)
+@settings_options
+@source_options
+@tracker_options
+@click.option("--json", "as_json", is_flag=True, help="Print every case and the summary as JSON.")
+def backtest(
+    sources: tuple[str, ...],
+    fit_fractions: tuple[float, ...],
+    target_quantiles: tuple[float, ...],
+    models: tuple[str, ...],
+    plan: str,
+    as_json: bool,
+    **options: Any,
+) -> int:
+    """How far to trust forecasts on finished runs: cut, forecast, compare.
+
+    Each run is cut at each fit fraction of its final tokens; the targets are the values
+    its smoothed loss had at each target quantile of them; each forecast is scored by
+    ln(predicted / true tokens), the truth being where the full run's smoothed loss first
+    reached the target. Prints per model the median and 90th percentile of |ln|, the bias,
+    the cases without a forecast and how often the intervals held the truth. Exit code 1
+    if some run could not be read (the others are still scored).
+
+    \b
+    Example:
+      tracker-plugin backtest runs/ --fit-fractions 0.25 0.5 --target-quantiles 0.6 0.8 0.95
+    """
+    for name, values, high in (("--fit-fractions", fit_fractions, 1.0), ("--target-quantiles", target_quantiles, 1.0)):
+        if not all(0 < v <= high for v in values) or (name == "--fit-fractions" and 1.0 in values):
+            raise click.UsageError(f"{name} takes shares of the final tokens, between 0 and 1; got {list(values)}")
+    # The targets come from the protocol; the config's own is a placeholder.
+    config = AnalysisConfig(targets=(0.0,), model=AUTO, **make_settings(options))
+    source_options = make_source_options(options)
+    cases, skipped = [], []
+    for source, runs in open_runs(default_sources(sources, source_options), source_options):
+        try:
+            for run in runs:
+                try:
+                    history = source.read(run)
+                except TrackerPluginError as exc:
+                    skipped.append({"run": run.ref, "error": exc.problem})
+                    continue
+                cases += backtest_run(
+                    history, config, fit_fractions=fit_fractions, target_quantiles=target_quantiles,
+                    models=models, plan=plan,
+                )
+        finally:
+            source.close()
+    summaries = summarize(cases)
+    if as_json:
+        click.echo(json.dumps(backtest_json(cases, summaries, skipped, plan, config), indent=2))
+    else:
+        click.echo(backtest_text(cases, summaries, skipped, plan, config.interval))
+    return 1 if skipped else 0
 
 
 @cli.command()

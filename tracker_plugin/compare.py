@@ -177,6 +177,11 @@ def render_csv(rows: Sequence[ComparisonRow]) -> str:
 def render_json(rows: Sequence[ComparisonRow]) -> list[dict[str, Any]]:
     """Rows as plain dicts, grouped by target."""
     return [
-        {"target": target, "rows": [asdict(r) for r in rows if r.target == target]}
+        {"target": target, "rows": [_finite_values(asdict(r)) for r in rows if r.target == target]}
         for target in dict.fromkeys(r.target for r in rows)
     ]
+
+
+def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity: an unbounded interval end becomes null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

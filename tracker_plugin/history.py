@@ -11,11 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from .schedule import LrSchedule
 
 __all__ = ["BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history"]
 
@@ -83,6 +87,9 @@ class History:
     lr: np.ndarray | None = None
     batch_source: str = "column"
     notes: tuple[str, ...] = field(default=())
+    # The planned lr a source found in the run's own params or config
+    # (``LrSchedule.from_params``); a plan given on the command line takes precedence.
+    lr_plan: LrSchedule | None = None
 
     def __len__(self) -> int:
         return len(self.step)

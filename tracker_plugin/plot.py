@@ -51,6 +51,7 @@ def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
     ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
     _stages(ax, analysis, x_min)
     x_max = _fit_curve(ax, analysis, tokens, fit_start)
+    _plan_end(ax, analysis)
     _targets(ax, analysis)
     ax.set_xscale("log")
     ax.set_xlim(x_min, max(x_max, tokens[-1]) * 1.15)
@@ -66,7 +67,19 @@ def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
 
 def _title(analysis: Analysis) -> str:
     run = analysis.run if len(analysis.run) <= 70 else "..." + analysis.run[-67:]
-    return f"{run}\nfit from step {analysis.fit_start_step} ({analysis.fit_start_reason})"
+    model = ""
+    if analysis.selection is not None:
+        model = f" | model: {analysis.selection.chosen}" + (" (auto)" if analysis.config.model == "auto" else "")
+    return f"{run}\nfit from step {analysis.fit_start_step} ({analysis.fit_start_reason}){model}"
+
+
+def _plan_end(ax: Any, analysis: Analysis) -> None:
+    """A dotted line where the planned run ends, when the plan says."""
+    fit = analysis.fit
+    timeline = getattr(fit, "timeline", None)
+    if timeline is None or timeline.plan_end is None:
+        return
+    ax.axvline(float(timeline.tokens_at(timeline.plan_end)), color="0.3", ls=":", lw=1, label="planned end")
 
 
 def _stages(ax: Any, analysis: Analysis, x_min: float) -> None:
@@ -92,7 +105,7 @@ def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray, start: float) ->
     """Draw the fitted law over its window and on to the furthest forecast; return that x."""
     fit = analysis.fit
     forecasts = [t.tokens for t in analysis.targets if t.status == "extrapolated" and t.tokens]
-    highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval]
+    highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval and np.isfinite(t.tokens_interval[1])]
     x_max = max([tokens[-1], *forecasts, *highs])
     if fit is None or not hasattr(fit, "predict"):
         return x_max
@@ -123,7 +136,9 @@ def _targets(ax: Any, analysis: Analysis) -> None:
         ax.plot([result.tokens], [result.target], marker=marker, color=color, ms=7, ls="none")
         if result.tokens_interval is not None:
             lo, hi = result.tokens_interval
-            ax.plot([lo, hi], [result.target] * 2, color=color, lw=4, alpha=0.35, solid_capstyle="butt")
+            hi = hi if np.isfinite(hi) else ax.get_xlim()[1]
+            level = f"{analysis.config.interval:.0%} interval" if k == 0 else None
+            ax.plot([lo, hi], [result.target] * 2, color=color, lw=4, alpha=0.35, solid_capstyle="butt", label=level)
         ax.annotate(
             f"{result.target:g} {result.status}\n{result.tokens:.3g} tok, step {result.step:,.0f}",
             xy=(result.tokens, result.target),
@@ -195,6 +210,8 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
             x_hi.append(result.tokens)
             if result.tokens_interval is not None:
                 lo, hi = result.tokens_interval
+                if not np.isfinite(hi):  # unbounded: draw the band to the furthest forecast
+                    hi = max(result.tokens * 2, lo)
                 ax.plot([lo, hi], [result.target] * 2, color=color, lw=5, alpha=0.3, solid_capstyle="butt")
                 x_hi.append(hi)
     for target in targets:

@@ -7,6 +7,7 @@ finish; nothing here raises for a single run's trouble.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -143,7 +144,10 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
                     "status": result.status,
                     "tokens": result.tokens,
                     "step": result.step,
-                    "tokens_interval": list(result.tokens_interval) if result.tokens_interval else None,
+                    # an unbounded end (no replicate reached the target) is null, as in the report
+                    "tokens_interval": [v if math.isfinite(v) else None for v in result.tokens_interval]
+                    if result.tokens_interval
+                    else None,
                     "note": result.note,
                 }
             )

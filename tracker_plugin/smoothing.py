@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ema_decay", "linear_recurrence", "token_window_ema"]
+__all__ = ["ema_decay", "linear_recurrence", "linear_recurrence_rows", "token_window_ema"]
 
 # Past this, older rows weigh less than one part in 2**60 of the newest: the scan can stop.
 _NEGLIGIBLE = 2.0**-60
@@ -69,6 +69,28 @@ def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
         y[shift:] += scratch[:m]
         np.multiply(a[shift:], a[:m], out=scratch[:m])
         a[shift:] = scratch[:m]
+        shift *= 2
+        bound *= bound
+    return y
+
+
+def linear_recurrence_rows(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
+    """:func:`linear_recurrence` for every row of ``drive`` at once (one ``decay`` for all).
+
+    The same scan, on a 2-D array whose last axis is time: many curves smoothed alike
+    (the windows of a stability sweep) cost a few vectorised passes.
+    """
+    y = np.array(drive, dtype=float)
+    a = np.array(decay, dtype=float)
+    n = a.shape[0]
+    if n:
+        a[0] = 0.0
+    bound = float(a.max()) if n else 0.0
+    shift = 1
+    while shift < n and bound > _NEGLIGIBLE:
+        m = n - shift
+        y[:, shift:] += a[shift:] * y[:, :m]
+        a[shift:] = a[shift:] * a[:m]
         shift *= 2
         bound *= bound
     return y

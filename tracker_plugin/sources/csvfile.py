@@ -5,16 +5,19 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..annotation import ARTIFACT_JSON, ARTIFACT_PNG, Annotation, Previous
-from ..errors import DataError, RunNotFound
+from ..errors import ConfigError, DataError, RunNotFound
 from ..history import Columns, History, build_history
+from ..schedule import LrSchedule
 from .base import RunInfo, Source
 
-__all__ = ["CsvSource", "read_csv"]
+__all__ = ["CsvSource", "read_csv", "read_lr_schedule"]
 
 # Blank cells and these spellings mean "not logged"; "nan" and "inf" are logged values,
 # which build_history drops and counts.
@@ -56,6 +59,44 @@ def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, ba
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot be read as CSV ({_first_line(exc)})", run=run) from None
     return build_history(data, run=run, columns=columns, batch_size=batch_size)
+
+
+def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
+    """A planned lr schedule from a CSV with columns ``step`` and ``lr`` (``--lr-schedule``).
+
+    ``learning_rate`` is taken for ``lr`` too; other columns are ignored.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or unreadable, a column is missing or not numeric, or the
+        values do not make a schedule (see :meth:`LrSchedule.from_table`).
+    """
+    name = os.fspath(path)
+    where = f"--lr-schedule {name}"
+    if not os.path.isfile(name):
+        raise ConfigError(f"{where}: no such file")
+    try:
+        data = pd.read_csv(name)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{where}: cannot be read as CSV ({_first_line(exc)})") from None
+    lower = {str(c).strip().lower(): c for c in data.columns}
+    step_col = lower.get("step")
+    lr_col = lower.get("lr", lower.get("learning_rate"))
+    if step_col is None or lr_col is None:
+        raise ConfigError(f"{where}: needs columns step and lr; columns are {list(map(str, data.columns))}")
+    numbers = {}
+    for column in (step_col, lr_col):
+        converted = pd.to_numeric(data[column], errors="coerce")
+        bad = (converted.isna() & data[column].notna()).to_numpy()
+        if bad.any():
+            row = int(bad.nonzero()[0][0])
+            value = str(data[column].iloc[row])[:40]
+            raise ConfigError(f"{where}: column '{column}' holds a non-numeric value {value!r} in row {row + 1}")
+        numbers[column] = converted.to_numpy(float)
+    keep = ~(np.isnan(numbers[step_col]) | np.isnan(numbers[lr_col]))
+    schedule = LrSchedule.from_table(numbers[step_col][keep], numbers[lr_col][keep], source="file", name=where)
+    return replace(schedule, description=f"{where} ({len(schedule.steps)} rows, steps {schedule.steps[0]:,.0f} to {schedule.steps[-1]:,.0f})")
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,4 +1,8 @@
-"""Synthetic training runs whose loss follows a known power law in tokens."""
+"""Synthetic training runs with a known answer.
+
+By default the loss follows a power law in tokens; with an lr schedule it follows the
+learning-rate annealing law of Tissue et al. (2024) on the tokens clock.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +26,9 @@ def synthetic_run(
     lr_peak: float = 3e-4,
     log_every: int = 1,
     seed: int = 0,
+    lr_schedule: str | None = None,
+    anneal_gain: float = 0.0,
+    noise_correlation: float = 0.0,
 ) -> pd.DataFrame:
     """A run of ``steps`` steps logged every ``log_every`` steps.
 
@@ -30,6 +37,17 @@ def synthetic_run(
     step, or ``[(first_step, batch), ...]`` for a dynamic batch. The lr warms up linearly
     over ``warmup`` steps, then stays at ``lr_peak``.
 
+    With ``lr_schedule`` (an ``--lr-spec`` string such as ``"cosine:warmup=100,total=5000,
+    final=0.1"``; it replaces ``warmup``) the lr follows that plan and the loss follows the
+    lr-annealing law: ``T`` becomes the lr-weighted tokens ``sum(lr / lr_peak * batch)``
+    through the step, and ``anneal_gain * m`` is subtracted, where ``m`` is the summed
+    annealing momentum ``m_i = 0.999 m_(i-1) + (lr_(i-1) - lr_i) / lr_peak`` scaled by
+    ``1 - 0.999`` (so a full decay removes ``anneal_gain`` once it has taken effect). For a
+    constant lr this is the plain power law.
+
+    ``noise_correlation`` makes the noise an AR(1) process with that lag-one correlation
+    (same standard deviation), as the loss of a real run wanders.
+
     Columns: ``step, tokens, global_batch, lr, train_loss`` (tokens consumed before the step).
     """
     rng = np.random.default_rng(seed)
@@ -37,8 +55,18 @@ def synthetic_run(
     per_step = _batch_per_step(step, batch)
     tokens = np.r_[0.0, np.cumsum(per_step)[:-1]]
     after = tokens + per_step
-    loss = l0 + a * (after / 1e9) ** -alpha + rng.normal(0.0, noise, steps)
-    lr = lr_peak * np.minimum(1.0, (step + 1) / max(warmup, 1))
+    if lr_schedule is None:
+        lr = lr_peak * np.minimum(1.0, (step + 1) / max(warmup, 1))
+        clock, gain = after, np.zeros(steps)
+    else:
+        from ..schedule import LrSchedule
+
+        plan = LrSchedule.parse_spec(lr_schedule)
+        shape = plan.at(step) / plan.peak
+        lr = lr_peak * shape
+        clock = np.cumsum(shape * per_step)
+        gain = anneal_gain * _momentum(shape, per_step / per_step[0])
+    loss = l0 + a * (np.maximum(clock, 1.0) / 1e9) ** -alpha - gain + _noise(rng, steps, noise, noise_correlation)
     rows = slice(None, None, log_every)
     return pd.DataFrame(
         {
@@ -59,3 +87,33 @@ def _batch_per_step(step: np.ndarray, batch: float | Sequence[tuple[int, float]]
     for first, size in stages:
         per_step[step >= first] = float(size)
     return per_step
+
+
+def _momentum(shape: np.ndarray, weight: np.ndarray, decay: float = 0.999) -> np.ndarray:
+    """Tissue et al.'s summed annealing momentum, times ``1 - decay``, step by step.
+
+    A step at ``weight`` times the reference batch decays the momentum ``weight`` times.
+    """
+    out = np.empty(len(shape))
+    momentum = total = 0.0
+    previous = shape[0]
+    for i, (lr, w) in enumerate(zip(shape, weight)):
+        factor = decay**w
+        momentum = factor * momentum + max(previous - lr, 0.0)
+        # the sum of the momentum over the w reference steps of this step
+        total += momentum * (1.0 - factor) / (1.0 - decay) if w != 1.0 else momentum
+        previous = lr
+        out[i] = total * (1.0 - decay)
+    return out
+
+
+def _noise(rng: np.random.Generator, n: int, sd: float, correlation: float) -> np.ndarray:
+    white = rng.normal(0.0, sd, n)
+    if not correlation:
+        return white
+    out = np.empty(n)
+    out[0] = white[0]
+    scale = np.sqrt(1.0 - correlation**2)
+    for i in range(1, n):
+        out[i] = correlation * out[i - 1] + scale * white[i]
+    return out

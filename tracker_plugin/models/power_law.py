@@ -1,7 +1,7 @@
-"""Loss-curve models: fit one to a stretch of a run, then solve it for a target loss.
+"""The power law on tokens of the original script: ``L(T) = L0 + A * (T / 1e9) ** -alpha``.
 
-A fit either succeeds, giving an object with ``predict`` and ``solve``, or returns a
-:class:`FitFailure` that says why; fitting never raises on bad data.
+Fitted to the smoothed loss, exactly as ``find_target_loss.py`` does (``--model power-law``);
+its results are pinned by the parity tests.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import math
 
 import numpy as np
 
-from .optimize import brent_bounded, grid_then_brent
+from ..optimize import brent_bounded, grid_then_brent
+from .base import FitFailure
 
-__all__ = ["FitFailure", "PowerLaw", "TOKEN_UNIT", "fit_power_law"]
+__all__ = ["PowerLaw", "TOKEN_UNIT", "fit_power_law"]
 
 TOKEN_UNIT = 1e9
 """The power law's token axis is in units of 1e9 tokens, which keeps ``A`` near O(1)."""
@@ -25,14 +26,6 @@ _ALPHA_GRID = np.geomspace(*_ALPHA_BOUNDS, 25)
 _HINT_SPAN = 1.5
 _LOG_MAX = math.log(1e300)
 _XTOL = 1e-10
-
-
-@dataclass(frozen=True)
-class FitFailure:
-    """A fit that could not be made, and why."""
-
-    model: str
-    reason: str
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,122 @@
+"""The backtest: its protocol, its summary, and the command on real runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.analysis import AnalysisConfig
+from tracker_plugin.backtest import BacktestCase, backtest_run, logged_plan, summarize
+from tracker_plugin.cli import expand_multi_value, main
+from tracker_plugin.smoothing import token_window_ema
+from tracker_plugin.testing import synthetic_run
+
+
+def _case(error: float | None, interval: tuple[float, float] | None = None, model: str = "auto") -> BacktestCase:
+    truth = 1e9
+    tokens = None if error is None else truth * math.exp(error)
+    status = "failed" if error is None else "extrapolated"
+    return BacktestCase("run", model, 0.5, 0.8, 3.0, truth, status, tokens=tokens, interval=interval)
+
+
+def test_summary_figures():
+    cases = [
+        _case(0.1, (0.9e9, 1.2e9)),
+        _case(-0.2, (1.0e9, 1.1e9)),  # the truth (1e9) is on the edge: covered
+        _case(0.05, (1.2e9, 1.5e9)),  # not covered
+        _case(-0.4),
+        _case(None),
+    ]
+    (summary,) = summarize(cases)
+    assert summary.cases == 5 and summary.failures == 1
+    assert summary.median_abs == pytest.approx(np.median([0.1, 0.2, 0.05, 0.4]))
+    assert summary.p90_abs == pytest.approx(np.percentile([0.1, 0.2, 0.05, 0.4], 90))
+    assert summary.bias == pytest.approx(np.median([0.1, -0.2, 0.05, -0.4]))
+    assert summary.coverage == pytest.approx(2 / 3) and summary.intervals == 3
+    assert summary.median_width == pytest.approx(np.median([1.2 / 0.9, 1.1, 1.25]))
+
+
+def test_protocol_on_a_known_run():
+    frame = synthetic_run(3000, batch=131072.0, noise=0.005, log_every=5, seed=2,
+                          lr_schedule="cosine:warmup=100,total=3000,final=0.1", anneal_gain=0.15)
+    history = tp.build_history(frame, run="known")
+    config = AnalysisConfig(targets=(0.0,), ema_token_window=2.5e7)
+    cases = backtest_run(history, config, fit_fractions=(0.5,), target_quantiles=(0.6, 0.8), models=("auto", "power-law"))
+    assert [(c.model, c.target_quantile) for c in cases] == [
+        ("auto", 0.6), ("auto", 0.8), ("power-law", 0.6), ("power-law", 0.8)
+    ]
+    smoothed = token_window_ema(history.loss, history.step, history.batch, 2.5e7)
+    for case in cases:
+        # the target is the smoothed loss at q of the final tokens; the smoothed loss falls
+        # steadily here, so it first reaches it right there
+        assert case.target == pytest.approx(np.interp(case.target_quantile * history.tokens[-1], history.tokens, smoothed))
+        assert case.true_tokens == pytest.approx(case.target_quantile * history.tokens[-1], rel=1e-3)
+    auto = [c for c in cases if c.model == "auto"]
+    assert all(abs(c.error) < 0.05 and c.interval is not None for c in auto)
+    assert all(c.chosen in ("lr-annealing", "multi-power") for c in auto)
+    assert all(c.interval is None for c in cases if c.model == "power-law")
+    # the plan handed to each forecast is the finished run's logged lr
+    plan = logged_plan(history)
+    assert plan.source == "log" and plan.total_steps == history.last_step
+
+
+def test_the_backtest_command_on_real_runs(capsys, data_dir):
+    files = [data_dir / "olmo-ladder-190M-1xC.csv", data_dir / "nanogpt-bs-constant.csv"]
+    code = main(["backtest", *map(str, files), "--loss-col", "val_loss", "--fit-fractions", "0.5", "--target-quantiles", "0.8", "0.95"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "backtest of 2 run(s)" in out and "the finished run's logged lr" in out
+    header = next(line for line in out.splitlines() if line.startswith("model"))
+    assert "median |ln|" in header and "p90 |ln|" in header and "80% coverage" in header
+    rows = [line.split() for line in out.splitlines() if line.startswith(("auto ", "power-law "))]
+    assert [(r[0], r[1], r[2]) for r in rows] == [("auto", "0.5", "0.8"), ("auto", "0.5", "0.95"),
+                                                 ("power-law", "0.5", "0.8"), ("power-law", "0.5", "0.95")]
+    auto_median = float(rows[0][5])
+    power_median = float(rows[2][5])
+    assert auto_median < power_median  # the schedule-aware forecast beats the power law here
+
+
+def test_the_backtest_command_json_and_a_steps_clock_run(capsys, data_dir):
+    """mpl runs log no batch: tokens count steps (--batch-size 1), the EMA window is in steps."""
+    path = data_dir / "mpl-25M-wsdcon-9.csv"
+    code = main(["backtest", str(path), "--batch-size", "1", "--ema-token-window", "200", "--fit-fractions", "0.5",
+                 "--target-quantiles", "0.8", "--models", "auto", "lr-annealing", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert {s["model"] for s in doc["summaries"]} == {"auto", "lr-annealing"}
+    (case, _) = doc["cases"]
+    assert set(case) >= {"run", "model", "chosen", "fit_fraction", "target_quantile", "target", "true_tokens", "tokens",
+                         "tokens_interval", "log_error", "covered", "status"}
+    # cut before its lr drop at step 8000, the forecast leans on the planned drop
+    assert case["status"] == "extrapolated" and abs(case["log_error"]) < 0.4
+
+
+def test_a_run_that_cannot_be_read_is_skipped_with_exit_code_1(capsys, data_dir, tmp_path):
+    (tmp_path / "broken.csv").write_text("step,val_loss,global_batch\n0,5,10\n1,oops,10\n")
+    (tmp_path / "good.csv").write_bytes((data_dir / "olmo-ladder-190M-1xC.csv").read_bytes())
+    code = main(["backtest", str(tmp_path), "--loss-col", "val_loss", "--fit-fractions", "0.5",
+                 "--target-quantiles", "0.8", "--models", "power-law"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "skipped" in out and "broken.csv" in out and "non-numeric value 'oops'" in out
+    assert "power-law  0.5" in out
+
+
+def test_bad_fractions_are_a_one_line_error(capsys, data_dir):
+    code = main(["backtest", str(data_dir / "olmo-ladder-190M-1xC.csv"), "--fit-fractions", "1.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--fit-fractions takes shares of the final tokens" in err and len(err.strip().splitlines()) == 1
+
+
+def test_multi_value_options_stop_at_the_next_flag():
+    argv = ["backtest", "runs/", "--fit-fractions", "0.25", "0.5", "--target-quantiles", "0.6", "0.8", "0.95",
+            "--models", "auto", "power-law", "more.csv"]
+    assert expand_multi_value(argv) == [
+        "backtest", "runs/", "--fit-fractions", "0.25", "--fit-fractions", "0.5",
+        "--target-quantiles", "0.6", "--target-quantiles", "0.8", "--target-quantiles", "0.95",
+        "--models", "auto", "--models", "power-law", "more.csv",
+    ]

@@ -1,0 +1,251 @@
+"""Schedule-aware forecasts on runs with a known answer: the laws, the fit, the interval."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.analysis import _crossing
+from tracker_plugin.clock import build_timeline
+from tracker_plugin.forecast import _block_length, fit_window
+from tracker_plugin.models import LR_ANNEALING, FitFailure, fit_law, observations
+from tracker_plugin.schedule import LrSchedule
+from tracker_plugin.smoothing import token_window_ema
+from tracker_plugin.testing import synthetic_run
+
+COSINE = "cosine:warmup=100,total=3000,final=0.1"
+WINDOW = 2.5e7
+
+
+def _run(spec: str = COSINE, *, steps: int = 3000, noise: float = 0.01, gain: float = 0.15, seed: int = 0, **more):
+    frame = synthetic_run(steps, batch=131072.0, l0=2.0, a=3.0, alpha=0.3, noise=noise, lr_schedule=spec,
+                          anneal_gain=gain, log_every=5, seed=seed, **more)
+    return tp.build_history(frame, run=f"synthetic {spec} seed {seed}")
+
+
+def _protocol(history, fraction: float, quantile: float, window: float = WINDOW):
+    """(cut history, target, true tokens): the backtest protocol on one run."""
+    smoothed = token_window_ema(history.loss, history.step, history.batch, window)
+    target = float(np.interp(quantile * history.tokens[-1], history.tokens, smoothed))
+    truth = _crossing(history, smoothed, target)[1]
+    rows = int(np.searchsorted(history.tokens, fraction * history.tokens[-1], side="right"))
+    return history.head(rows), target, truth
+
+
+def test_lr_annealing_law_recovers_a_run_that_follows_it():
+    history = _run()
+    cut, target, truth = _protocol(history, 0.5, 0.8)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW)
+    result = analysis.targets[0]
+    assert result.status == "extrapolated"
+    assert result.tokens == pytest.approx(truth, rel=0.03)
+    low, high = result.tokens_interval
+    assert low <= truth <= high
+    params = analysis.fit.params
+    assert params["alpha"] == pytest.approx(0.3, abs=0.03)
+    assert params["G"] == pytest.approx(0.15, rel=0.3)
+
+
+def _multi_power_run(spec: str, steps: int = 4000, seed: int = 1) -> tp.History:
+    """A run whose loss follows Luo et al.'s multi-power law, summed step by step."""
+    plan = LrSchedule.parse_spec(spec)
+    step = np.arange(steps)
+    lr = plan.at(step) / plan.peak
+    area = np.cumsum(lr)  # S1 + S_W through each step
+    l0, a, alpha, b, c, beta, gamma = 2.0, 0.8, 0.45, 0.4, 0.05, 0.6, 0.5
+    drop = np.r_[0.0, np.maximum(lr[:-1] - lr[1:], 0.0)]
+    ld = np.zeros(steps)
+    for k in np.flatnonzero(drop):
+        since = area - area[k - 1]  # lr summed from step k on
+        ld[k:] += b * drop[k] * (1 - (c * max(lr[k], 1e-9) ** -gamma * since[k:] + 1) ** -beta)
+    loss = l0 + a * (np.maximum(area, 1.0) / 1000.0) ** -alpha - ld + np.random.default_rng(seed).normal(0, 0.005, steps)
+    frame = pd.DataFrame({"step": step, "lr": lr, "train_loss": loss})[::4]
+    return tp.build_history(frame, run="multi-power synthetic", batch_size=131072.0)
+
+
+def test_multi_power_law_recovers_a_run_that_follows_it():
+    spec = "wsd:warmup=100,total=4000,decay=0.4,final=0.05"
+    history = _multi_power_run(spec)
+    cut, target, truth = _protocol(history, 0.8, 0.95)  # the cut has seen half the decay
+    analysis = tp.analyze(cut, [target], model="multi-power", lr_schedule=spec, ema_token_window=WINDOW)
+    result = analysis.targets[0]
+    assert result.status == "extrapolated"
+    assert result.tokens == pytest.approx(truth, rel=0.03)
+
+
+def test_the_planned_decay_is_what_brings_a_wsd_run_to_its_target():
+    """Cut before the decay: without the plan the forecast must assume the lr stays."""
+    spec = "wsd:warmup=100,total=3000,decay=0.25,final=0.05"
+    history = _run(spec, gain=0.2)
+    cut, target, truth = _protocol(history, 0.5, 0.95)
+    planned = tp.analyze(cut, [target], lr_schedule=spec, ema_token_window=WINDOW)
+    unplanned = tp.analyze(cut, [target], ema_token_window=WINDOW)
+    assert planned.targets[0].tokens == pytest.approx(truth, rel=0.1)
+    # without the plan the forecast rests on an assumption, and says so
+    assert any("assumes it stays there" in note for note in unplanned.notes)
+    assert unplanned.plan.schedule is None
+    assert planned.plan.schedule.source == "spec"
+
+
+def test_the_ema_lag_does_not_bias_the_forecast():
+    """A window of 300 steps lags the loss by ~150 steps; fitting the raw loss does not."""
+    history = _run(noise=0.002)
+    window = 300 * 131072.0
+    cut, target, truth = _protocol(history, 0.5, 0.8, window)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=window)
+    assert analysis.targets[0].tokens == pytest.approx(truth, rel=0.01)
+    # the law was fitted to the raw loss: its residuals there average out
+    assert abs(float(np.mean(analysis.fit.residuals))) < 0.002
+
+
+def test_loss_spikes_do_not_drag_the_fit():
+    clean = _run(noise=0.005)
+    frame = clean.frame()
+    spikes = frame.index[50:350:30]
+    frame.loc[spikes, "loss"] += 1.5
+    spiky = tp.build_history(frame.rename(columns={"batch": "global_batch", "loss": "train_loss"}), run="spiky")
+    cut_clean, target, _ = _protocol(clean, 0.5, 0.8)
+    cut_spiky = spiky.head(len(cut_clean))
+    one = tp.analyze(cut_clean, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW)
+    two = tp.analyze(cut_spiky, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW)
+    assert two.fit.params["alpha"] == pytest.approx(one.fit.params["alpha"], rel=0.05)
+
+
+def test_the_answer_does_not_hang_on_the_starting_guess():
+    history = _run()
+    timeline = build_timeline(history, LrSchedule.parse_spec(COSINE))
+    obs = observations(history.step[20:300], history.loss[20:300], timeline)
+    fits = [
+        fit_law(LR_ANNEALING, obs, timeline, ema_window=WINDOW, start_step=100.0, start=np.array([guess]))
+        for guess in (0.05, 0.3, 2.0)
+    ]
+    alphas = [f.params["alpha"] for f in fits]
+    assert max(alphas) - min(alphas) < 1e-4
+
+
+@pytest.mark.parametrize(
+    ("loss", "lr", "reason"),
+    [
+        (np.full(40, 3.0), 1.0, "the loss does not change over the fit window"),
+        (np.linspace(4, 3, 40), 0.0, "the lr area does not grow"),
+    ],
+)
+def test_degenerate_windows_fail_with_a_reason(loss, lr, reason):
+    frame = pd.DataFrame({"step": np.arange(1, 41), "train_loss": loss, "lr": lr})
+    history = tp.build_history(frame, run="degenerate", batch_size=1000)
+    timeline = build_timeline(history, None)
+    failure = fit_law(
+        LR_ANNEALING, observations(history.step, history.loss, timeline), timeline, ema_window=1e4, start_step=1.0
+    )
+    assert isinstance(failure, FitFailure) and reason in failure.reason
+    analysis = tp.analyze(frame, [1.0], batch_size=1000, ema_token_window=1e4, fit_start_step=1)
+    assert analysis.targets[0].status == "failed"
+    assert reason in analysis.targets[0].note
+
+
+def test_too_few_rows_is_a_failed_fit_not_a_crash():
+    history = _run()
+    timeline = build_timeline(history, None)
+    fit = fit_window("multi-power", history, 10, 14, timeline, WINDOW, None)
+    assert isinstance(fit, FitFailure) and "needs at least 6 points" in fit.reason
+    frame = pd.DataFrame({"step": range(20), "train_loss": np.linspace(5, 4, 20), "lr": 1.0})
+    analysis = tp.analyze(frame, [3.0], batch_size=1000, ema_token_window=2000, fit_start_step=16)
+    assert analysis.targets[0].status == "failed" and "only 4 logged rows" in analysis.targets[0].note
+
+
+def test_block_length_follows_the_autocorrelation():
+    rng = np.random.default_rng(0)
+    white = rng.normal(size=2000)
+    wandering = np.zeros(2000)
+    for i in range(1, 2000):
+        wandering[i] = 0.95 * wandering[i - 1] + white[i]
+    assert _block_length(white) <= 3
+    assert _block_length(wandering) >= 20
+
+
+def test_intervals_cover_the_truth_about_as_often_as_they_say():
+    """Runs whose noise wanders (AR(1)): an 80% interval holds the truth in most of them."""
+    covered, widths = [], []
+    spec = "cosine:warmup=100,total=2000,final=0.1"
+    for seed in range(12):
+        history = _run(spec, steps=2000, noise=0.01, seed=seed, noise_correlation=0.9)
+        cut, target, truth = _protocol(history, 0.5, 0.8)
+        result = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=spec, ema_token_window=WINDOW).targets[0]
+        low, high = result.tokens_interval
+        covered.append(low <= truth <= high)
+        widths.append(high / low)
+    assert 0.6 <= np.mean(covered) <= 1.0
+    assert 1.0 < np.median(widths) < 2.0
+
+
+def test_chance_of_reaching_a_target_within_the_plan():
+    history = _run()
+    cut, target, truth = _protocol(history, 0.5, 0.8)
+    smoothed = token_window_ema(history.loss, history.step, history.batch, WINDOW)
+    beyond = float(smoothed[-1]) - 0.05  # lower than the full run ever got
+    analysis = tp.analyze(cut, [target, beyond], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW)
+    within, after = analysis.targets
+    assert within.p_reach_within_plan >= 0.9
+    assert after.p_reach_within_plan is not None and after.p_reach_within_plan <= 0.2
+
+
+def test_auto_reports_its_choice_and_the_evidence():
+    history = _run(noise=0.005)
+    cut, target, _ = _protocol(history, 0.6, 0.8)  # the cosine has shed about half of the lr
+    analysis = tp.analyze(cut, [target], lr_schedule=COSINE, ema_token_window=WINDOW)
+    selection = analysis.selection
+    assert selection.chosen in ("lr-annealing", "multi-power")
+    assert {name for name, _ in selection.scores} == {"lr-annealing", "multi-power"}
+    assert all(score is not None and score >= 0 for _, score in selection.scores)
+    assert analysis.fit.name == selection.chosen
+    doc = tp.to_json(analysis)
+    assert doc["model_selection"]["chosen"] == selection.chosen
+    assert doc["targets"][0]["model"]["name"] == selection.chosen
+    early, *_ = _protocol(history, 0.15, 0.3)  # little decay seen yet: the richer law is not fitted
+    assert tp.analyze(early, [1.0], lr_schedule=COSINE, ema_token_window=WINDOW).selection.chosen == "lr-annealing"
+
+
+def test_the_clock_changes_what_a_step_counts():
+    frame = synthetic_run(3000, batch=[(0, 65536.0), (1500, 262144.0)], noise=0.005, log_every=5, seed=4)
+    history = tp.build_history(frame, run="dynamic")
+    cut, target, truth = _protocol(history, 0.4, 0.7)
+    by_tokens = tp.analyze(cut, [target], clock="tokens", model="lr-annealing", ema_token_window=WINDOW).targets[0]
+    by_steps = tp.analyze(cut, [target], clock="steps", model="lr-annealing", ema_token_window=WINDOW).targets[0]
+    # the loss follows tokens: the tokens clock stays right across the batch switch
+    assert abs(math.log(by_tokens.tokens / truth)) < abs(math.log(by_steps.tokens / truth))
+    assert by_tokens.tokens == pytest.approx(truth, rel=0.05)
+
+
+def test_a_plan_from_the_runs_params_is_used_unless_one_is_given():
+    """Tracker adapters put LrSchedule.from_params(run params) in History.lr_plan."""
+    from dataclasses import replace
+
+    history = _run()
+    cut, target, truth = _protocol(history, 0.5, 0.8)
+    params = {"lr_scheduler": "cosine", "warmup_steps": "100", "max_steps": "3000", "min_lr_ratio": "0.1"}
+    with_params = replace(cut, lr_plan=LrSchedule.from_params(params))
+    analysis = tp.analyze(with_params, [target], model="lr-annealing", ema_token_window=WINDOW)
+    assert analysis.plan.schedule.source == "params" and "(run params)" in analysis.plan.note
+    assert analysis.targets[0].tokens == pytest.approx(truth, rel=0.03)
+    given = tp.analyze(with_params, [target], model="lr-annealing", lr_schedule="constant:warmup=100",
+                       ema_token_window=WINDOW)
+    assert given.plan.schedule.source == "spec"
+
+
+def test_the_sweep_fits_every_window_on_its_own_rows():
+    history = _run()
+    cut, target, _ = _protocol(history, 0.6, 0.9)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW,
+                          stability_sweep=True, sweep_step=100, sweep_min_window=200)
+    sweep = analysis.targets[0].sweep
+    tokens = [row.tokens for row in sweep.rows]
+    assert len(tokens) >= 10 and all(t is not None for t in tokens)
+    assert len(set(tokens)) == len(tokens)  # no two windows share their data
+    assert sweep.rows[-1].max_step == cut.last_step
+    # the last window is the whole window: the same law as the forecast's, up to reweighting
+    assert sweep.rows[-1].fit.params["alpha"] == pytest.approx(analysis.fit.params["alpha"], rel=0.02)
+    assert sweep.verdict in ("converged", "not_converged")

@@ -1,0 +1,199 @@
+"""Many windows of one run fitted at once: the windows of a stability sweep.
+
+For the lr-annealing law (whose anneal column does not depend on its exponent) the normal
+equations of every window at every exponent of a fine grid come from cumulative sums, and
+the windows' EMAs are smoothed together, so hundreds of windows cost a few array passes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from ..smoothing import ema_decay, linear_recurrence_rows
+from .projection import Projection
+from .schedule_law import _MODEL_POINTS, MIN_POINTS, LawFit, Observations, _ema_grid, _fine_end, _level
+
+__all__ = ["fit_prefixes", "smooth_all"]
+
+
+# Exponents tried at once when many windows are fitted together (ratio 1.03 apart; a
+# parabola through the best three refines the answer).
+_PREFIX_GRID = np.geomspace(0.02, 3.0, 161)
+
+
+def fit_prefixes(like: LawFit, step: np.ndarray, loss: np.ndarray, ends: list[int]) -> list[LawFit | None]:
+    """``like``'s law fitted to the first ``end`` rows of its window, for each end.
+
+    ``step`` and ``loss`` are the window's raw rows (those ``like`` was fitted to, binned).
+    For a law whose anneal column does not depend on its one nonlinear parameter (the
+    lr-annealing law), the normal equations of every prefix at every exponent of a fine grid
+    come from cumulative sums over ``like``'s bins, plus one bin of the rows a prefix cuts
+    short, so a sweep's hundreds of windows cost a few array passes and each sees exactly
+    its rows. Each prefix takes one weighted pass with ``like``'s robust weights and prior
+    strength, at the grid's best exponent refined by a parabola. None where this does not
+    apply (another law, or every exponent breaking a sign constraint): fit that one alone.
+    """
+    law, obs = like.law, like.observations
+    if not law.anneal_fixed or len(law.theta_names) != 1 or like.weight is None or obs.rows is None:
+        return [None] * len(ends)
+    weight = like.weight
+    robust = weight / obs.weight  # each bin's Huber factor
+    anneal = law.anneal(like.theta, obs.clock, obs.area, like.cells)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        z = np.power(obs.area / obs.area[-1], -_PREFIX_GRID[:, None])
+    wz = weight * z
+    zero = np.zeros((len(_PREFIX_GRID), 1))
+    cum = {
+        "z": np.hstack([zero, np.cumsum(wz, axis=1)]), "zz": np.hstack([zero, np.cumsum(wz * z, axis=1)]),
+        "za": np.hstack([zero, np.cumsum(wz * anneal, axis=1)]), "zy": np.hstack([zero, np.cumsum(wz * obs.loss, axis=1)]),
+    }
+    wa = weight * anneal
+    one = {
+        key: np.r_[0.0, np.cumsum(values)]
+        for key, values in (("w", weight), ("a", wa), ("aa", wa * anneal), ("ay", wa * obs.loss),
+                            ("y", weight * obs.loss), ("yy", weight * obs.loss**2))
+    }
+    use_gain = like.prior is not None or bool(anneal.any())
+    out: list[LawFit | None] = []
+    for end in ends:
+        complete = int(np.searchsorted(obs.rows, end, side="right"))
+        prefix = obs.take(complete)
+        extra = None
+        if complete < len(obs) and end > (obs.rows[complete - 1] if complete else 0):
+            begin = int(obs.rows[complete - 1]) if complete else 0
+            cut_step = float(np.mean(step[begin:end]))
+            area, clock = like.timeline.area_at(cut_step), like.timeline.clock_at(cut_step)
+            extra = (cut_step, float(np.mean(loss[begin:end])), float(end - begin) * robust[complete], area, clock)
+            prefix = prefix.append(cut_step, extra[1], float(end - begin), float(area), float(clock), end)
+        if len(prefix) < MIN_POINTS:
+            out.append(None)
+            continue
+        mean = None if like.prior is None else like.prior.fraction * _level(prefix)
+        terms = _prefix_terms(cum, one, complete, extra, anneal_of=lambda c, a: law.anneal(like.theta, np.array([c]), np.array([a]), like.cells)[0], area0=float(obs.area[-1]))
+        alpha = _best_exponent(terms, use_gain or (extra is not None and terms["a"] != 0), mean, like.strength)
+        if alpha is None:
+            out.append(None)
+            continue
+        robust_prefix = np.r_[weight[:complete], [] if extra is None else [extra[2]]]
+        out.append(_prefix_fit(like, prefix, alpha, robust_prefix, mean, float(step[end - 1])))
+    return out
+
+
+def _prefix_terms(cum, one, complete, extra, anneal_of, area0):
+    """The sums of one prefix: ``complete`` whole bins, plus the ``extra`` cut-short bin."""
+    terms = {key: values[:, complete].copy() for key, values in cum.items()}
+    terms.update({key: float(values[complete]) for key, values in one.items()})
+    if extra is not None:
+        step, y, w, area, clock = extra
+        a = float(anneal_of(clock, area))
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            z = np.power(area / area0, -_PREFIX_GRID)
+        terms["z"] += w * z
+        terms["zz"] += w * z * z
+        terms["za"] += w * z * a
+        terms["zy"] += w * z * y
+        terms["w"] += w
+        terms["a"] += w * a
+        terms["aa"] += w * a * a
+        terms["ay"] += w * a * y
+        terms["y"] += w * y
+        terms["yy"] += w * y * y
+    return terms
+
+
+def _best_exponent(terms: dict, use_gain: bool, mean: float | None, strength: float) -> float | None:
+    k = len(_PREFIX_GRID)
+    size = 3 if use_gain else 2
+    g = np.zeros((k, size, size))
+    rhs = np.zeros((k, size))
+    g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = terms["w"], terms["z"], terms["zz"]
+    g[:, 1, 0] = terms["z"]
+    rhs[:, 0], rhs[:, 1] = terms["y"], terms["zy"]
+    yy = terms["yy"]
+    if use_gain:
+        extra = strength**2 if mean is not None else 0.0
+        g[:, 0, 2] = g[:, 2, 0] = -terms["a"]
+        g[:, 1, 2] = g[:, 2, 1] = -terms["za"]
+        g[:, 2, 2] = terms["aa"] + extra
+        rhs[:, 2] = -terms["ay"] + (extra * mean if mean is not None else 0.0)
+        if mean is not None:
+            yy += (strength * mean) ** 2
+    ok = np.isfinite(g).all(axis=(1, 2)) & (np.abs(np.linalg.det(np.where(np.isfinite(g), g, 0.0))) > 1e-300)
+    cost = np.full(k, np.inf)
+    if ok.any():
+        coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
+        value = yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
+        value[(coef < 0).any(axis=1)] = np.inf
+        cost[ok] = value
+    best = int(np.argmin(cost))
+    if not np.isfinite(cost[best]):
+        return None
+    u = np.log(_PREFIX_GRID)
+    if 0 < best < k - 1 and np.isfinite(cost[best - 1]) and np.isfinite(cost[best + 1]):
+        c0, c1, c2 = cost[best - 1], cost[best], cost[best + 1]
+        curvature = c0 - 2 * c1 + c2
+        if curvature > 0:
+            step = 0.5 * (c0 - c2) / curvature
+            return float(np.exp(u[best] + min(max(step, -1.0), 1.0) * (u[1] - u[0])))
+    return float(_PREFIX_GRID[best])
+
+
+def _prefix_fit(
+    like: LawFit, obs: Observations, alpha: float, weight: np.ndarray, mean: float | None, last: float
+) -> LawFit | None:
+    area_ref = float(obs.area[-1])
+    seen = like.cells.before(float(obs.clock[-1]))
+    theta = np.array([alpha])
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        power = like.law.power(theta, obs.area / area_ref)
+    anneal = like.law.anneal(theta, obs.clock, obs.area, seen)
+    problem = Projection(obs.loss, weight, mean, like.strength if mean is not None else 0.0)
+    coef, fitted = problem.solve(power, anneal)
+    if not np.isfinite(coef).all():
+        return None
+    residuals = obs.loss - fitted
+    scaled = residuals * np.sqrt(obs.weight)
+    sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
+    return replace(
+        like, theta=theta, coef=coef, area_ref=area_ref, timeline=replace(like.timeline, last_step=last),
+        sigma=sigma, residuals=residuals, fitted=fitted, observations=obs, prior_mean=mean, weight=weight,
+        _cache={},
+    )
+
+
+def smooth_all(fits: list[LawFit]) -> None:
+    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows).
+
+    The fits share their law, timeline (but for the last logged step), start and cadence;
+    their EMAs are computed together on one grid and left in each fit's cache.
+    """
+    if not fits:
+        return
+    first = fits[0]
+    tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
+    end = _fine_end(tl)
+    drops = np.interp(first.cells.clock, tl.clock_steps, tl.step)
+    coarse = np.unique(np.r_[
+        np.linspace(first.start_step, end, _MODEL_POINTS),
+        drops[drops > first.start_step],
+        np.geomspace(end, tl.horizon, 128),
+    ])
+    area, clock = tl.area_at(coarse), tl.clock_at(coarse)
+    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
+    shift = max(spacing - first.cadence, 0.0) / 2
+    at = np.maximum(fine - shift, first.start_step)
+    series = np.empty((len(fits), len(fine)))
+    for row, fit in enumerate(fits):
+        power, anneal = fit.law.columns(fit.theta, clock, area, fit.area_ref, fit.cells)
+        series[row] = np.interp(at, coarse, fit.coef[0] + fit.coef[1] * power - fit.coef[2] * anneal)
+        if fit.smoothed_start is not None:
+            series[row, 0] = fit.smoothed_start
+    batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
+    decay = ema_decay(fine, batch, first.ema_window)
+    curves = linear_recurrence_rows(decay, (1.0 - decay) * series)
+    for row, fit in enumerate(fits):
+        fit._cache["smoothed"] = (fine, curves[row])
+
+

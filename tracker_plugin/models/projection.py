@@ -1,0 +1,190 @@
+"""The linear part of a schedule-aware law: for fixed shape columns, the best ``L0``, ``A``, ``G``.
+
+Variable projection solves the linear coefficients exactly for every trial shape, so the
+nonlinear search runs over the shape alone. The problems are 3x3 at most, solved from
+their normal equations in plain floats (numpy's per-call overhead would dominate), with
+the sign constraints ``L0, A, G >= 0`` met by trying each combination of active ones.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["Projection"]
+
+
+# Which of (L0, A, G) are free, the rest held at 0: the free problem first, then every
+# combination of active sign constraints.
+_SUBSETS = ((0, 1, 2), (1, 2), (0, 2), (0, 1), (2,), (1,), (0,))
+_NO_GAIN = ((0, 1), (1,), (0,))
+
+
+def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) -> list[float] | None:
+    """Solve the normal equations restricted to ``free`` (others 0) by Cramer's rule.
+
+    None when the restricted system is singular: a column without information (no lr
+    drop seen and no prior, say) is then left out by a smaller subset.
+    """
+    coef = [0.0, 0.0, 0.0]
+    if len(free) == 1:
+        (i,) = free
+        if g[i][i] <= 1e-300:
+            return None
+        coef[i] = rhs[i] / g[i][i]
+        return coef
+    if len(free) == 2:
+        i, j = free
+        det = g[i][i] * g[j][j] - g[i][j] * g[j][i]
+        if abs(det) <= 1e-12 * abs(g[i][i] * g[j][j]) or det == 0:
+            return None
+        coef[i] = (rhs[i] * g[j][j] - g[i][j] * rhs[j]) / det
+        coef[j] = (g[i][i] * rhs[j] - g[j][i] * rhs[i]) / det
+        return coef
+    a = g
+    det = (
+        a[0][0] * (a[1][1] * a[2][2] - a[1][2] * a[2][1])
+        - a[0][1] * (a[1][0] * a[2][2] - a[1][2] * a[2][0])
+        + a[0][2] * (a[1][0] * a[2][1] - a[1][1] * a[2][0])
+    )
+    scale = abs(a[0][0] * a[1][1] * a[2][2])
+    if det == 0 or abs(det) <= 1e-12 * scale:
+        return None
+    for k in range(3):
+        m = [row[:] for row in a]
+        for r in range(3):
+            m[r][k] = rhs[r]
+        coef[k] = (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        ) / det
+    return coef
+
+
+class Projection:
+    """For fixed columns, the best ``L0 >= 0``, ``A >= 0``, ``G >= 0`` by weighted least squares.
+
+    With a prior, one pseudo-observation ``strength * (G - mean) = 0`` joins the rows. The
+    sign constraints (a loss and its parts are not negative; without them a short window
+    trades a tiny exponent against a negative asymptote) are met by trying the free
+    problem, then each combination of active constraints: a few 3x3 (or smaller) solves.
+    """
+
+    def __init__(self, y: np.ndarray, weight: np.ndarray, prior_mean: float | None, strength: float) -> None:
+        self.y = y
+        self.w = weight
+        self.prior = None if prior_mean is None or strength <= 0 else (prior_mean, strength)
+        self.sw = np.sqrt(weight)
+        self.wy = weight * y
+        self.sum_w = float(weight.sum())
+        self.sum_wy = float(self.wy.sum())
+        self.yy = float(self.wy @ y) + (0.0 if self.prior is None else (self.prior[1] * self.prior[0]) ** 2)
+        self._anneal: tuple[np.ndarray, tuple[float, float, float, bool]] | None = None
+
+    def _anneal_terms(self, anneal: np.ndarray) -> tuple[float, float, float, bool]:
+        """Sums that involve only the anneal column: computed once when it does not change."""
+        if self._anneal is not None and self._anneal[0] is anneal:
+            return self._anneal[1]
+        wa = self.w * anneal
+        terms = (float(wa.sum()), float(wa @ anneal), float(wa @ self.y), bool(anneal.any()))
+        self._anneal = (anneal, terms)
+        return terms
+
+    def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float]:
+        wp = self.w * power
+        sum_wp = float(wp.sum())
+        if not math.isfinite(sum_wp):
+            return None, math.inf
+        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
+        pa = float(wp @ anneal)
+        g = [
+            [self.sum_w, sum_wp, -sum_wa],
+            [sum_wp, float(wp @ power), -pa],
+            [-sum_wa, -pa, aa],
+        ]
+        rhs = [self.sum_wy, float(wp @ self.y), -ay]
+        if self.prior is not None:
+            mean, strength = self.prior
+            g[2][2] += strength**2
+            rhs[2] += strength**2 * mean
+        best, best_cost = None, math.inf
+        # Without a drop to see and without a prior, G is not in the problem at all.
+        subsets = _SUBSETS if self.prior is not None or any_anneal else _NO_GAIN
+        for free in subsets:
+            coef = _solve_small(g, rhs, free)
+            if coef is None or min(coef) < 0:
+                continue
+            # cost = y'Wy - 2 c'r + c'Gc, from the normal equations
+            cost = self.yy - 2 * (coef[0] * rhs[0] + coef[1] * rhs[1] + coef[2] * rhs[2])
+            for i in range(3):
+                for j in range(3):
+                    cost += coef[i] * g[i][j] * coef[j]
+            if cost < best_cost:
+                best, best_cost = coef, cost
+            if free is subsets[0]:
+                break
+        return best, best_cost
+
+    def costs(self, powers: np.ndarray, anneal: np.ndarray) -> np.ndarray:
+        """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once.
+
+        The free (unconstrained) problem is solved for every row together; rows where it
+        breaks a sign constraint, or is singular, fall back to :meth:`cost`.
+        """
+        w = self.w
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            wp = powers * w
+            sum_wp = wp.sum(axis=1)
+            pp = np.einsum("kn,kn->k", wp, powers)
+            py = wp @ self.y
+            pa = wp @ anneal
+        sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
+        k = len(powers)
+        out = np.full(k, np.inf)
+        use_gain = self.prior is not None or any_anneal
+        size = 3 if use_gain else 2
+        g = np.empty((k, size, size))
+        rhs = np.empty((k, size))
+        g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = self.sum_w, sum_wp, pp
+        g[:, 1, 0] = sum_wp
+        rhs[:, 0], rhs[:, 1] = self.sum_wy, py
+        if use_gain:
+            extra = 0.0 if self.prior is None else self.prior[1] ** 2
+            g[:, 0, 2] = g[:, 2, 0] = -sum_wa
+            g[:, 1, 2] = g[:, 2, 1] = -pa
+            g[:, 2, 2] = aa + extra
+            rhs[:, 2] = -ay + (0.0 if self.prior is None else extra * self.prior[0])
+        finite = np.isfinite(g).all(axis=(1, 2)) & np.isfinite(rhs).all(axis=1)
+        det = np.linalg.det(np.where(finite[:, None, None], g, np.eye(size)))
+        ok = finite & (np.abs(det) > 1e-12 * np.abs(np.prod(np.diagonal(g, axis1=1, axis2=2), axis=1)))
+        if ok.any():
+            coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
+            cost = self.yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
+            feasible = (coef >= 0).all(axis=1)
+            rows = np.flatnonzero(ok)
+            out[rows[feasible]] = np.maximum(cost[feasible], 0.0)
+        for i in np.flatnonzero(~np.isfinite(out)):
+            if np.isfinite(powers[i]).all():
+                out[i] = self.cost(powers[i], anneal)
+        return out
+
+    def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(coef, fitted)``; NaN when the columns are not finite."""
+        best, _ = self._best(power, anneal)
+        if best is None or not np.isfinite(anneal).all():
+            return np.full(3, np.nan), np.full(len(self.y), np.nan)
+        return np.array(best), best[0] + best[1] * power - best[2] * anneal
+
+    def residuals(self, power: np.ndarray, anneal: np.ndarray) -> np.ndarray:
+        coef, fitted = self.solve(power, anneal)
+        if not np.isfinite(coef).all():
+            return np.full(len(self.y) + 1, np.inf)
+        extra = 0.0 if self.prior is None else self.prior[1] * (coef[2] - self.prior[0])
+        return np.r_[self.sw * (self.y - fitted), extra]
+
+    def cost(self, power: np.ndarray, anneal: np.ndarray) -> float:
+        """The weighted sum of squares (prior included) at the best linear parameters."""
+        best, cost = self._best(power, anneal)
+        return max(cost, 0.0) if best is not None else math.inf
