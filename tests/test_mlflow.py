@@ -137,7 +137,7 @@ def expected_annotation(tracking: Tracking, run_id: str, targets=TARGETS):
     """What the annotation should be, computed through the Python API."""
     source = tracking.source(f"mlflow:{run_id}", use_cache=False)
     run = source.runs()[0]
-    config = AnalysisConfig(targets=tuple(map(float, targets)), model="auto")  # the command line's default model
+    config = AnalysisConfig(targets=tuple(map(float, targets)))
     analysis = run_analysis(source.read(run), config)
     return build_annotation(analysis, settings_of(config, Columns(), None), progress=run.progress)
 

@@ -25,6 +25,7 @@ def case(request, golden, data_dir):
         targets=tuple(run["targets"]),
         ema_token_window=run["ema_token_window"],
         batch_schedule=tp.BatchSchedule.parse(run["batch_schedule"]) if run["batch_schedule"] else None,
+        model="power-law",
         stability_sweep=True,
         **golden["sweep"],
     )
@@ -98,7 +99,9 @@ def test_reference_final_window_was_a_near_duplicate_and_ours_is_not(golden, dat
     ref_steps = [row["max_step"] for row in run["targets_result"][2]["sweep"]]
     assert ref_steps[-1] - ref_steps[-2] == 1
     history = tp.load_csv(data_dir / run["file"])
-    analysis = tp.analyze(history, run["targets"][2], ema_token_window=run["ema_token_window"], stability_sweep=True)
+    analysis = tp.analyze(
+        history, run["targets"][2], model="power-law", ema_token_window=run["ema_token_window"], stability_sweep=True
+    )
     ours = [row.max_step for row in analysis.targets[0].sweep.rows]
     assert ours[-1] == ref_steps[-1]
     assert ours[-1] - ours[-2] >= golden["sweep"]["sweep_step"] / 2

@@ -63,15 +63,15 @@ NO_LR_WARMUP_SHARE = 0.1
 class AnalysisConfig:
     """Every setting that changes an analysis's result.
 
-    The defaults are those of the original ``find_target_loss.py``, the model included
-    (``power-law``); :func:`analyze` and the command line default to ``model="auto"``.
-    ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to the
-    schedule-aware models only.
+    The defaults are those of the original ``find_target_loss.py``, except the model:
+    ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
+    original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
+    the schedule-aware models only.
     """
 
     targets: tuple[float, ...]
     ema_token_window: float = 100_000_000.0
-    model: str = "power-law"
+    model: str = "auto"
     lr_schedule: LrSchedule | None = None
     clock: str = "tokens"
     interval: float = 0.8
@@ -205,89 +205,27 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
             f"the EMA window ({config.ema_token_window:,.0f} tokens) is smaller than the batch "
             "on some steps: no smoothing there"
         )
-
-    if config.model != "power-law":
-        return _schedule_analysis(history, config, stages, smoothed, fit_start, reason, window, notes)
-
-    fit: Fit | FitFailure | None = None
-    sweep_rows: tuple[SweepRow, ...] | None = None
-    results = []
-    for target in config.targets:
-        crossing = _crossing(history, smoothed, target)
-        if crossing is not None:
-            results.append(TargetResult(target, REACHED, tokens=crossing[1], step=crossing[0]))
-            continue
-        if len(window) < MIN_FIT_ROWS:
-            note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {MIN_FIT_ROWS}"
-            results.append(TargetResult(target, FAILED, note=note))
-            continue
-        if fit is None:
-            fit = _fit(history, smoothed, window, config)
-        sweep = None
-        if config.stability_sweep:
-            if sweep_rows is None:
-                sweep_rows = _sweep_fits(history, smoothed, fit_start, config)
-            sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
-        results.append(_forecast(fit, target, history, stages, config, sweep))
-
-    return Analysis(
-        run=history.run,
-        loss_key=history.loss_key,
-        config=config,
-        fit_start_step=fit_start,
-        fit_start_reason=reason,
-        observed_step=history.last_step,
-        observed_tokens=history.last_tokens,
-        stages=stages,
-        batch_source=history.batch_source,
-        targets=tuple(results),
-        notes=tuple(notes),
-        fit=fit,
-        history=history,
-        smoothed=smoothed,
-    )
-
-
-def _schedule_analysis(
-    history: History,
-    config: AnalysisConfig,
-    stages: tuple[BatchStage, ...],
-    smoothed: np.ndarray,
-    fit_start: int,
-    reason: str,
-    window: np.ndarray,
-    notes: list[str],
-) -> Analysis:
-    """The analysis with a schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``).
-
-    The plan and the timeline are made only when some target is left to forecast.
-    """
-    prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
-    first = int(window[0]) if len(window) else len(history)
+    power_law = config.model == "power-law"
+    min_rows = MIN_FIT_ROWS if power_law else MIN_LAW_ROWS
     results: dict[float, TargetResult] = {}
     open_targets = []
     for target in config.targets:
         crossing = _crossing(history, smoothed, target)
         if crossing is not None:
-            results[target] = TargetResult(target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=1.0)
-        elif len(window) < MIN_LAW_ROWS:
-            note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {MIN_LAW_ROWS}"
+            reached = None if power_law else 1.0
+            results[target] = TargetResult(
+                target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
+            )
+        elif len(window) < min_rows:
+            note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
             results[target] = TargetResult(target, FAILED, note=note)
         else:
             open_targets.append(target)
-    fit: LawFit | FitFailure | None = None
-    selection = None
-    plan = None
+    extra: dict[str, Any] = {}
     if open_targets:
-        plan = resolve_plan(history, config.lr_schedule)
-        notes.append(plan.note)
-        timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
-        fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
-        sweeps: dict[float, Sweep | None] = dict.fromkeys(open_targets)
-        if config.stability_sweep:
-            rows = _law_sweep(history, smoothed, fit_start, config, fit, selection.chosen, timeline, prior)
-            sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in open_targets}
-        results.update(_law_forecasts(fit, selection, open_targets, history, first, stages, config, sweeps))
+        forecast = _power_law_forecasts if power_law else _schedule_forecasts
+        forecasts, extra = forecast(history, config, stages, smoothed, fit_start, window, notes, open_targets)
+        results.update(forecasts)
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -300,12 +238,57 @@ def _schedule_analysis(
         batch_source=history.batch_source,
         targets=tuple(results[t] for t in config.targets),
         notes=tuple(notes),
-        fit=fit,
-        selection=selection,
-        plan=plan,
         history=history,
         smoothed=smoothed,
+        **extra,
     )
+
+
+def _power_law_forecasts(
+    history: History,
+    config: AnalysisConfig,
+    stages: tuple[BatchStage, ...],
+    smoothed: np.ndarray,
+    fit_start: int,
+    window: np.ndarray,
+    notes: list[str],
+    targets: list[float],
+) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+    """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
+    fit = _fit(history, smoothed, window, config)
+    sweep_rows = _sweep_fits(history, smoothed, fit_start, config) if config.stability_sweep else None
+    results = {}
+    for target in targets:
+        sweep = None
+        if sweep_rows is not None:
+            sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
+        results[target] = _forecast(fit, target, history, stages, config, sweep)
+    return results, {"fit": fit}
+
+
+def _schedule_forecasts(
+    history: History,
+    config: AnalysisConfig,
+    stages: tuple[BatchStage, ...],
+    smoothed: np.ndarray,
+    fit_start: int,
+    window: np.ndarray,
+    notes: list[str],
+    targets: list[float],
+) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+    """A schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``) on the planned lr."""
+    prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
+    first = int(window[0])
+    plan = resolve_plan(history, config.lr_schedule)
+    notes.append(plan.note)
+    timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
+    fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
+    sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
+    if config.stability_sweep:
+        rows = _law_sweep(history, smoothed, fit_start, config, fit, selection.chosen, timeline, prior)
+        sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
+    results = _law_forecasts(fit, selection, targets, history, first, stages, config, sweeps)
+    return results, {"fit": fit, "selection": selection, "plan": plan}
 
 
 def _law_forecasts(
@@ -628,7 +611,6 @@ def analyze(
         options["batch_schedule"] = BatchSchedule.parse(options["batch_schedule"])
     if isinstance(options.get("lr_schedule"), str):
         options["lr_schedule"] = LrSchedule.parse_spec(options["lr_schedule"])
-    options.setdefault("model", AUTO)
     config = AnalysisConfig(targets=tuple(targets), **options)
     if isinstance(data, History):
         history = data
