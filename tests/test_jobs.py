@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time as time_module
@@ -131,9 +132,18 @@ def _valid_cron(expression: str) -> bool:
     return all(lo <= n <= hi for nums, (lo, hi) in zip(numbers, limits) for n in nums)
 
 
+@pytest.fixture(scope="session")
+def empty_store(tmp_path_factory) -> Path:
+    """An sqlite store with MLflow's tables made once: making them takes seconds."""
+    path = tmp_path_factory.mktemp("store") / "mlflow.db"
+    MlflowClient(f"sqlite:///{path}").search_experiments()
+    return path
+
+
 @pytest.fixture
-def pretraining(tmp_path):
+def pretraining(tmp_path, empty_store):
     """A local sqlite store with a 'pretraining' experiment of finished example runs."""
+    shutil.copy(empty_store, tmp_path / "mlflow.db")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
     experiment_id = client.create_experiment("pretraining", artifact_location=(tmp_path / "artifacts").as_uri())

@@ -164,7 +164,6 @@ def _ylim(ax: Any, analysis: Analysis) -> None:
 
 _RUN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
                "tab:gray", "tab:olive", "tab:cyan")
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def plot_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO) -> None:
@@ -189,7 +188,8 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         tokens = np.maximum(history.tokens, history.batch[0])
         after = history.step >= analysis.fit_start_step
         start = int(np.argmax(after)) if after.any() else 0
-        ax.plot(tokens[start:], analysis.smoothed[start:], color=color, lw=1.6, label=_short(name))
+        label = f"{_short(name)}  (batch {_batch_text(analysis)})"
+        ax.plot(tokens[start:], analysis.smoothed[start:], color=color, lw=1.6, label=label)
         x_lo.append(tokens[start])
         x_hi.append(tokens[-1])
         lows.append(float(np.min(analysis.smoothed[start:])))
@@ -203,10 +203,9 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         for result in analysis.targets:
             if result.tokens is None:
                 continue
-            marker = _MARKERS[targets.index(result.target) % len(_MARKERS)]
             filled = result.status == "reached"
-            ax.plot([result.tokens], [result.target], marker=marker, ms=7, ls="none", color=color,
-                    markerfacecolor=color if filled else "white", markeredgewidth=1.5)
+            ax.plot([result.tokens], [result.target], marker="o", ms=7, ls="none", color=color,
+                    markerfacecolor=color if filled else "white", markeredgewidth=1.5, zorder=3)
             x_hi.append(result.tokens)
             if result.tokens_interval is not None:
                 lo, hi = result.tokens_interval
@@ -220,19 +219,48 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
                     xytext=(0, 3), textcoords="offset points", fontsize=8, color="0.3")
     ax.set_xscale("log")
     if x_lo:
-        ax.set_xlim(min(x_lo) * 0.9, max(x_hi) * 1.2)
+        # Frame the targets: the early loss of a run (or its lagging EMA) would flatten them.
         low = min(lows + targets)
-        high = max(highs)
+        top = max(targets) if targets else max(highs)
+        high = min(max(highs), top + 1.5 * max(top - low, 0.05 * abs(top)))
         pad = 0.06 * (high - low or 1.0)
         ax.set_ylim(low - pad, high + pad)
+        enters = [_first_below(a, high + pad) for _, a in analyses]
+        ax.set_xlim(min([*enters, *x_hi]) * 0.8, max(x_hi) * 1.2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (token-window EMA)")
-    ax.set_title("runs on the token axis: filled = reached, open = forecast, dashed = fitted law, bar = interval",
-                 fontsize=9)
+    ax.set_title("Tokens to each target, runs side by side", fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="upper right", fontsize=8)
+    runs_legend = ax.legend(loc="upper right", fontsize=8, title="run", title_fontsize=8)
+    ax.add_artist(runs_legend)
+    ax.legend(handles=_key_handles(analyses), loc="lower left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
     fig.savefig(path if hasattr(path, "write") else os.fspath(path), format="png")
+
+
+def _first_below(analysis: Analysis, level: float) -> float:
+    """The tokens where a run's smoothed loss first comes under ``level`` (its last, if never)."""
+    tokens = np.maximum(analysis.history.tokens, analysis.history.batch[0])
+    below = np.flatnonzero(analysis.smoothed <= level)
+    return float(tokens[below[0]] if len(below) else tokens[-1])
+
+
+def _batch_text(analysis: Analysis) -> str:
+    first, last = analysis.stages[0].batch, analysis.stages[-1].batch
+    return f"{last:,.0f}" if not analysis.dynamic_batch else f"{first:,.0f}->{last:,.0f}"
+
+
+def _key_handles(analyses: Sequence[tuple[str, Analysis]]) -> list[Any]:
+    """What the marks mean, drawn in grey so they read apart from the runs' colours."""
+    from matplotlib.lines import Line2D
+
+    level = next((a.config.interval for _, a in analyses), 0.8)
+    return [
+        Line2D([], [], marker="o", color="0.3", ls="none", label="reached (smoothed loss crossed)"),
+        Line2D([], [], marker="o", color="0.3", markerfacecolor="white", ls="none", label="forecast"),
+        Line2D([], [], color="0.3", ls="--", label="fitted law beyond the log"),
+        Line2D([], [], color="0.3", lw=5, alpha=0.3, label=f"{level:.0%} interval of the forecast"),
+    ]
 
 
 def _short(name: str, limit: int = 40) -> str:
