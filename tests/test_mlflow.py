@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tracker_plugin import AnalysisConfig, Columns, build_history
+from tracker_plugin import AnalysisConfig, Columns, DataError, build_history
 from tracker_plugin.analysis import run_analysis
 from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of
 from tracker_plugin.cli import main
@@ -198,18 +198,14 @@ def test_planned_lr_schedule_is_read_from_params(local):
               "max_steps": "5000", "seed": "1"}  # fmt: skip
     run_id = local.log(training_log(50), params=params)
     source = local.source(f"mlflow:{run_id}")
-    planned = source.planned_lr(source.runs()[0])
-    assert (planned.name, planned.peak, planned.final, planned.warmup_steps, planned.total_steps) == (
-        "cosine",
-        3e-4,
-        3e-5,
-        100,
-        5000,
-    )
-    assert planned.keys["peak"] == "optimizer.lr" and "seed" not in planned.keys.values()
-    assert source.planned_lr(source.runs()[0]) == planned
+    plan = source.read(source.runs()[0]).lr_plan
+    assert plan.source == "params" and plan.total_steps == 5000
+    np.testing.assert_allclose(plan.at([0, 100, 5000, 6000]), [0, 1, 0.1, 0.1], atol=1e-12)
     other = local.source(f"mlflow:{local.log(training_log(50), params={'seed': '1'})}")
-    assert other.planned_lr(other.runs()[0]) is None
+    assert other.read(other.runs()[0]).lr_plan is None
+    broken = local.source(f"mlflow:{local.log(training_log(50), params={'lr_schedule': 'cosine:total=x'})}")
+    with pytest.raises(DataError, match="planned lr schedule in its params does not parse"):
+        broken.read(broken.runs()[0])
 
 
 def test_history_pages_are_all_read(served, monkeypatch):

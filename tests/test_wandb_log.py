@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker_plugin.sources.wandb_config import batch_from_config, config_value, lr_schedule_from_config
+from tracker_plugin.sources.wandb_config import batch_from_config, config_value
 from tracker_plugin.sources.wandb_data import decode, wandb_progress, whole
 from tracker_plugin.sources.wandb_log import BLOCK, FILE_HEADER, LogCorrupt, LogTail, read_log, write_records
 
@@ -91,7 +91,7 @@ def test_values_as_wandb_returns_them():
     assert wandb_progress(True) is None and wandb_progress("7") is None
 
 
-def test_batch_and_lr_schedule_from_configs():
+def test_batch_from_configs():
     config = {
         "trainer": {"value": {"global_batch_size": 1024.0, "batch_size": "auto"}},
         "optim": {"lr": 3e-4, "warmup_steps": 0},
@@ -109,23 +109,6 @@ def test_batch_and_lr_schedule_from_configs():
         batch_from_config({"batch_size": -1, "tokens_per_step": True}, ("batch_size", "tokens_per_step"))
         is None
     )
-    plan = lr_schedule_from_config(config)
-    assert (plan.name, plan.peak, plan.final, plan.total_steps, plan.decay_steps) == (
-        "wsd",
-        3e-4,
-        0.0,
-        10_000,
-        2_000,
-    )
-    assert plan.warmup_steps is None  # a count of 0 under optim.* is not a top-level name it knows
-    assert plan.keys == {
-        "name": "lr_scheduler",
-        "peak": "optim.lr",
-        "final": "min_lr",
-        "total_steps": "max_steps",
-        "decay_steps": "decay_steps",
-    }
-    assert lr_schedule_from_config({"seed": 1}) is None
 
 
 def test_an_offline_summary_is_replayed_in_the_order_it_was_written(tmp_path):

@@ -169,8 +169,7 @@ def test_config_summary_and_lr_schedule_of_an_offline_run(offline_runs):
     assert run.config["optimizer"] == {"lr": 6e-4} and run.summary["keep_me"] == 42
     assert run.exit_code == 0 and run.incomplete_at is None
     source = open_source(f"wandb-offline:{offline_runs['dynamic']}", SourceOptions())
-    plan = source.planned_lr(source.runs()[0])
-    assert plan.peak == 6e-4 and plan.keys == {"peak": "optimizer.lr"}
+    assert source.read(source.runs()[0]).lr_plan is None  # a peak lr alone plans no schedule
 
 
 def test_a_folder_of_offline_runs(offline_runs, capsys):

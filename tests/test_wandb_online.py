@@ -147,15 +147,12 @@ def test_planned_lr_schedule_is_read_from_the_config(wandb_server):
     }
     wandb_server.add_run("ent", "proj", "sched", history=wandb_rows(synthetic_run(50)), config=config)
     source = open_source("wandb:ent/proj/sched", SourceOptions())
-    plan = source.planned_lr(source.runs()[0])
-    assert (plan.name, plan.peak, plan.final, plan.warmup_steps, plan.total_steps) == (
-        "cosine",
-        6e-4,
-        6e-5,
-        2000,
-        100000,
-    )
-    assert plan.keys["peak"] == "optimizer.lr"
+    plan = source.read(source.runs()[0]).lr_plan
+    assert plan.source == "params" and plan.total_steps == 100000
+    np.testing.assert_allclose(plan.at([0, 2000, 100000, 120000]), [0, 1, 0.1, 0.1], atol=1e-12)
+    wandb_server.add_run("ent", "proj", "none", history=wandb_rows(synthetic_run(50)), config={"seed": 1})
+    source = open_source("wandb:ent/proj/none", SourceOptions())
+    assert source.read(source.runs()[0]).lr_plan is None
 
 
 def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):

@@ -10,14 +10,24 @@ decide anything about the analysis.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from ..annotation import Annotation, Previous
-from ..errors import SourceError
+from ..errors import ConfigError, DataError, SourceError
 from ..history import Columns, History
+from ..schedule import LrSchedule
 
-__all__ = ["FINISHED_STATES", "STATES", "RunInfo", "Source", "SourceOptions", "select_states"]
+__all__ = [
+    "FINISHED_STATES",
+    "STATES",
+    "RunInfo",
+    "Source",
+    "SourceOptions",
+    "select_states",
+    "with_planned_lr",
+]
 
 # Normalised run states; a tracker's own states map onto these.
 STATES = ("running", "finished", "failed", "crashed", "killed", "unknown")
@@ -133,3 +143,21 @@ class Source(ABC):
 
 def _show(value: float | None) -> str:
     return "(none)" if value is None else f"{value:.10g}"
+
+
+def with_planned_lr(history: History, params: Mapping[str, Any]) -> History:
+    """``history`` with the lr schedule its run's params (MLflow) or config (W&B) plan.
+
+    Read by :meth:`LrSchedule.from_params`, which lists the names it knows; unchanged when
+    the params name no schedule. A plan given on the command line still takes precedence.
+
+    Raises
+    ------
+    DataError
+        The params hold a schedule spec that does not parse.
+    """
+    try:
+        plan = LrSchedule.from_params(params)
+    except ConfigError as exc:
+        raise DataError(f"the planned lr schedule in its params does not parse ({exc})", run=history.run) from None
+    return history if plan is None else replace(history, lr_plan=plan)

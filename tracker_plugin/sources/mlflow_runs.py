@@ -50,8 +50,8 @@ from ..errors import (
     TrackerUnavailable,
 )
 from ..history import Columns, History, batch_from_name, build_history
-from .base import RunInfo, Source, SourceOptions
-from .wandb_config import ConfigLrSchedule, batch_from_config, lr_schedule_from_config
+from .base import RunInfo, Source, SourceOptions, with_planned_lr
+from .wandb_config import batch_from_config
 
 __all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
 
@@ -198,15 +198,10 @@ class MlflowSource(Source):
         history = build_history(
             frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
         )
-        return replace(history, batch_source=batch_source) if batch_source else history
+        if batch_source:
+            history = replace(history, batch_source=batch_source)
+        return with_planned_lr(history, record.data.params)
 
-    def planned_lr(self, run: RunInfo) -> ConfigLrSchedule | None:
-        """The LR schedule the run's params plan, read as a W&B config is; None when they name none.
-
-        See :func:`~tracker_plugin.sources.wandb_config.lr_schedule_from_config` for the
-        names read (``lr``, ``optimizer.lr``, ``warmup_steps``, ``max_steps``, ...).
-        """
-        return lr_schedule_from_config(_param_values(self._record(run).data.params))
 
     def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
         """Role -> the first candidate key the run logged; the loss key must be there."""

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .base import with_planned_lr
 from ..history import Columns, History, build_history
 from .wandb_config import batch_from_config
 
@@ -84,7 +85,8 @@ def build_wandb_history(
     """The common frame from each chosen key's column, aligned on ``_step``.
 
     The batch comes from the batch key when the run logged one, else from the first of
-    ``batch_params`` in the run's ``config``, else from ``batch_size``.
+    ``batch_params`` in the run's ``config``, else from ``batch_size``. The planned lr
+    schedule comes from the config (see :func:`.base.with_planned_lr`).
 
     ``data`` maps each key (``_step`` aside, which is the row number) to its column.
     ``all_keys`` are every key the run logged, named in the error when the loss or step
@@ -121,7 +123,7 @@ def build_wandb_history(
     )
     if from_config is not None:
         history = replace(history, batch_source=f"config '{from_config[1]}'")
-    return history
+    return with_planned_lr(history, config)
 
 
 def _values(values: Sequence[Any]) -> np.ndarray:

@@ -33,7 +33,6 @@ from ..annotation import ARTIFACT_JSON, ARTIFACT_PNG, Annotation, Previous
 from ..errors import DataError, MissingDependency, RunNotFound, SourceError
 from ..history import History
 from .base import RunInfo, Source, SourceOptions
-from .wandb_config import ConfigLrSchedule, lr_schedule_from_config
 from .wandb_data import ROW_KEY, KeyColumn, build_wandb_history, chosen_keys, wandb_progress, whole
 from .wandb_log import LogCorrupt, LogRecord, LogTail, read_log, write_records
 from .wandb_runs import MARKERS
@@ -296,10 +295,6 @@ class WandbOfflineSource(Source):
             all_keys=parsed.keys,
         )
 
-    def planned_lr(self, run: RunInfo) -> ConfigLrSchedule | None:
-        """The learning-rate schedule the run's config plans (see :mod:`.wandb_config`)."""
-        parsed = self._parsed.get(run.ref) or self._read(_wandb_file(run.ref), run.ref)
-        return lr_schedule_from_config(_config_values(parsed.config))
 
     def _read(self, wandb_file: Path, ref: str) -> OfflineRun:
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)

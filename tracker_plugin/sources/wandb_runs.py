@@ -38,7 +38,6 @@ from ..errors import (
 )
 from ..history import History
 from .base import RunInfo, Source, SourceOptions
-from .wandb_config import ConfigLrSchedule, lr_schedule_from_config
 from .wandb_data import ROW_KEY, KeyColumn, build_wandb_history, chosen_keys, decode, wandb_progress, whole
 
 __all__ = ["RETRY_BOUNDS", "WandbSource", "normalise_state", "run_filters"]
@@ -217,10 +216,6 @@ class WandbSource(Source):
             all_keys=available,
         )
 
-    def planned_lr(self, run: RunInfo) -> ConfigLrSchedule | None:
-        """The learning-rate schedule the run's config plans (see :mod:`.wandb_config`)."""
-        with self._errors(run.ref):
-            return lr_schedule_from_config(self._run(run).config)
 
     def _scan(
         self, wb_run: Any, keys: list[str], history_keys: Mapping[str, Any], rows: int
