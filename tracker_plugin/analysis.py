@@ -18,7 +18,6 @@ from .clock import CLOCKS, build_timeline
 from .errors import ConfigError
 from .forecast import (
     AUTO,
-    Plan,
     Selection,
     TargetForecast,
     choose_law,
@@ -29,7 +28,7 @@ from .forecast import (
 from .history import BatchStage, Columns, History, batch_stages, build_history
 from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
 from .models.prefixes import fit_prefixes, smooth_all
-from .schedule import BatchSchedule, LrSchedule, tokens_to_step
+from .schedule import BatchSchedule, LrSchedule, Plan, tokens_to_step
 from .smoothing import token_window_ema
 
 __all__ = [
@@ -224,7 +223,8 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     extra: dict[str, Any] = {}
     if open_targets:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        forecasts, extra = forecast(history, config, stages, smoothed, fit_start, window, notes, open_targets)
+        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, notes)
+        forecasts, extra = forecast(prepared, open_targets)
         results.update(forecasts)
     return Analysis(
         run=history.run,
@@ -244,50 +244,51 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     )
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """What every model's forecast starts from: the run, its smoothed loss, the fit window."""
+
+    history: History
+    config: AnalysisConfig
+    stages: tuple[BatchStage, ...]
+    smoothed: np.ndarray
+    fit_start: int
+    window: np.ndarray
+    notes: list[str]  # the forecast adds its own
+
+
 def _power_law_forecasts(
-    history: History,
-    config: AnalysisConfig,
-    stages: tuple[BatchStage, ...],
-    smoothed: np.ndarray,
-    fit_start: int,
-    window: np.ndarray,
-    notes: list[str],
-    targets: list[float],
+    run: _Prepared, targets: list[float]
 ) -> tuple[dict[float, TargetResult], dict[str, Any]]:
     """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
-    fit = _fit(history, smoothed, window, config)
-    sweep_rows = _sweep_fits(history, smoothed, fit_start, config) if config.stability_sweep else None
+    history, config, smoothed = run.history, run.config, run.smoothed
+    fit = _fit(history, smoothed, run.window, config)
+    sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config) if config.stability_sweep else None
     results = {}
     for target in targets:
         sweep = None
         if sweep_rows is not None:
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
-        results[target] = _forecast(fit, target, history, stages, config, sweep)
+        results[target] = _forecast(fit, target, history, run.stages, config, sweep)
     return results, {"fit": fit}
 
 
 def _schedule_forecasts(
-    history: History,
-    config: AnalysisConfig,
-    stages: tuple[BatchStage, ...],
-    smoothed: np.ndarray,
-    fit_start: int,
-    window: np.ndarray,
-    notes: list[str],
-    targets: list[float],
+    run: _Prepared, targets: list[float]
 ) -> tuple[dict[float, TargetResult], dict[str, Any]]:
     """A schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``) on the planned lr."""
+    history, config, smoothed = run.history, run.config, run.smoothed
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
-    first = int(window[0])
+    first = int(run.window[0])
     plan = resolve_plan(history, config.lr_schedule)
-    notes.append(plan.note)
+    run.notes.append(plan.note)
     timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
     if config.stability_sweep:
-        rows = _law_sweep(history, smoothed, fit_start, config, fit, selection.chosen, timeline, prior)
+        rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
         sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
-    results = _law_forecasts(fit, selection, targets, history, first, stages, config, sweeps)
+    results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
     return results, {"fit": fit, "selection": selection, "plan": plan}
 
 

@@ -33,12 +33,11 @@ from .clock import Timeline
 from .history import History
 from .models import LAWS, LR_ANNEALING, FitFailure, GainPrior, LawFit, fit_law, observations
 from .models.schedule_law import crossing_tokens
-from .schedule import LrSchedule, infer_lr_schedule
+from .schedule import LrSchedule, Plan, infer_lr_schedule
 from .smoothing import token_window_ema
 
 __all__ = [
     "AUTO",
-    "Plan",
     "Selection",
     "TargetForecast",
     "choose_law",
@@ -75,18 +74,6 @@ _FAILED_SCORE = 3.0
 
 
 @dataclass(frozen=True)
-class Plan:
-    """The lr plan behind a forecast, and the sentence that says so."""
-
-    schedule: LrSchedule | None
-    note: str
-
-    @property
-    def total_steps(self) -> float | None:
-        return None if self.schedule is None else self.schedule.total_steps
-
-
-@dataclass(frozen=True)
 class Selection:
     """How the law was chosen, and how well each candidate forecast the run's own history.
 
@@ -119,8 +106,7 @@ def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
     given = given if given is not None else history.lr_plan
     if given is not None:
         return Plan(given, f"planned lr: {given.description}")
-    inferred = infer_lr_schedule(history.step, history.lr)
-    return Plan(inferred.schedule, inferred.note)
+    return infer_lr_schedule(history.step, history.lr)
 
 
 def fit_window(

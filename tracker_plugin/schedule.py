@@ -19,7 +19,7 @@ import numpy as np
 from .errors import ConfigError
 from .history import History
 
-__all__ = ["BatchSchedule", "InferredPlan", "LrSchedule", "infer_lr_schedule", "tokens_to_step"]
+__all__ = ["BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule", "tokens_to_step"]
 
 
 @dataclass(frozen=True)
@@ -418,14 +418,19 @@ _MIN_DECAY = 0.05
 
 
 @dataclass(frozen=True)
-class InferredPlan:
-    """What the logged lr says about the rest of the run."""
+class Plan:
+    """The lr plan behind a forecast (None: the last logged lr continues), and the
+    sentence that says where it came from or what is assumed instead."""
 
     schedule: LrSchedule | None
     note: str
 
+    @property
+    def total_steps(self) -> float | None:
+        return None if self.schedule is None else self.schedule.total_steps
 
-def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> InferredPlan:
+
+def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
     """Recognise a cosine or linear decay in the logged lr and extend it to its end.
 
     The decay is taken to start where the lr last sat at its peak; a cosine and a linear
@@ -435,16 +440,16 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> InferredPlan:
     the forecast assumes instead: that the last logged lr continues.
     """
     if lr is None or len(lr) < 2 or not np.isfinite(lr).any():
-        return InferredPlan(None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
+        return Plan(None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
     ok = np.isfinite(lr)
     s, v = np.asarray(step, float)[ok], np.asarray(lr, float)[ok]
     peak = float(v.max())
     if peak <= 0:
-        return InferredPlan(None, "the logged lr is zero: the forecast assumes a constant lr")
+        return Plan(None, "the logged lr is zero: the forecast assumes a constant lr")
     last = float(v[-1])
     at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
     if last >= _AT_PEAK * peak:
-        return InferredPlan(
+        return Plan(
             None,
             f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
             "stays there; a planned decay would reach targets sooner (pass --lr-schedule or --lr-spec)",
@@ -460,7 +465,7 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> InferredPlan:
         if found is not None and (best is None or found[0] < best[0]):
             best = (*found, start)
     if best is None:
-        return InferredPlan(
+        return Plan(
             None,
             f"the planned lr after step {s[-1]:,.0f} is unknown: the forecast assumes the last logged lr "
             f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass --lr-schedule or --lr-spec)",
@@ -475,7 +480,7 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> InferredPlan:
         f"(inferred from the logged lr; warmup to step {warmup:,.0f})"
     )
     schedule = LrSchedule(tuple(steps), tuple(values), total, "inferred", description)
-    return InferredPlan(schedule, f"planned lr inferred from the log: {description}")
+    return Plan(schedule, f"planned lr inferred from the log: {description}")
 
 
 def _best_decay(s: np.ndarray, v: np.ndarray, peak: float) -> tuple[float, str, float, float] | None:
