@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
@@ -89,3 +90,15 @@ def test_scan_equals_the_sequential_recurrence(decay, seed):
         y = (d if i else 0.0) * y + u
         expected[i] = y
     np.testing.assert_allclose(linear_recurrence(decay, drive), expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [3, 4, 1000, 4097])
+def test_one_decay_for_every_row_takes_a_shortcut_to_the_same_bits(n):
+    """A fixed batch logged every step has one decay; the scan then skips the decay products."""
+    drive = np.random.default_rng(n).normal(size=n)
+    decay = np.full(n, 0.99)
+    varied = decay.copy()
+    varied[-1] = np.nextafter(0.99, 1.0)  # not one decay: the general scan
+    shortcut = linear_recurrence(decay, drive)
+    general = linear_recurrence(varied, drive)
+    np.testing.assert_array_equal(shortcut[:-1], general[:-1])

@@ -58,6 +58,8 @@ def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
     if n:
         a[0] = 0.0
     scratch = np.empty(n)
+    if n > 2 and (a[1:] == a[1]).all():
+        return _constant_recurrence(y, float(a[1]), scratch)
     # After the pass with shift s, every product in ``a`` spans 2s rows: bounded by
     # largest**(2s), which decides when the remaining passes can change nothing.
     largest = float(a.max()) if n else 0.0
@@ -71,6 +73,22 @@ def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
         a[shift:] = scratch[:m]
         shift *= 2
         bound *= bound
+    return y
+
+
+def _constant_recurrence(y: np.ndarray, decay: float, scratch: np.ndarray) -> np.ndarray:
+    """:func:`linear_recurrence` in place when every row after the first has one ``decay``
+    (a fixed batch, every step logged): the products of decays are then one number per
+    pass, and each pass halves its work. The arithmetic is the same, to the bit."""
+    n = len(y)
+    factor = decay
+    shift = 1
+    while shift < n and factor > _NEGLIGIBLE:
+        m = n - shift
+        np.multiply(y[:m], factor, out=scratch[:m])
+        y[shift:] += scratch[:m]
+        shift *= 2
+        factor *= factor
     return y
 
 
