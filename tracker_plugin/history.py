@@ -378,18 +378,18 @@ def _tokens(
 def _tokens_unchecked(
     logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
 ) -> np.ndarray:
-    # Accumulated from the batch: a logging gap is filled with the batch of the row before it.
-    accumulated = np.empty(len(step))
-    accumulated[0] = step[0] * batch[0]
-    accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
     if logged is None or np.isnan(logged).all():
-        return accumulated
+        return _accumulated(step, batch)
     invalid = np.isinf(logged) | (logged < 0)
     if invalid.any():
         i = int(np.flatnonzero(invalid)[0])
         raise DataError(f"tokens must be finite and >= 0, found {float(logged[i]):g} at step {step[i]}", run=run, column=column)
     known = np.isfinite(logged)
-    tokens = logged if known.all() else np.where(known, logged, accumulated + _filled(logged - accumulated))
+    if known.all():
+        tokens = logged
+    else:
+        accumulated = _accumulated(step, batch)
+        tokens = np.where(known, logged, accumulated + _filled(logged - accumulated))
     drop = np.flatnonzero(np.diff(tokens) < 0)
     if len(drop):
         i = int(drop[0])
@@ -401,6 +401,14 @@ def _tokens_unchecked(
     return tokens
 
 
+def _accumulated(step: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Tokens summed from the batch: a logging gap is filled with the batch of the row before it."""
+    accumulated = np.empty(len(step))
+    accumulated[0] = step[0] * batch[0]
+    accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
+    return accumulated
+
+
 def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
     if lr is None:
         return None
@@ -408,5 +416,5 @@ def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) 
     if not logged.any():
         return None
     if logged[keep].all():
-        return lr[keep]
+        return lr if keep.all() else lr[keep]
     return np.interp(step[keep], step[logged], lr[logged])
