@@ -11,8 +11,10 @@ import pytest
 import tracker_plugin as tp
 from tracker_plugin.analysis import _crossing
 from tracker_plugin.clock import build_timeline
-from tracker_plugin.forecast import _block_length, fit_window
-from tracker_plugin.models import LR_ANNEALING, FitFailure, fit_law, observations
+from tracker_plugin.forecast import _block_length, _Resampler, fit_window
+from tracker_plugin.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
+from tracker_plugin.models.replicates import refit_many
+from tracker_plugin.models.schedule_law import smooth_after
 from tracker_plugin.schedule import LrSchedule
 from tracker_plugin.smoothing import token_window_ema
 from tracker_plugin.testing import synthetic_run
@@ -165,6 +167,38 @@ def test_block_length_follows_the_autocorrelation():
         wandering[i] = 0.95 * wandering[i - 1] + white[i]
     assert _block_length(white) <= 3
     assert _block_length(wandering) >= 20
+
+
+@pytest.mark.parametrize("spec, gain", [(COSINE, 0.15), ("constant:warmup=100", 0.0)])
+def test_batched_refits_agree_with_one_by_one_refits(spec, gain):
+    """The bootstrap refits every replicate at once; each agrees with its own refit."""
+    history = _run(spec, gain=gain).head(1800)
+    timeline = build_timeline(history, LrSchedule.parse_spec(spec))
+    fit = fit_window("lr-annealing", history, 20, len(history), timeline, WINDOW, GainPrior())
+    assert not isinstance(fit, FitFailure)
+    resampler = _Resampler(fit)
+    rng = np.random.default_rng(3)
+    draws = [resampler.draw(rng) for _ in range(30)]
+    batched = refit_many(fit, np.array([loss for loss, _ in draws]), [mean for _, mean in draws])
+    alone = [fit.refit(loss, mean) for loss, mean in draws]
+    assert np.std([r.theta[0] for r in alone]) > 1e-3 * fit.theta[0]  # the replicates differ
+    for many, one in zip(batched, alone):
+        np.testing.assert_allclose(many.theta, one.theta, rtol=1e-4)
+        np.testing.assert_allclose(many.coef, one.coef, rtol=1e-3, atol=1e-6)
+        np.testing.assert_allclose(many.fitted, one.fitted, rtol=1e-5)
+
+
+def test_an_ema_started_late_agrees_with_the_whole_one_where_it_is_used():
+    spec = "cosine:warmup=100,total=12000,final=0.1"
+    history = _run(spec, steps=12000).head(1500)  # 7,500 steps logged; the EMA spans 191
+    timeline = build_timeline(history, LrSchedule.parse_spec(spec))
+    fit = fit_window("lr-annealing", history, 20, len(history), timeline, WINDOW, GainPrior())
+    steps, whole = fit.smoothed()
+    late_steps, (late,) = smooth_after([fit], timeline.last_step)
+    assert steps[0] + 0.6 * (timeline.last_step - steps[0]) < late_steps[0] < timeline.last_step  # skips most of the log
+    np.testing.assert_array_equal(late_steps, steps[-len(late_steps):])
+    ahead = late_steps > timeline.last_step
+    np.testing.assert_allclose(late[ahead], whole[-len(late_steps):][ahead], rtol=1e-12)
 
 
 def test_intervals_cover_the_truth_about_as_often_as_they_say():

@@ -27,7 +27,8 @@ from .forecast import (
 )
 from .history import BatchStage, Columns, History, batch_stages, build_history
 from .models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
-from .models.prefixes import fit_prefixes, smooth_all
+from .models.prefixes import fit_prefixes
+from .models.schedule_law import smooth_all
 from .schedule import BatchSchedule, LrSchedule, Plan, tokens_to_step
 from .smoothing import token_window_ema
 

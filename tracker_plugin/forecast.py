@@ -32,7 +32,8 @@ import numpy as np
 from .clock import Timeline
 from .history import History
 from .models import LAWS, LR_ANNEALING, FitFailure, GainPrior, LawFit, fit_law, observations
-from .models.schedule_law import crossing_tokens
+from .models.replicates import refit_many
+from .models.schedule_law import crossing_tokens, smooth_after
 from .schedule import LrSchedule, Plan, infer_lr_schedule
 from .smoothing import token_window_ema
 
@@ -69,6 +70,12 @@ ERROR_PRIOR_WEIGHT = 1.0
 _SETTLE_SPANS = 2.5
 # Replicates of the bootstrap.
 REPLICATES = 40
+# The fluctuation is resampled from at most this many of the log's latest rows (dozens of
+# EMA spans at any usual logging cadence), or from its last _FLUCTUATION_SPANS spans when
+# those hold more rows: the recent fluctuation is the one the future continues, and a
+# million-row log then costs no more than a short one.
+_FLUCTUATION_ROWS = 1 << 14
+_FLUCTUATION_SPANS = 50
 # A forecast that fails in the inner backtest scores this (|ln| of a factor e^3).
 _FAILED_SCORE = 3.0
 
@@ -252,18 +259,30 @@ def forecast_targets(
     from three errors is itself uncertain, which the t's heavier tails carry). The
     replicates are fitted once and serve every target.
     """
-    rng = np.random.default_rng(_seed(history))
-    spread = np.random.default_rng(_seed(history) + 1)
+    seed = _seed(history)
+    rng = np.random.default_rng(seed)
+    spread = np.random.default_rng(seed + 1)
     steps, curve = fit.smoothed()
     fluctuation = _Fluctuation(history, fit, first)
     last = fit.timeline.last_step
+    # Only steps past the log can hold a crossing: keep those and the one before them.
+    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
+    steps, curve = steps[ahead:], curve[ahead:]
+    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
+    # with a path of its own gives a draw of the interval.
     central = [curve + fluctuation.path(rng, steps, last) for _ in range(replicates)]
-    curves = []
+    resampler = _Resampler(fit)
+    losses, means, paths = [], [], []
     for _ in range(replicates):
-        replicate = _replicate(fit, rng)
-        if replicate is not None:
-            rep_steps, rep_curve = replicate.smoothed()
-            curves.append((replicate, rep_steps, rep_curve + fluctuation.path(rng, rep_steps, last)))
+        loss, mean = resampler.draw(rng)
+        losses.append(loss)
+        means.append(mean)
+        paths.append(fluctuation.path(rng, steps, last))
+    refits = refit_many(fit, np.array(losses), means)
+    drawn = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
+    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
+    _, smoothed = smooth_after([replicate for replicate, _ in drawn], last)
+    curves = [(replicate, steps, rep[-len(steps):] + path) for (replicate, path), rep in zip(drawn, smoothed)]
     shifts = spread.standard_t(max(error_dof, 1), len(curves))
     observed = float(history.tokens[-1])
     # Past the end of the timeline (20x the run) a forecast means "not in sight".
@@ -306,7 +325,8 @@ def forecast_targets(
 
 def _seed(history: History) -> int:
     """A seed from the run's data: the same run gives the same forecast and interval."""
-    return zlib.crc32(history.loss.tobytes() + history.step.tobytes())
+    # crc32(b, crc32(a)) == crc32(a + b), without copying a long log's arrays.
+    return zlib.crc32(np.ascontiguousarray(history.step), zlib.crc32(np.ascontiguousarray(history.loss)))
 
 
 def _block_length(values: np.ndarray) -> int:
@@ -334,16 +354,25 @@ def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) ->
     return (starts[:, None] + np.arange(length)[None, :]).ravel()[:n_out]
 
 
-def _replicate(fit: LawFit, rng: np.random.Generator) -> LawFit | None:
-    obs = fit.observations
-    scaled = fit.residuals * np.sqrt(obs.weight)
-    index = _blocks(rng, len(scaled), len(scaled), _block_length(scaled))
-    loss = fit.fitted + scaled[index] / np.sqrt(obs.weight)
-    prior_mean = fit.prior_mean
-    if fit.prior is not None and prior_mean is not None:
-        prior_mean = prior_mean * math.exp(rng.normal(0.0, fit.prior.sd))
-    replicate = fit.refit(loss, prior_mean)
-    return None if isinstance(replicate, FitFailure) else replicate
+class _Resampler:
+    """Draws for block-bootstrap replicates of a fit: its residuals resampled in blocks of a
+    length found once from their autocorrelation."""
+
+    def __init__(self, fit: LawFit) -> None:
+        self.fit = fit
+        self.root_weight = np.sqrt(fit.observations.weight)
+        self.scaled = fit.residuals * self.root_weight
+        self.block = _block_length(self.scaled)
+
+    def draw(self, rng: np.random.Generator) -> tuple[np.ndarray, float | None]:
+        """One replicate's binned loss and prior mean (the prior's own uncertainty drawn)."""
+        fit = self.fit
+        index = _blocks(rng, len(self.scaled), len(self.scaled), self.block)
+        loss = fit.fitted + self.scaled[index] / self.root_weight
+        prior_mean = fit.prior_mean
+        if fit.prior is not None and prior_mean is not None:
+            prior_mean = prior_mean * math.exp(rng.normal(0.0, fit.prior.sd))
+        return loss, prior_mean
 
 
 class _Fluctuation:
@@ -352,12 +381,13 @@ class _Fluctuation:
     def __init__(self, history: History, fit: LawFit, first: int) -> None:
         # The smoothed loss minus the smoothed law is the EMA of the raw residuals (the EMA
         # is linear and the two start together), taken at the logged rows themselves.
+        span = fit.ema_window / float(np.median(history.batch[first:]))
+        first = self._tail_start(history.step, first, span)
         step = history.step[first:]
         residual = history.loss[first:] - fit.predict_steps(step.astype(float))
         residual[0] = 0.0
         values = token_window_ema(residual, step, history.batch[first:], fit.ema_window)
         # Skip the first spans: the EMA is still filling up there.
-        span = fit.ema_window / float(np.median(history.batch[first:]))
         settled = int(np.searchsorted(step, step[0] + _SETTLE_SPANS * span))
         if len(step) - settled < 8:
             settled = 0
@@ -365,6 +395,13 @@ class _Fluctuation:
         logged = step[settled:].astype(float)
         self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
         self.block = _block_length(self.values)
+
+    @staticmethod
+    def _tail_start(step: np.ndarray, first: int, span: float) -> int:
+        """The first row of the tail the fluctuation is drawn from (see _FLUCTUATION_ROWS)."""
+        by_rows = len(step) - _FLUCTUATION_ROWS
+        by_spans = int(np.searchsorted(step, step[-1] - (_FLUCTUATION_SPANS + _SETTLE_SPANS) * span))
+        return max(first, min(by_rows, by_spans))
 
     def path(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> np.ndarray:
         """A fluctuation path on ``steps``: zero up to ``last_step``, resampled blocks after."""

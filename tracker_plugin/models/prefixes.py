@@ -11,11 +11,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..smoothing import ema_decay, linear_recurrence_rows
 from .projection import Projection
-from .schedule_law import _MODEL_POINTS, MIN_POINTS, LawFit, Observations, _ema_grid, _fine_end, _level
+from .schedule_law import MIN_POINTS, LawFit, Observations, _level
 
-__all__ = ["fit_prefixes", "smooth_all"]
+__all__ = ["fit_prefixes"]
 
 
 # Exponents tried at once when many windows are fitted together (ratio 1.03 apart; a
@@ -161,39 +160,3 @@ def _prefix_fit(
         sigma=sigma, residuals=residuals, fitted=fitted, observations=obs, prior_mean=mean, weight=weight,
         _cache={},
     )
-
-
-def smooth_all(fits: list[LawFit]) -> None:
-    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows).
-
-    The fits share their law, timeline (but for the last logged step), start and cadence;
-    their EMAs are computed together on one grid and left in each fit's cache.
-    """
-    if not fits:
-        return
-    first = fits[0]
-    tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
-    end = _fine_end(tl)
-    drops = np.interp(first.cells.clock, tl.clock_steps, tl.step)
-    coarse = np.unique(np.r_[
-        np.linspace(first.start_step, end, _MODEL_POINTS),
-        drops[drops > first.start_step],
-        np.geomspace(end, tl.horizon, 128),
-    ])
-    area, clock = tl.area_at(coarse), tl.clock_at(coarse)
-    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
-    shift = max(spacing - first.cadence, 0.0) / 2
-    at = np.maximum(fine - shift, first.start_step)
-    series = np.empty((len(fits), len(fine)))
-    for row, fit in enumerate(fits):
-        power, anneal = fit.law.columns(fit.theta, clock, area, fit.area_ref, fit.cells)
-        series[row] = np.interp(at, coarse, fit.coef[0] + fit.coef[1] * power - fit.coef[2] * anneal)
-        if fit.smoothed_start is not None:
-            series[row, 0] = fit.smoothed_start
-    batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-    decay = ema_decay(fine, batch, first.ema_window)
-    curves = linear_recurrence_rows(decay, (1.0 - decay) * series)
-    for row, fit in enumerate(fits):
-        fit._cache["smoothed"] = (fine, curves[row])
-
-

@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Projection"]
+__all__ = ["Projection", "solve_many"]
 
 
 # Which of (L0, A, G) are free, the rest held at 0: the free problem first, then every
@@ -61,6 +61,42 @@ def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) 
             + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
         ) / det
     return coef
+
+
+def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Projection.cost` and its coefficients for many problems at once.
+
+    ``g`` (``(..., 3, 3)``) and ``rhs`` (``(..., 3)``) are the normal equations, ``yy`` the
+    weighted sum of squares of each problem's loss. Every combination of active sign
+    constraints is solved for all problems together; each keeps its cheapest feasible one,
+    as :meth:`Projection.cost` does. Returns ``(coef, cost)``, the cost inf where no
+    combination is feasible and regular.
+    """
+    shape = np.broadcast_shapes(g.shape[:-2], rhs.shape[:-1], np.shape(yy))
+    g, rhs = np.broadcast_to(g, shape + (3, 3)), np.broadcast_to(rhs, shape + (3,))
+    best, best_cost = np.zeros(shape + (3,)), np.full(shape, np.inf)
+    finite = np.isfinite(g).all(axis=(-2, -1)) & np.isfinite(rhs).all(axis=-1)
+    for free in _SUBSETS if use_gain else _NO_GAIN:
+        idx = list(free)
+        sub, right = g[..., idx, :][..., idx], rhs[..., idx]
+        if len(idx) == 1:
+            regular = sub[..., 0, 0] > 1e-300
+        else:
+            det = np.linalg.det(np.where(finite[..., None, None], sub, np.eye(len(idx))))
+            scale = np.abs(np.prod(np.diagonal(sub, axis1=-2, axis2=-1), axis=-1))
+            regular = (det != 0) & (np.abs(det) > 1e-12 * scale)
+        regular &= finite
+        safe = np.where(regular[..., None, None], sub, np.eye(len(idx)))
+        solved = np.linalg.solve(safe, np.where(regular[..., None], right, 0.0)[..., None])[..., 0]
+        coef = np.zeros(shape + (3,))
+        coef[..., idx] = solved
+        # cost = y'Wy - 2 c'r + c'Gc, from the normal equations
+        with np.errstate(over="ignore", invalid="ignore"):
+            cost = yy - 2 * np.einsum("...i,...i->...", coef, rhs) + np.einsum("...i,...ij,...j->...", coef, g, coef)
+        better = regular & (solved.min(axis=-1) >= 0) & (cost < best_cost)
+        best = np.where(better[..., None], coef, best)
+        best_cost = np.where(better, cost, best_cost)
+    return best, np.maximum(best_cost, 0.0)
 
 
 class Projection:

@@ -36,7 +36,7 @@ import numpy as np
 
 from ..clock import DropCells, Timeline
 from ..optimize import grid_then_brent, levenberg_marquardt
-from ..smoothing import token_window_ema
+from ..smoothing import ema_decay, linear_recurrence_rows
 from .base import FitFailure
 from .projection import Projection
 
@@ -47,6 +47,8 @@ __all__ = [
     "Observations",
     "fit_law",
     "observations",
+    "smooth_after",
+    "smooth_all",
 ]
 
 # Fewer binned points than this and a law (three linear and at least one nonlinear
@@ -68,6 +70,11 @@ _XTOL = 1e-5
 _EMA_POINTS_PER_SPAN = 4
 _EMA_MAX_POINTS = 60_000
 _MODEL_POINTS = 800
+# An EMA started this many spans before the steps it is needed at has forgotten its start
+# (by a factor e**-24).
+_WARM_SPANS = 12
+# Fits smoothed in one pass hold at most this many grid values (8 MB) at once.
+_SMOOTH_CELLS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -236,37 +243,10 @@ class LawFit:
         return self.predict_steps(self.timeline.step_at_tokens(tokens))
 
     def smoothed(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(steps, EMA of the law)`` from the fit start to the end of the timeline.
-
-        The law is evaluated on a coarse grid and interpolated onto one fine enough for the
-        EMA (a few points per span), then smoothed exactly as the observed loss is.
-        """
-        if "smoothed" in self._cache:
-            return self._cache["smoothed"]
-        tl = self.timeline
-        end = _fine_end(tl)
-        # Where the lr drops the law bends quickly: a point there keeps the bend.
-        drops = np.interp(self.cells.clock, tl.clock_steps, tl.step)
-        coarse = np.unique(np.r_[
-            np.linspace(self.start_step, end, _MODEL_POINTS),
-            drops[drops > self.start_step],
-            np.geomspace(end, tl.horizon, 128),
-        ])
-        values = self.predict_steps(coarse)
-        fine, spacing = _ema_grid(tl, self.start_step, self.cadence, self.ema_window)
-        batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-        # On a grid coarser than the cadence each point stands for the rows logged since
-        # the previous one: hold the value from the middle of that stretch, which gives the
-        # EMA the log's own lag to first order.
-        shift = max(spacing - self.cadence, 0.0) / 2
-        series = np.interp(np.maximum(fine - shift, self.start_step), coarse, values)
-        if self.smoothed_start is not None:
-            # Start from the observed EMA, so the law's EMA carries the same memory of the
-            # steps before the fit (a steep early loss) and the two differ only by the fit.
-            series[0] = self.smoothed_start
-        result = fine, token_window_ema(series, fine, batch, self.ema_window)
-        self._cache["smoothed"] = result
-        return result
+        """``(steps, EMA of the law)`` from the fit start to the end of the timeline (see :func:`smooth_all`)."""
+        if "smoothed" not in self._cache:
+            smooth_all([self])
+        return self._cache["smoothed"]
 
     def solve(self, target: float, noise: np.ndarray | None = None) -> float | None:
         """Tokens at which the smoothed law first reaches ``target`` after the log; None if never.
@@ -322,6 +302,76 @@ def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tupl
     fine = np.arange(start, end, spacing)
     beyond = tl.step[tl.step > end]
     return np.unique(np.r_[fine, end, beyond]), spacing
+
+
+def smooth_all(fits: list[LawFit]) -> None:
+    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows), left in each fit's cache.
+
+    The fits share their law, timeline (but for the last logged step), start and cadence.
+    Each law is evaluated on a coarse grid and interpolated onto one fine enough for the EMA
+    (a few points per span), then smoothed exactly as the observed loss is.
+    """
+    if fits:
+        fine, curves = _smooth(fits, 0)
+        for fit, curve in zip(fits, curves):
+            fit._cache["smoothed"] = (fine, curve)
+
+
+def smooth_after(fits: list[LawFit], step: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The EMAs of :func:`smooth_all` from just before ``step`` on: ``(steps, curves)``.
+
+    Each EMA starts from its law a few spans before ``step`` (see :data:`_WARM_SPANS`)
+    rather than at the fit start, which for a long log skips most of the grid.
+    """
+    if not fits:
+        return np.empty(0), []
+    first = fits[0]
+    fine, _ = _ema_grid(first.timeline, first.start_step, first.cadence, first.ema_window)
+    span = first.ema_window / float(np.min(first.timeline.batch))
+    begin = max(int(np.searchsorted(fine, step - _WARM_SPANS * span, side="right")) - 1, 0)
+    return _smooth(fits, begin)
+
+
+def _smooth(fits: list[LawFit], begin: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The fits' EMAs on the fine grid from its point ``begin`` on, a block of fits at a time."""
+    first = fits[0]
+    tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
+    coarse = _coarse_steps(tl, first)
+    area, clock = tl.area_at(coarse), tl.clock_at(coarse)
+    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
+    # On a grid coarser than the cadence each point stands for the rows logged since the
+    # previous one: hold the value from the middle of that stretch, which gives the EMA the
+    # log's own lag to first order.
+    at = np.maximum(fine - max(spacing - first.cadence, 0.0) / 2, first.start_step)[begin:]
+    batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
+    decay = ema_decay(fine, batch, first.ema_window)[begin:]
+    decay[0] = 0.0  # the EMA starts at its first value
+    curves = []
+    per_pass = max(1, _SMOOTH_CELLS // len(at))
+    for lo in range(0, len(fits), per_pass):
+        block = fits[lo:lo + per_pass]
+        series = np.empty((len(block), len(at)))
+        for row, fit in enumerate(block):
+            power, anneal = fit.law.columns(fit.theta, clock, area, fit.area_ref, fit.cells)
+            series[row] = np.interp(at, coarse, fit.coef[0] + fit.coef[1] * power - fit.coef[2] * anneal)
+            if fit.smoothed_start is not None and begin == 0:
+                # Start from the observed EMA, so the law's EMA carries the same memory of
+                # the steps before the fit and the two differ only by the fit.
+                series[row, 0] = fit.smoothed_start
+        curves.extend(linear_recurrence_rows(decay, (1.0 - decay) * series))
+    return fine[begin:], curves
+
+
+def _coarse_steps(tl: Timeline, fit: LawFit) -> np.ndarray:
+    """Steps where the law is evaluated: even to the fine grid's end, then geometric, and
+    at every lr drop, where the law bends quickly."""
+    end = _fine_end(tl)
+    drops = np.interp(fit.cells.clock, tl.clock_steps, tl.step)
+    return np.unique(np.r_[
+        np.linspace(fit.start_step, end, _MODEL_POINTS),
+        drops[drops > fit.start_step],
+        np.geomspace(end, tl.horizon, 128),
+    ])
 
 
 def fit_law(
