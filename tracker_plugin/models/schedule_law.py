@@ -312,7 +312,7 @@ def smooth_all(fits: list[LawFit]) -> None:
     (a few points per span), then smoothed exactly as the observed loss is.
     """
     if fits:
-        fine, curves = _smooth(fits, 0)
+        fine, curves = _smooth(fits, None)
         for fit, curve in zip(fits, curves):
             fit._cache["smoothed"] = (fine, curve)
 
@@ -325,27 +325,28 @@ def smooth_after(fits: list[LawFit], step: float) -> tuple[np.ndarray, list[np.n
     """
     if not fits:
         return np.empty(0), []
-    first = fits[0]
-    fine, _ = _ema_grid(first.timeline, first.start_step, first.cadence, first.ema_window)
-    span = first.ema_window / float(np.min(first.timeline.batch))
-    begin = max(int(np.searchsorted(fine, step - _WARM_SPANS * span, side="right")) - 1, 0)
-    return _smooth(fits, begin)
+    return _smooth(fits, step)
 
 
-def _smooth(fits: list[LawFit], begin: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The fits' EMAs on the fine grid from its point ``begin`` on, a block of fits at a time."""
+def _smooth(fits: list[LawFit], since: float | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The fits' EMAs on the fine grid, from its start or from a few spans before ``since``;
+    a block of fits at a time."""
     first = fits[0]
     tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
+    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
+    begin = 0
+    if since is not None:
+        span = first.ema_window / float(np.min(tl.batch))
+        begin = max(int(np.searchsorted(fine, since - _WARM_SPANS * span, side="right")) - 1, 0)
     coarse = _coarse_steps(tl, first)
     area, clock = tl.area_at(coarse), tl.clock_at(coarse)
-    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
     # On a grid coarser than the cadence each point stands for the rows logged since the
     # previous one: hold the value from the middle of that stretch, which gives the EMA the
     # log's own lag to first order.
-    at = np.maximum(fine - max(spacing - first.cadence, 0.0) / 2, first.start_step)[begin:]
+    fine = fine[begin:]
+    at = np.maximum(fine - max(spacing - first.cadence, 0.0) / 2, first.start_step)
     batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
-    decay = ema_decay(fine, batch, first.ema_window)[begin:]
-    decay[0] = 0.0  # the EMA starts at its first value
+    decay = ema_decay(fine, batch, first.ema_window)  # the first is 0: the EMA starts at its first value
     curves = []
     per_pass = max(1, _SMOOTH_CELLS // len(at))
     for lo in range(0, len(fits), per_pass):
@@ -359,7 +360,7 @@ def _smooth(fits: list[LawFit], begin: int) -> tuple[np.ndarray, list[np.ndarray
                 # the steps before the fit and the two differ only by the fit.
                 series[row, 0] = fit.smoothed_start
         curves.extend(linear_recurrence_rows(decay, (1.0 - decay) * series))
-    return fine[begin:], curves
+    return fine, curves
 
 
 def _coarse_steps(tl: Timeline, fit: LawFit) -> np.ndarray:
