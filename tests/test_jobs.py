@@ -4,9 +4,7 @@ nightly examples in examples/scheduling, each run as far as this machine allows.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys

@@ -313,8 +313,8 @@ def forecast_targets(
         # Order statistics rather than interpolated quantiles: replicates that never reach
         # the target count as infinitely late.
         top = len(values) - 1
-        low = float(values[int(math.floor((1 - level) / 2 * top))])
-        high = float(values[int(math.ceil((1 + level) / 2 * top))])
+        low = float(values[math.floor((1 - level) / 2 * top)])
+        high = float(values[math.ceil((1 + level) / 2 * top)])
         p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
         if not math.isfinite(tokens):
             out.append(TargetForecast(None, None, p_reach))

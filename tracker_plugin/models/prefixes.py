@@ -85,7 +85,7 @@ def _prefix_terms(cum, one, complete, extra, anneal_of, area0):
     terms = {key: values[:, complete].copy() for key, values in cum.items()}
     terms.update({key: float(values[complete]) for key, values in one.items()})
     if extra is not None:
-        step, y, w, area, clock = extra
+        _, y, w, area, clock = extra
         a = float(anneal_of(clock, area))
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             z = np.power(area / area0, -_PREFIX_GRID)

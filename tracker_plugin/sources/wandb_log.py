@@ -64,7 +64,7 @@ def read_log(data: bytes, tail: LogTail | None = None) -> Iterator[LogRecord]:
     if data[:4] != FILE_HEADER[:4]:
         raise LogCorrupt("not a .wandb file (no ':W&B' header)")
     if data[: len(FILE_HEADER)] != FILE_HEADER:
-        ident, magic, version = struct.unpack("<4sHB", data[:_HEADER])
+        _, magic, version = struct.unpack("<4sHB", data[:_HEADER])
         raise LogCorrupt(f"unknown .wandb file version (magic {magic:#06x}, version {version})")
     pos = tail.end = _HEADER
     size = len(data)
