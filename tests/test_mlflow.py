@@ -193,6 +193,20 @@ def test_batch_from_a_run_param(local):
     assert history.tokens[-1] == 399 * 4194304.0
 
 
+def test_a_batch_param_that_looks_like_sequences_gets_a_note(local):
+    frame = training_log().drop(columns=["global_batch", "tokens"])
+    run_id = local.log(frame, params={"global_batch_size": 512, "batch_size": 4194304})
+    source = local.source(f"mlflow:{run_id}")
+    history = source.read(source.runs()[0])
+    assert history.batch_source == "param 'global_batch_size'" and set(history.batch) == {512.0}
+    assert any("512 from param 'global_batch_size' is read as tokens per step" in n for n in history.notes)
+    # A per-device `batch_size` is not read unless named; a tokens-sized param has no note.
+    plain = local.log(frame, params={"batch_size": 8})
+    source = local.source(f"mlflow:{plain}", batch_size=2048.0 * 512)
+    history = source.read(source.runs()[0])
+    assert history.batch_source == "--batch-size" and not any("sequences" in n for n in history.notes)
+
+
 def test_planned_lr_schedule_is_read_from_params(local):
     params = {"lr_scheduler": "cosine", "optimizer.lr": "3e-4", "min_lr": "3e-5", "warmup_steps": "100",
               "max_steps": "5000", "seed": "1"}  # fmt: skip

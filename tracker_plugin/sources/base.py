@@ -65,7 +65,8 @@ class SourceOptions:
     created_after: str | None = None
     # both trackers
     filter: str | None = None
-    batch_params: tuple[str, ...] = ("global_batch_size", "batch_size_in_tokens", "tokens_per_step", "batch_size")
+    # ``batch_size`` is left out: in most configs it counts sequences per device.
+    batch_params: tuple[str, ...] = ("global_batch_size", "batch_size_in_tokens", "tokens_per_step")
     workers: int = 4
     cache_dir: str | None = None
     use_cache: bool = True

@@ -51,7 +51,7 @@ from ..errors import (
 )
 from ..history import Columns, History, batch_from_name, build_history
 from .base import RunInfo, Source, SourceOptions, with_planned_lr
-from .wandb_config import batch_from_config
+from .wandb_config import batch_from_config, with_config_batch
 
 __all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
 
@@ -76,6 +76,7 @@ _ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
 # tend to be taken by one worker, which then serves them all while the others idle.
 _STAGGER = 0.05
 _SEARCH_PAGE = 1_000
+_FROM_NAME = "run name"  # the batch source when the run name gave it (`_1Mbs`)
 _MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
 _STATES = {
     "RUNNING": "running",
@@ -198,8 +199,10 @@ class MlflowSource(Source):
         history = build_history(
             frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
         )
-        if batch_source:
+        if batch_source == _FROM_NAME:
             history = replace(history, batch_source=batch_source)
+        elif batch_source:
+            history = with_config_batch(history, batch_source)
         return with_planned_lr(history, record.data.params)
 
 
@@ -230,7 +233,7 @@ class MlflowSource(Source):
         if self.options.batch_size is not None:
             return self.options.batch_size, None
         from_name = batch_from_name(run.name)
-        return (from_name, "run name") if from_name is not None else (None, None)
+        return (from_name, _FROM_NAME) if from_name is not None else (None, None)
 
     def _histories(
         self, run: RunInfo, record: Any, keys: Mapping[str, str], latest: Mapping[str, Any]

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
-__all__ = ["batch_from_config", "config_value"]
+from ..history import History
+
+__all__ = ["FEW_TOKENS", "batch_from_config", "config_value", "with_config_batch"]
+
+# A batch read from a config below this many tokens per step is more likely a count of
+# sequences (a global batch of 512, a per-device batch of 8) than of tokens.
+FEW_TOKENS = 65_536
 
 
 def config_value(config: Mapping[str, Any], name: str) -> Any:
@@ -41,6 +48,19 @@ def _number(value: Any) -> float | int | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return int(value) if isinstance(value, float) and value.is_integer() and abs(value) < 2**63 else value
+
+
+def with_config_batch(history: History, where: str) -> History:
+    """``history`` with its batch's source named, and a note when the batch looks like a
+    count of sequences: a config key's unit is not written down anywhere."""
+    note = ()
+    if float(history.batch.min()) < FEW_TOKENS:
+        note = (
+            f"the batch {float(history.batch.min()):,.0f} from {where} is read as tokens per step; "
+            "if it counts sequences, pass --batch-size with the tokens per step (the token axis "
+            "and the EMA window depend on it)",
+        )
+    return replace(history, batch_source=where, notes=history.notes + note)
 
 
 def batch_from_config(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:

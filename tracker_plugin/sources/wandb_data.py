@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +18,7 @@ import pandas as pd
 
 from .base import with_planned_lr
 from ..history import Columns, History, build_history
-from .wandb_config import batch_from_config
+from .wandb_config import batch_from_config, with_config_batch
 
 __all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode", "whole", "wandb_progress"]
 
@@ -122,7 +121,7 @@ def build_wandb_history(
         frame, run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
     )
     if from_config is not None:
-        history = replace(history, batch_source=f"config '{from_config[1]}'")
+        history = with_config_batch(history, f"config '{from_config[1]}'")
     return with_planned_lr(history, config)
 
 
