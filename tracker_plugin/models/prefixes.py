@@ -11,8 +11,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .projection import Projection
-from .schedule_law import MIN_POINTS, LawFit, Observations, _level
+from .projection import Projection, normal_equations
+from .schedule_law import MIN_POINTS, LawFit, Observations, _level, robust_sigma
 
 __all__ = ["fit_prefixes"]
 
@@ -105,20 +105,13 @@ def _prefix_terms(cum, one, complete, extra, anneal_of, area0):
 def _best_exponent(terms: dict, use_gain: bool, mean: float | None, strength: float) -> float | None:
     k = len(_PREFIX_GRID)
     size = 3 if use_gain else 2
-    g = np.zeros((k, size, size))
-    rhs = np.zeros((k, size))
-    g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = terms["w"], terms["z"], terms["zz"]
-    g[:, 1, 0] = terms["z"]
-    rhs[:, 0], rhs[:, 1] = terms["y"], terms["zy"]
-    yy = terms["yy"]
-    if use_gain:
-        extra = strength**2 if mean is not None else 0.0
-        g[:, 0, 2] = g[:, 2, 0] = -terms["a"]
-        g[:, 1, 2] = g[:, 2, 1] = -terms["za"]
-        g[:, 2, 2] = terms["aa"] + extra
-        rhs[:, 2] = -terms["ay"] + (extra * mean if mean is not None else 0.0)
-        if mean is not None:
-            yy += (strength * mean) ** 2
+    extra = strength**2 if use_gain and mean is not None else 0.0
+    g, rhs = normal_equations(
+        terms["w"], terms["z"], terms["zz"], terms["zy"], terms["za"], terms["a"], terms["aa"], terms["ay"],
+        terms["y"], extra=extra, mean=mean if extra else 0.0,
+    )
+    g, rhs = np.broadcast_to(g, (k, 3, 3))[:, :size, :size], np.broadcast_to(rhs, (k, 3))[:, :size]
+    yy = terms["yy"] + (extra * mean**2 if extra else 0.0)
     ok = np.isfinite(g).all(axis=(1, 2)) & (np.abs(np.linalg.det(np.where(np.isfinite(g), g, 0.0))) > 1e-300)
     cost = np.full(k, np.inf)
     if ok.any():
@@ -153,10 +146,8 @@ def _prefix_fit(
     if not np.isfinite(coef).all():
         return None
     residuals = obs.loss - fitted
-    scaled = residuals * np.sqrt(obs.weight)
-    sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
     return replace(
         like, theta=theta, coef=coef, area_ref=area_ref, timeline=replace(like.timeline, last_step=last),
-        sigma=sigma, residuals=residuals, fitted=fitted, observations=obs, prior_mean=mean, weight=weight,
+        sigma=robust_sigma(residuals, obs.weight), residuals=residuals, fitted=fitted, observations=obs, prior_mean=mean, weight=weight,
         _cache={},
     )

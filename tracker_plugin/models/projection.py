@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-__all__ = ["Projection", "solve_many"]
+__all__ = ["Projection", "normal_equations", "solve_many"]
 
 
 # Which of (L0, A, G) are free, the rest held at 0: the free problem first, then every
@@ -61,6 +61,41 @@ def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) 
             + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
         ) / det
     return coef
+
+
+def normal_equations(
+    sum_w: float,
+    sum_wp: np.ndarray,
+    pp: np.ndarray,
+    py: np.ndarray,
+    pa: np.ndarray,
+    sum_wa: float,
+    aa: float,
+    ay: np.ndarray,
+    sum_wy: np.ndarray,
+    *,
+    extra: float = 0.0,
+    mean: np.ndarray | float = 0.0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(g, rhs)`` of weighted least squares for ``L0 + A * p - G * a``, for many problems.
+
+    The arguments are weighted sums (``pp`` is sum w p p, ``py`` sum w p y, ...), each a
+    number or an array; they broadcast to the problems' shape. A prior pseudo-observation
+    ``sqrt(extra) * (G - mean)`` adds ``extra`` to ``g[2, 2]`` and ``extra * mean`` to ``rhs[2]``.
+    """
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (sum_w, sum_wp, pp, py, pa, sum_wa, aa, ay, sum_wy, mean)))
+    g = np.empty(shape + (3, 3))
+    g[..., 0, 0] = sum_w
+    g[..., 0, 1] = g[..., 1, 0] = sum_wp
+    g[..., 1, 1] = pp
+    g[..., 0, 2] = g[..., 2, 0] = -sum_wa
+    g[..., 1, 2] = g[..., 2, 1] = -pa
+    g[..., 2, 2] = aa + extra
+    rhs = np.empty(shape + (3,))
+    rhs[..., 0] = sum_wy
+    rhs[..., 1] = py
+    rhs[..., 2] = extra * np.asarray(mean) - ay
+    return g, rhs
 
 
 def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -164,47 +199,14 @@ class Projection:
         return best, best_cost
 
     def costs(self, powers: np.ndarray, anneal: np.ndarray) -> np.ndarray:
-        """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once.
-
-        The free (unconstrained) problem is solved for every row together; rows where it
-        breaks a sign constraint, or is singular, fall back to :meth:`cost`.
-        """
-        w = self.w
+        """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once."""
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            wp = powers * w
-            sum_wp = wp.sum(axis=1)
-            pp = np.einsum("kn,kn->k", wp, powers)
-            py = wp @ self.y
-            pa = wp @ anneal
+            wp = powers * self.w
+            sum_wp, pp, py, pa = wp.sum(axis=1), np.einsum("kn,kn->k", wp, powers), wp @ self.y, wp @ anneal
         sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
-        k = len(powers)
-        out = np.full(k, np.inf)
-        use_gain = self.prior is not None or any_anneal
-        size = 3 if use_gain else 2
-        g = np.empty((k, size, size))
-        rhs = np.empty((k, size))
-        g[:, 0, 0], g[:, 0, 1], g[:, 1, 1] = self.sum_w, sum_wp, pp
-        g[:, 1, 0] = sum_wp
-        rhs[:, 0], rhs[:, 1] = self.sum_wy, py
-        if use_gain:
-            extra = 0.0 if self.prior is None else self.prior[1] ** 2
-            g[:, 0, 2] = g[:, 2, 0] = -sum_wa
-            g[:, 1, 2] = g[:, 2, 1] = -pa
-            g[:, 2, 2] = aa + extra
-            rhs[:, 2] = -ay + (0.0 if self.prior is None else extra * self.prior[0])
-        finite = np.isfinite(g).all(axis=(1, 2)) & np.isfinite(rhs).all(axis=1)
-        det = np.linalg.det(np.where(finite[:, None, None], g, np.eye(size)))
-        ok = finite & (np.abs(det) > 1e-12 * np.abs(np.prod(np.diagonal(g, axis1=1, axis2=2), axis=1)))
-        if ok.any():
-            coef = np.linalg.solve(g[ok], rhs[ok][..., None])[..., 0]
-            cost = self.yy - 2 * np.einsum("ki,ki->k", coef, rhs[ok]) + np.einsum("ki,kij,kj->k", coef, g[ok], coef)
-            feasible = (coef >= 0).all(axis=1)
-            rows = np.flatnonzero(ok)
-            out[rows[feasible]] = np.maximum(cost[feasible], 0.0)
-        for i in np.flatnonzero(~np.isfinite(out)):
-            if np.isfinite(powers[i]).all():
-                out[i] = self.cost(powers[i], anneal)
-        return out
+        mean, strength = self.prior if self.prior is not None else (0.0, 0.0)
+        g, rhs = normal_equations(self.sum_w, sum_wp, pp, py, pa, sum_wa, aa, ay, self.sum_wy, extra=strength**2, mean=mean)
+        return solve_many(g, rhs, self.yy, self.prior is not None or any_anneal)[1]
 
     def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(coef, fitted)``; NaN when the columns are not finite."""

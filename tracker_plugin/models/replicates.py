@@ -16,8 +16,8 @@ from dataclasses import replace
 import numpy as np
 
 from .base import FitFailure
-from .projection import solve_many
-from .schedule_law import LawFit
+from .projection import normal_equations, solve_many
+from .schedule_law import LawFit, robust_sigma
 
 __all__ = ["refit_many"]
 
@@ -105,7 +105,7 @@ class _Batch:
         self.sum_wy = losses @ self.w
         self.ay = losses @ wa
         self.yy = np.einsum("rn,rn,n->r", losses, losses, self.w) + (self.extra * means**2 if prior else 0.0)
-        self.prior_rhs = self.extra * means if prior else np.zeros(len(losses))
+        self.prior_means = means if prior else np.zeros(len(losses))
 
     def solve(
         self, exponents: np.ndarray, *, per_replicate: bool = False, rows: np.ndarray | None = None
@@ -133,17 +133,10 @@ class _Batch:
 
             def along(v: np.ndarray) -> np.ndarray:  # against (k, replicate)
                 return v[pick][None, :]
-        g = np.empty(py.shape + (3, 3))
-        g[..., 0, 0] = self.sum_w
-        g[..., 0, 1] = g[..., 1, 0] = sum_wp
-        g[..., 1, 1] = pp
-        g[..., 0, 2] = g[..., 2, 0] = -self.sum_wa
-        g[..., 1, 2] = g[..., 2, 1] = -pa
-        g[..., 2, 2] = self.aa + self.extra
-        rhs = np.empty(py.shape + (3,))
-        rhs[..., 0] = along(self.sum_wy)
-        rhs[..., 1] = py
-        rhs[..., 2] = along(self.prior_rhs - self.ay)
+        g, rhs = normal_equations(
+            self.sum_w, sum_wp, pp, py, pa, self.sum_wa, self.aa, along(self.ay), along(self.sum_wy),
+            extra=self.extra, mean=along(self.prior_means),
+        )
         return solve_many(g, rhs, along(self.yy), self.use_gain)
 
     def law_fit(self, r: int, exponent: float, coef: np.ndarray, mean: float | None) -> LawFit:
@@ -155,10 +148,8 @@ class _Batch:
             power = fit.law.power(np.array([exponent]), self.relative)
         fitted = coef[0] + coef[1] * power - coef[2] * self.anneal
         residuals = loss - fitted
-        scaled = residuals * np.sqrt(obs.weight)
-        sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
         return replace(
-            fit, theta=np.array([exponent]), coef=np.array(coef, float), sigma=sigma, residuals=residuals,
+            fit, theta=np.array([exponent]), coef=np.array(coef, float), sigma=robust_sigma(residuals, obs.weight), residuals=residuals,
             fitted=fitted, observations=replace(obs, loss=loss),
             prior_mean=mean if mean is not None else fit.prior_mean, _cache={},
         )

@@ -47,6 +47,7 @@ __all__ = [
     "Observations",
     "fit_law",
     "observations",
+    "robust_sigma",
     "smooth_after",
     "smooth_all",
 ]
@@ -477,7 +478,7 @@ def _fit(
         coef, fitted = problem.solve(*columns(theta))
         residuals = obs.loss - fitted
         scaled = residuals * np.sqrt(obs.weight)
-        sigma = 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
+        sigma = robust_sigma(residuals, obs.weight)
         if given_weight:
             break
         if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-3, atol=1e-5):
@@ -508,6 +509,12 @@ def _fit(
         smoothed_start=smoothed_start,
         cadence=cadence,
     )
+
+
+def robust_sigma(residuals: np.ndarray, weight: np.ndarray) -> float:
+    """The robust standard deviation (scaled MAD) of residuals of unit weight; never 0."""
+    scaled = residuals * np.sqrt(weight)
+    return 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
 
 
 def _prior_strength(scaled: np.ndarray, sigma: float, prior_sd: float) -> float:
