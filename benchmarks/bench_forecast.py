@@ -2,7 +2,7 @@
 
     python benchmarks/bench_forecast.py [--runs ../shared/data/runs] [--workers 2] [--sensitivity]
 
-The protocol (see ``tracker_plugin.backtest``): cut each run at a fraction ``f`` of its
+The protocol (see ``tracker_plugin.core.backtest``): cut each run at a fraction ``f`` of its
 final tokens, forecast when its smoothed loss reaches the value the full run's smoothed
 loss had at a quantile ``q`` of its tokens, and score ``|ln(predicted / true tokens)|``, the
 truth being the full run's first crossing. Each forecast gets the finished run's logged lr
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 import tracker_plugin as tp
-from tracker_plugin.analysis import AnalysisConfig, run_analysis
-from tracker_plugin.backtest import BacktestCase, backtest_run, summarize
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.core.backtest import BacktestCase, backtest_run, summarize
 from tracker_plugin.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracker_plugin.sources import SourceOptions, open_source
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame
 from tracker_plugin.testing.mlflow_server import MlflowServer
+from tracker_plugin.trackers import SourceOptions, open_source
 
 KEYS = ["train_loss", "tokens", "global_batch", "lr"]
 

@@ -26,11 +26,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tracker_plugin.analysis import AnalysisConfig, run_analysis  # noqa: E402
-from tracker_plugin.annotation import build_annotation, settings_of  # noqa: E402
-from tracker_plugin.history import Columns  # noqa: E402
-from tracker_plugin.sources import SourceOptions, open_source  # noqa: E402
-from tracker_plugin.sources.wandb_log import FILE_HEADER, write_records  # noqa: E402
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
+from tracker_plugin.frame.history import Columns  # noqa: E402
+from tracker_plugin.jobs.annotation import build_annotation, settings_of  # noqa: E402
+from tracker_plugin.trackers import SourceOptions, open_source  # noqa: E402
+from tracker_plugin.trackers.wandb_log import FILE_HEADER, write_records  # noqa: E402
 
 
 def curve(steps: int) -> tuple[np.ndarray, np.ndarray]:

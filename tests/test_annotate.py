@@ -9,8 +9,9 @@ import shutil
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_hash, settings_of, target_slug
 from tracker_plugin.cli import main
+from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.keys import KEY_PATTERN, target_slug
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 

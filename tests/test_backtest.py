@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.analysis import AnalysisConfig
-from tracker_plugin.backtest import BacktestCase, backtest_run, logged_plan, summarize
 from tracker_plugin.cli import expand_multi_value, main
-from tracker_plugin.smoothing import token_window_ema
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.core.backtest import BacktestCase, backtest_run, logged_plan, summarize
+from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.testing import synthetic_run
 
 

@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from tracker_plugin.cache import HistoryCache, default_cache_dir
+from tracker_plugin.trackers.cache import HistoryCache, default_cache_dir
 
 
 def entry(n: int, fill: float) -> dict[str, np.ndarray]:

@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tracker_plugin.cli import main
-from tracker_plugin.compare import spreadsheet_safe
+from tracker_plugin.report.compare import spreadsheet_safe
 
 
 @pytest.fixture

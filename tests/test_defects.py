@@ -8,7 +8,7 @@ import pytest
 
 import tracker_plugin as tp
 import tracker_plugin.testing
-from tracker_plugin.analysis import sweep_checkpoints
+from tracker_plugin.core.analysis import sweep_checkpoints
 
 
 def test_eval_loss_logged_every_500_steps_is_smoothed_over_tokens_not_rows(data_dir):

@@ -9,14 +9,14 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.analysis import _crossing
-from tracker_plugin.clock import build_timeline
-from tracker_plugin.forecast import _block_length, _Resampler, fit_window
-from tracker_plugin.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
-from tracker_plugin.models.replicates import refit_many
-from tracker_plugin.models.schedule_law import smooth_after
-from tracker_plugin.schedule import LrSchedule
-from tracker_plugin.smoothing import token_window_ema
+from tracker_plugin.core.analysis import _crossing
+from tracker_plugin.core.clock import build_timeline
+from tracker_plugin.core.forecast import _block_length, _Resampler, fit_window
+from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
+from tracker_plugin.core.models.replicates import refit_many
+from tracker_plugin.core.models.schedule_law import smooth_after
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.testing import synthetic_run
 
 COSINE = "cosine:warmup=100,total=3000,final=0.1"

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.history import batch_from_name
+from tracker_plugin.frame.history import batch_from_name
 
 
 def _write(tmp_path, name: str, text: str):

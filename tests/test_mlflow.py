@@ -21,13 +21,14 @@ import pandas as pd
 import pytest
 
 from tracker_plugin import AnalysisConfig, Columns, DataError, build_history
-from tracker_plugin.analysis import run_analysis
-from tracker_plugin.annotation import KEY_PATTERN, build_annotation, settings_of
 from tracker_plugin.cli import main
-from tracker_plugin.sources import SourceOptions, mlflow_runs, open_source
+from tracker_plugin.core.analysis import run_analysis
+from tracker_plugin.jobs.annotation import build_annotation, settings_of
+from tracker_plugin.keys import KEY_PATTERN
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame, log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
+from tracker_plugin.trackers import SourceOptions, mlflow_runs, open_source
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.analysis import run_analysis
-from tracker_plugin.smoothing import token_window_ema
+from tracker_plugin.core.analysis import run_analysis
+from tracker_plugin.core.smoothing import token_window_ema
 
 EXACT = 1e-9
 FIT = 1e-4

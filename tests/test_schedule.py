@@ -7,10 +7,10 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.clock import build_timeline
+from tracker_plugin.core.clock import build_timeline
 from tracker_plugin.errors import ConfigError
-from tracker_plugin.schedule import BatchSchedule, LrSchedule, infer_lr_schedule
-from tracker_plugin.sources.csvfile import read_lr_schedule
+from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, infer_lr_schedule
+from tracker_plugin.trackers.csvfile import read_lr_schedule
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tracker_plugin.smoothing import linear_recurrence, token_window_ema
+from tracker_plugin.core.smoothing import linear_recurrence, token_window_ema
 
 
 def _noisy(n: int, seed: int = 0) -> np.ndarray:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tracker_plugin.sources.wandb_config import batch_from_config, config_value
-from tracker_plugin.sources.wandb_data import decode, wandb_progress, whole
-from tracker_plugin.sources.wandb_log import BLOCK, FILE_HEADER, LogCorrupt, LogTail, read_log, write_records
+from tracker_plugin.plan.params import batch_from_config, config_value
+from tracker_plugin.trackers.wandb_data import decode, wandb_progress, whole
+from tracker_plugin.trackers.wandb_log import BLOCK, FILE_HEADER, LogCorrupt, LogTail, read_log, write_records
 
 
 def framed(payloads: list[bytes]) -> bytes:
@@ -68,7 +68,7 @@ def test_a_cut_off_tail_ends_the_log_and_says_where():
 def test_typed_history_values_are_read_without_their_json_form():
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from tracker_plugin.sources.wandb_offline import _item_value
+    from tracker_plugin.trackers.wandb_offline import _item_value
 
     history = pb.HistoryRecord()
     history.item.add(key="i", integer=7)
@@ -114,7 +114,7 @@ def test_batch_from_configs():
 def test_an_offline_summary_is_replayed_in_the_order_it_was_written(tmp_path):
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from tracker_plugin.sources.wandb_offline import read_offline_run
+    from tracker_plugin.trackers.wandb_offline import read_offline_run
 
     def summary(*updates, remove=()):
         record = pb.Record()

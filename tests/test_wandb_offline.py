@@ -16,10 +16,10 @@ import pytest
 
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
-from tracker_plugin.sources import SourceOptions, open_source
-from tracker_plugin.sources.wandb_log import read_log
-from tracker_plugin.sources.wandb_offline import read_offline_run
 from tracker_plugin.testing import synthetic_run
+from tracker_plugin.trackers import SourceOptions, open_source
+from tracker_plugin.trackers.wandb_log import read_log
+from tracker_plugin.trackers.wandb_offline import read_offline_run
 
 TARGETS = ["-t", "6", "4.5"]
 
@@ -261,7 +261,7 @@ def test_an_unfinished_run_is_read_but_not_written(runs_copy, capsys):
 
 
 def test_a_rewrite_that_does_not_read_back_leaves_the_file_alone(runs_copy, capsys, monkeypatch):
-    from tracker_plugin.sources import wandb_offline
+    from tracker_plugin.trackers import wandb_offline
 
     def broken(out, records, offset):
         out.write(b"\x00garbage")

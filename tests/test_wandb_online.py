@@ -13,9 +13,9 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.errors import AuthError, ConfigError, RunNotFound, TrackerUnavailable
-from tracker_plugin.sources import SourceOptions, open_source, wandb_runs
-from tracker_plugin.sources.wandb_runs import WandbSource, run_filters
 from tracker_plugin.testing import synthetic_run
+from tracker_plugin.trackers import SourceOptions, open_source, wandb_runs
+from tracker_plugin.trackers.wandb_runs import WandbSource, run_filters
 
 TARGETS = ["-t", "6", "4.5", "1.5"]  # reached, extrapolated, unreachable on the synthetic runs
 W_AND_B_KEYS = {"train_loss": "train/loss", "tokens": "throughput/total_tokens", "lr": "train/lr"}

@@ -1,57 +1,80 @@
 """tracker_plugin: when does a training run reach a target loss?
 
-The public API. Tracker adapters live in :mod:`tracker_plugin.sources` and import their
-tracker's client only when used.
+The public API, re-exported here and loaded on first use, so that importing one layer
+(a tracker adapter, say) does not load the others. Tracker adapters live in
+:mod:`tracker_plugin.trackers` and import their tracker's client only when used.
 
 >>> import tracker_plugin as tp
 >>> result = tp.analyze(df, targets=[3.3])          # doctest: +SKIP
 >>> result.targets[0].status, result.targets[0].tokens  # doctest: +SKIP
 """
 
-from .analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze
-from .errors import (
-    AuthError,
-    ConfigError,
-    DataError,
-    MissingDependency,
-    RunNotFound,
-    SourceError,
-    TrackerPluginError,
-    TrackerUnavailable,
-)
-from .history import BatchStage, Columns, History, build_history
-from .models import FitFailure, PowerLaw
-from .report import to_json, to_text
-from .schedule import BatchSchedule, LrSchedule
-from .sources.csvfile import read_csv as load_csv
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Analysis",
-    "AnalysisConfig",
-    "AuthError",
-    "BatchSchedule",
-    "BatchStage",
-    "Columns",
-    "ConfigError",
-    "DataError",
-    "FitFailure",
-    "History",
-    "LrSchedule",
-    "MissingDependency",
-    "PowerLaw",
-    "RunNotFound",
-    "SourceError",
-    "Sweep",
-    "SweepRow",
-    "TargetResult",
-    "TrackerPluginError",
-    "TrackerUnavailable",
-    "__version__",
-    "analyze",
-    "build_history",
-    "load_csv",
-    "to_json",
-    "to_text",
-]
+# name -> the module that defines it
+_EXPORTS = {
+    "Analysis": "tracker_plugin.core.analysis",
+    "AnalysisConfig": "tracker_plugin.core.analysis",
+    "Sweep": "tracker_plugin.core.analysis",
+    "SweepRow": "tracker_plugin.core.analysis",
+    "TargetResult": "tracker_plugin.core.analysis",
+    "analyze": "tracker_plugin.core.analysis",
+    "FitFailure": "tracker_plugin.core.models",
+    "PowerLaw": "tracker_plugin.core.models",
+    "AuthError": "tracker_plugin.errors",
+    "ConfigError": "tracker_plugin.errors",
+    "DataError": "tracker_plugin.errors",
+    "MissingDependency": "tracker_plugin.errors",
+    "RunNotFound": "tracker_plugin.errors",
+    "SourceError": "tracker_plugin.errors",
+    "TrackerPluginError": "tracker_plugin.errors",
+    "TrackerUnavailable": "tracker_plugin.errors",
+    "BatchStage": "tracker_plugin.frame.history",
+    "Columns": "tracker_plugin.frame.history",
+    "History": "tracker_plugin.frame.history",
+    "build_history": "tracker_plugin.frame.history",
+    "BatchSchedule": "tracker_plugin.plan.schedule",
+    "LrSchedule": "tracker_plugin.plan.schedule",
+    "to_json": "tracker_plugin.report.render",
+    "to_text": "tracker_plugin.report.render",
+    "load_csv": "tracker_plugin.trackers.csvfile",
+}
+_RENAMED = {"load_csv": "read_csv"}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:
+    from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze
+    from tracker_plugin.core.models import FitFailure, PowerLaw
+    from tracker_plugin.errors import (
+        AuthError,
+        ConfigError,
+        DataError,
+        MissingDependency,
+        RunNotFound,
+        SourceError,
+        TrackerPluginError,
+        TrackerUnavailable,
+    )
+    from tracker_plugin.frame.history import BatchStage, Columns, History, build_history
+    from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
+    from tracker_plugin.report.render import to_json, to_text
+    from tracker_plugin.trackers.csvfile import read_csv as load_csv
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tracker_plugin' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

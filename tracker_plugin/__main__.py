@@ -1,5 +1,5 @@
 """``python -m tracker_plugin``: the same as the ``tracker-plugin`` command."""
 
-from .cli import entry_point
+from tracker_plugin.cli import entry_point
 
 entry_point()

@@ -59,7 +59,7 @@ def synthetic_run(
         lr = lr_peak * np.minimum(1.0, (step + 1) / max(warmup, 1))
         clock, gain = after, np.zeros(steps)
     else:
-        from ..schedule import LrSchedule
+        from tracker_plugin.plan.schedule import LrSchedule
 
         plan = LrSchedule.parse_spec(lr_schedule)
         shape = plan.at(step) / plan.peak

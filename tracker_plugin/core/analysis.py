@@ -1,0 +1,623 @@
+"""The analysis: smooth a run's loss, find each target's crossing, forecast the rest.
+
+``analyze(history, config)`` is pure: a validated :class:`History` and an
+:class:`AnalysisConfig` in, a frozen :class:`Analysis` out. It neither prints nor reads.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.core.clock import CLOCKS, build_timeline, tokens_to_step
+from tracker_plugin.core.forecast import (
+    AUTO,
+    Selection,
+    TargetForecast,
+    choose_law,
+    fit_window,
+    forecast_targets,
+    resolve_plan,
+)
+from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
+from tracker_plugin.core.models.prefixes import fit_prefixes
+from tracker_plugin.core.models.schedule_law import smooth_all
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.errors import ConfigError
+from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
+from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
+
+__all__ = [
+    "Analysis",
+    "AnalysisConfig",
+    "Sweep",
+    "SweepRow",
+    "TargetResult",
+    "analyze",
+    "run_analysis",
+]
+
+Fit = PowerLaw | LawFit
+MODELS = (AUTO, "power-law", *LAWS)
+
+REACHED = "reached"
+EXTRAPOLATED = "extrapolated"
+UNREACHABLE = "unreachable"
+FAILED = "failed"
+
+# Fewer rows than this after the fit start and no extrapolation is attempted: the power
+# law's limit is the original script's; a schedule-aware law needs two more rows than its
+# four free parameters (three linear, one nonlinear at least).
+MIN_FIT_ROWS = 10
+MIN_LAW_ROWS = 6
+# Without an lr history the warmup is taken to be this share of the logged tokens.
+NO_LR_WARMUP_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class AnalysisConfig:
+    """Every setting that changes an analysis's result.
+
+    The defaults are those of the original ``find_target_loss.py``, except the model:
+    ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
+    original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
+    the schedule-aware models only.
+    """
+
+    targets: tuple[float, ...]
+    ema_token_window: float = 100_000_000.0
+    model: str = "auto"
+    lr_schedule: LrSchedule | None = None
+    clock: str = "tokens"
+    interval: float = 0.8
+    anneal_gain: float = 0.05
+    fit_start_step: int | None = None
+    fit_last_stage: bool = False
+    batch_schedule: BatchSchedule | None = None
+    extrapolation_warn_factor: float = 3.0
+    stability_sweep: bool = False
+    sweep_step: int = 300
+    sweep_min_window: int = 500
+    convergence_tol: float = 0.05
+    max_fit_points: int = 4096
+
+    def __post_init__(self) -> None:
+        targets = tuple(self.targets)
+        if not targets:
+            raise ConfigError("give at least one target loss")
+        for target in targets:
+            if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
+                raise ConfigError(f"targets must be finite numbers, got {target!r}")
+        object.__setattr__(self, "targets", tuple(float(t) for t in targets))
+        _positive("ema_token_window", self.ema_token_window)
+        _positive("extrapolation_warn_factor", self.extrapolation_warn_factor)
+        _positive("sweep_step", self.sweep_step)
+        _positive("convergence_tol", self.convergence_tol)
+        if self.sweep_min_window < 0:
+            raise ConfigError(f"sweep_min_window must be >= 0, got {self.sweep_min_window}")
+        if self.fit_start_step is not None and self.fit_start_step < 0:
+            raise ConfigError(f"fit_start_step must be >= 0, got {self.fit_start_step}")
+        if self.max_fit_points < 16:
+            raise ConfigError(f"max_fit_points must be at least 16, got {self.max_fit_points}")
+        if self.model not in MODELS:
+            raise ConfigError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
+        if self.clock not in CLOCKS:
+            raise ConfigError(f"unknown clock {self.clock!r}; choose from {', '.join(CLOCKS)}")
+        if not (isinstance(self.interval, (int, float)) and 0 < self.interval < 1):
+            raise ConfigError(f"interval is a coverage between 0 and 1 (0.8 for 80%), got {self.interval!r}")
+        if not (isinstance(self.anneal_gain, (int, float)) and 0 <= self.anneal_gain < 1):
+            raise ConfigError(f"anneal_gain is a share of the loss in [0, 1), got {self.anneal_gain!r}")
+
+
+def _positive(name: str, value: float) -> None:
+    if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        flag = "--" + name.replace("_", "-")
+        raise ConfigError(f"{name} ({flag}) must be a positive number, got {value!r}")
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One window of the stability sweep: the fit on the run up to ``max_step``."""
+
+    max_step: int
+    max_tokens: float
+    tokens: float | None
+    step: float | None
+    fit: Fit | None
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """Refits on growing windows, and whether the forecast has settled."""
+
+    rows: tuple[SweepRow, ...]
+    verdict: str  # "converged" | "not_converged" | "not_enough_data"
+    changes: tuple[float, float] | None
+    tolerance: float
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What the analysis says about one target loss."""
+
+    target: float
+    status: str  # "reached" | "extrapolated" | "unreachable" | "failed"
+    tokens: float | None = None
+    step: float | None = None
+    tokens_interval: tuple[float, float] | None = None
+    step_interval: tuple[float, float] | None = None
+    fit: Fit | None = None
+    extrapolation_factor: float | None = None
+    note: str | None = None
+    beyond_warn_factor: bool = False
+    sweep: Sweep | None = None
+    p_reach_within_plan: float | None = None
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """The full result for one run."""
+
+    run: str
+    loss_key: str
+    config: AnalysisConfig
+    fit_start_step: int
+    fit_start_reason: str
+    observed_step: int
+    observed_tokens: float
+    stages: tuple[BatchStage, ...]
+    batch_source: str
+    targets: tuple[TargetResult, ...]
+    notes: tuple[str, ...] = ()
+    fit: Fit | FitFailure | None = None
+    selection: Selection | None = None
+    plan: Plan | None = None
+    history: History = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    smoothed: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def dynamic_batch(self) -> bool:
+        return len(self.stages) > 1
+
+
+def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    """Analyse a validated history; see :func:`tracker_plugin.analyze` for the public entry."""
+    # Absurd values (a loss of 1e158) overflow inside fits; those end as failed fits with
+    # a reason, so the floating-point warnings on the way say nothing new.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
+        return _run_analysis(history, config)
+
+
+def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    stages = batch_stages(history)
+    smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    fit_start, reason = _fit_start(history, stages, config)
+    window = np.flatnonzero(history.step >= fit_start)
+    notes = list(history.notes)
+    if float(np.min(config.ema_token_window / history.batch)) < 1:
+        notes.append(
+            f"the EMA window ({config.ema_token_window:,.0f} tokens) is smaller than the batch "
+            "on some steps: no smoothing there"
+        )
+    power_law = config.model == "power-law"
+    min_rows = MIN_FIT_ROWS if power_law else MIN_LAW_ROWS
+    results: dict[float, TargetResult] = {}
+    open_targets = []
+    for target in config.targets:
+        crossing = _crossing(history, smoothed, target)
+        if crossing is not None:
+            reached = None if power_law else 1.0
+            results[target] = TargetResult(
+                target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
+            )
+        elif len(window) < min_rows:
+            note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
+            results[target] = TargetResult(target, FAILED, note=note)
+        else:
+            open_targets.append(target)
+    extra: dict[str, Any] = {}
+    if open_targets:
+        forecast = _power_law_forecasts if power_law else _schedule_forecasts
+        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, notes)
+        forecasts, extra = forecast(prepared, open_targets)
+        results.update(forecasts)
+    return Analysis(
+        run=history.run,
+        loss_key=history.loss_key,
+        config=config,
+        fit_start_step=fit_start,
+        fit_start_reason=reason,
+        observed_step=history.last_step,
+        observed_tokens=history.last_tokens,
+        stages=stages,
+        batch_source=history.batch_source,
+        targets=tuple(results[t] for t in config.targets),
+        notes=tuple(notes),
+        history=history,
+        smoothed=smoothed,
+        **extra,
+    )
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """What every model's forecast starts from: the run, its smoothed loss, the fit window."""
+
+    history: History
+    config: AnalysisConfig
+    stages: tuple[BatchStage, ...]
+    smoothed: np.ndarray
+    fit_start: int
+    window: np.ndarray
+    notes: list[str]  # the forecast adds its own
+
+
+def _power_law_forecasts(
+    run: _Prepared, targets: list[float]
+) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+    """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
+    history, config, smoothed = run.history, run.config, run.smoothed
+    fit = _fit(history, smoothed, run.window, config)
+    sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config) if config.stability_sweep else None
+    results = {}
+    for target in targets:
+        sweep = None
+        if sweep_rows is not None:
+            sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
+        results[target] = _forecast(fit, target, history, run.stages, config, sweep)
+    return results, {"fit": fit}
+
+
+def _schedule_forecasts(
+    run: _Prepared, targets: list[float]
+) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+    """A schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``) on the planned lr."""
+    history, config, smoothed = run.history, run.config, run.smoothed
+    prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
+    first = int(run.window[0])
+    plan = resolve_plan(history, config.lr_schedule)
+    run.notes.append(plan.note)
+    timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
+    fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
+    sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
+    if config.stability_sweep:
+        rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
+        sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
+    results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
+    return results, {"fit": fit, "selection": selection, "plan": plan}
+
+
+def _law_forecasts(
+    fit: LawFit | FitFailure,
+    selection: Selection,
+    targets: list[float],
+    history: History,
+    first: int,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweeps: dict[float, Sweep | None],
+) -> dict[float, TargetResult]:
+    if isinstance(fit, FitFailure):
+        return {t: TargetResult(t, FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+    found = forecast_targets(
+        fit, targets, history, first, level=config.interval,
+        error_scale=selection.error_scale, error_dof=selection.error_count,
+    )
+    results = {}
+    for target, forecast in zip(targets, found):
+        results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])
+    return results
+
+
+def _law_result(
+    fit: LawFit,
+    target: float,
+    found: TargetForecast,
+    history: History,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweep: Sweep | None,
+) -> TargetResult:
+    if found.tokens is None:
+        note = (
+            f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
+            f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
+        )
+        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
+    factor = found.tokens / history.last_tokens
+    notes = [n for n in (found.note,) if n]
+    if len(stages) > 1 and config.batch_schedule is None:
+        notes.append(f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule")
+    step_interval = None
+    if found.interval is not None:
+        step_interval = tuple(
+            math.inf if not math.isfinite(t) else tokens_to_step(t, history, config.batch_schedule) for t in found.interval
+        )
+    return TargetResult(
+        target,
+        EXTRAPOLATED,
+        tokens=found.tokens,
+        step=tokens_to_step(found.tokens, history, config.batch_schedule),
+        tokens_interval=found.interval,
+        step_interval=step_interval,  # type: ignore[arg-type]
+        fit=fit,
+        extrapolation_factor=factor,
+        note="; ".join(notes) or None,
+        beyond_warn_factor=factor > config.extrapolation_warn_factor,
+        sweep=sweep,
+        p_reach_within_plan=found.p_reach_within_plan,
+    )
+
+
+def _fit_start(history: History, stages: Sequence[BatchStage], config: AnalysisConfig) -> tuple[int, str]:
+    if config.fit_start_step is not None:
+        start, reason = config.fit_start_step, "--fit-start-step"
+    else:
+        start, reason = _warmup_end(history, stages[0])
+    if config.fit_last_stage and stages[-1].first_step > start:
+        start, reason = stages[-1].first_step, "start of the last batch stage (--fit-last-stage)"
+    return int(start), reason
+
+
+def _warmup_end(history: History, first: BatchStage) -> tuple[int, str]:
+    """First step where the lr reaches 99% of its peak, searched in the first batch stage.
+
+    Only the first stage: a run that scales the lr with the batch reaches its overall
+    peak in its last stage, long after warmup.
+    """
+    in_stage = history.step <= first.last_step
+    lr = None if history.lr is None else history.lr[in_stage]
+    if lr is None or not np.isfinite(lr).any():
+        cutoff = NO_LR_WARMUP_SHARE * history.last_tokens
+        start = int(history.step[np.searchsorted(history.tokens, cutoff)])
+        return start, f"no lr logged: skipping the first {NO_LR_WARMUP_SHARE:.0%} of logged tokens as warmup"
+    peak = np.nanmax(lr)
+    return int(history.step[in_stage][np.argmax(lr >= 0.99 * peak)]), "end of lr warmup"
+
+
+def _crossing(history: History, smoothed: np.ndarray, target: float) -> tuple[float, float] | None:
+    """(step, tokens) where the smoothed loss first reaches ``target``, interpolated."""
+    below = np.flatnonzero(smoothed <= target)
+    if not len(below):
+        return None
+    i = int(below[0])
+    if i == 0:
+        return float(history.step[0]), float(history.tokens[0])
+    before, after = smoothed[i - 1], smoothed[i]
+    frac = 1.0 if before == after else (before - target) / (before - after)
+    step = history.step[i - 1] + frac * (history.step[i] - history.step[i - 1])
+    tokens = history.tokens[i - 1] + frac * (history.tokens[i] - history.tokens[i - 1])
+    return float(step), float(tokens)
+
+
+def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
+    """At most ``max_points`` of ``rows``, evenly spaced, first and last included.
+
+    The smoothed curve varies slowly, so a long log says no more to a fit than a few
+    thousand evenly spread points, and fitting those keeps a sweep over a long run fast.
+    """
+    if len(rows) <= max_points:
+        return rows
+    # With more rows than points the rounded positions are strictly increasing: no repeats.
+    return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
+
+
+def _fit(
+    history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig, hint: Fit | None = None
+) -> PowerLaw | FitFailure:
+    rows = _sample(rows, config.max_fit_points)
+    return fit_power_law(history.tokens[rows], smoothed[rows], alpha_hint=None if hint is None else hint.alpha)
+
+
+def _forecast(
+    fit: Fit | FitFailure,
+    target: float,
+    history: History,
+    stages: Sequence[BatchStage],
+    config: AnalysisConfig,
+    sweep: Sweep | None,
+) -> TargetResult:
+    if isinstance(fit, FitFailure):
+        return TargetResult(target, FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
+    tokens = fit.solve(target)
+    if tokens is None:
+        note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
+        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+    if not math.isfinite(tokens):
+        note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
+        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+    factor = tokens / history.last_tokens
+    note = None
+    if len(stages) > 1 and config.batch_schedule is None:
+        note = f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
+    return TargetResult(
+        target,
+        EXTRAPOLATED,
+        tokens=tokens,
+        step=tokens_to_step(tokens, history, config.batch_schedule),
+        fit=fit,
+        extrapolation_factor=factor,
+        note=note,
+        beyond_warn_factor=factor > config.extrapolation_warn_factor,
+        sweep=sweep,
+    )
+
+
+def sweep_checkpoints(fit_start: int, last_step: int, every: int, min_window: int) -> list[int]:
+    """Window ends for the sweep: every ``every`` steps, ending with the last step.
+
+    The last step replaces the final regular window when it falls less than half a
+    sweep step after it, so the last two windows always differ by real data.
+    """
+    checkpoints = list(range(fit_start + min_window, last_step, every))
+    if checkpoints and last_step - checkpoints[-1] < every / 2:
+        checkpoints.pop()
+    checkpoints.append(last_step)
+    return checkpoints
+
+
+def _law_sweep(
+    history: History,
+    smoothed: np.ndarray,
+    fit_start: int,
+    config: AnalysisConfig,
+    fit: LawFit | FitFailure,
+    chosen: str,
+    timeline: Any,
+    prior: GainPrior | None,
+) -> tuple[SweepRow, ...]:
+    """The stability sweep with a schedule-aware law.
+
+    Every window is fitted with one weighted pass, the whole window's robust weights and
+    prior strength; for the lr-annealing law all windows at once (:func:`fit_prefixes`),
+    else one by one. The windows' EMAs are then computed together.
+    """
+
+    def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        like = None if isinstance(fit, FitFailure) else fit
+        return fit_window(
+            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+        )
+
+    if isinstance(fit, FitFailure):
+        return _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+    first = int(np.searchsorted(history.step, fit_start))
+    windows = []
+    for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
+        end = int(np.searchsorted(history.step, max_step, side="right"))
+        if end - first >= MIN_FIT_ROWS:
+            windows.append((max_step, end))
+    batch = fit_prefixes(fit, history.step[first:].astype(float), history.loss[first:], [end - first for _, end in windows])
+    rows = []
+    for (max_step, end), found in zip(windows, batch):
+        window_fit: Fit | FitFailure = found if found is not None else one_by_one(first, end, None)
+        note = window_fit.reason if isinstance(window_fit, FitFailure) else None
+        rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
+                             None if isinstance(window_fit, FitFailure) else window_fit, note))
+    smooth_all([f for f in batch if f is not None])
+    return tuple(rows)
+
+
+def _sweep_fits(
+    history: History,
+    smoothed: np.ndarray,
+    fit_start: int,
+    config: AnalysisConfig,
+    fitter: Any = None,
+) -> tuple[SweepRow, ...]:
+    """Fits on windows ending every sweep step; ``fitter(first, end, hint)`` makes each fit
+    (default: the power law on the smoothed loss)."""
+    if fitter is None:
+
+        def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+            return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+
+    rows = []
+    first = int(np.searchsorted(history.step, fit_start))
+    previous = None
+    for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
+        end = int(np.searchsorted(history.step, max_step, side="right"))
+        if end - first < MIN_FIT_ROWS:
+            continue
+        fit = fitter(first, end, previous)
+        previous = None if isinstance(fit, FitFailure) else fit
+        note = fit.reason if isinstance(fit, FitFailure) else None
+        rows.append(
+            SweepRow(
+                max_step=max_step,
+                max_tokens=float(history.tokens[end - 1]),
+                tokens=None,
+                step=None,
+                fit=None if isinstance(fit, FitFailure) else fit,
+                note=note,
+            )
+        )
+    return tuple(rows)
+
+
+def _solve_rows(rows: Sequence[SweepRow], target: float, history: History, config: AnalysisConfig) -> tuple[SweepRow, ...]:
+    solved = []
+    for row in rows:
+        tokens = row.fit.solve(target) if row.fit is not None else None
+        note = row.note
+        if row.fit is not None and tokens is None:
+            note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"
+        elif tokens is not None and not math.isfinite(tokens):
+            tokens, note = None, "unreachable under this fit: beyond 1e300 tokens"
+        step = tokens_to_step(tokens, history, config.batch_schedule) if tokens is not None else None
+        solved.append(SweepRow(row.max_step, row.max_tokens, tokens, step, row.fit, note))
+    return tuple(solved)
+
+
+def _judge(rows: tuple[SweepRow, ...], tolerance: float) -> Sweep:
+    """Converged when the last two window-to-window changes in predicted tokens are within tolerance."""
+    valid = [row.tokens for row in rows if row.tokens is not None]
+    if len(valid) < 3:
+        return Sweep(rows, "not_enough_data", None, tolerance)
+    t2, t1, t0 = valid[-3:]
+    changes = (abs(t1 - t2) / t2, abs(t0 - t1) / t1)
+    verdict = "converged" if all(c <= tolerance for c in changes) else "not_converged"
+    return Sweep(rows, verdict, changes, tolerance)
+
+
+def analyze(
+    data: History | pd.DataFrame,
+    targets: Sequence[float] | float,
+    *,
+    run: str | None = None,
+    columns: Columns | None = None,
+    batch_size: float | None = None,
+    **options: Any,
+) -> Analysis:
+    """Analyse a run: where its smoothed loss reaches each target, or when it will.
+
+    Parameters
+    ----------
+    data:
+        A :class:`History` (from a source), or a dataframe with one row per logged step;
+        its columns are found by ``columns`` (default: ``step``, ``train_loss``,
+        ``tokens``, ``global_batch``, ``lr`` and their common tracker spellings).
+    targets:
+        One target loss or several.
+    run:
+        The name used in messages and reports (default ``"dataframe"``).
+    columns, batch_size:
+        How to read a dataframe; see :func:`build_history`. Ignored for a History.
+    **options:
+        Any field of :class:`AnalysisConfig`, e.g. ``ema_token_window=5e7``.
+
+    Returns
+    -------
+    Analysis
+        The same result ``tracker-plugin analyze`` prints.
+
+    Raises
+    ------
+    ConfigError
+        An option is unknown or invalid.
+    DataError
+        The dataframe cannot be analysed; the message names the run and column.
+    """
+    if isinstance(targets, (int, float)) and not isinstance(targets, bool):
+        targets = (targets,)
+    unknown = set(options) - {f.name for f in fields(AnalysisConfig)}
+    if unknown:
+        raise ConfigError(f"unknown analysis option(s): {', '.join(sorted(unknown))}")
+    if isinstance(options.get("batch_schedule"), (str, list, tuple)):
+        options["batch_schedule"] = BatchSchedule.parse(options["batch_schedule"])
+    if isinstance(options.get("lr_schedule"), str):
+        options["lr_schedule"] = LrSchedule.parse_spec(options["lr_schedule"])
+    config = AnalysisConfig(targets=tuple(targets), **options)
+    if isinstance(data, History):
+        history = data
+    elif isinstance(data, pd.DataFrame):
+        history = build_history(data, run=run or "dataframe", columns=columns, batch_size=batch_size)
+    else:
+        raise ConfigError(f"analyze() takes a pandas DataFrame or a History, not {type(data).__name__}")
+    return run_analysis(history, config)

@@ -1,0 +1,197 @@
+"""How far to trust forecasts: cut finished runs, forecast, compare with what happened.
+
+The protocol, for each finished run, each fit fraction ``f`` and each target quantile ``q``:
+
+1. smooth the full run's loss (the analysis's token-window EMA);
+2. the target is the value that smoothed loss had at ``q`` of the run's final tokens;
+3. the truth is where the full run's smoothed loss first reached it;
+4. cut the run at ``f`` of its final tokens and forecast the target from the cut;
+5. score ``ln(predicted / true tokens)``: 0 is perfect, 0.1 is 10% off.
+
+The lr plan a forecast may use (``plan``): ``log`` hands it the finished run's logged lr, as
+a user hands a planned schedule with ``--lr-schedule``; ``infer`` gives it only the cut, so
+it infers what it can from the lr logged so far.
+
+Pure: histories and settings in, frozen dataclasses out. The command line and the
+benchmark share it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracker_plugin.core.analysis import EXTRAPOLATED, REACHED, AnalysisConfig, _crossing, run_analysis
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.schedule import LrSchedule
+
+__all__ = ["PLANS", "BacktestCase", "BacktestSummary", "backtest_run", "logged_plan", "summarize"]
+
+PLANS = ("log", "infer")
+
+
+@dataclass(frozen=True)
+class BacktestCase:
+    """One forecast of one run, cut at ``fit_fraction``, for the target at ``target_quantile``."""
+
+    run: str
+    model: str
+    fit_fraction: float
+    target_quantile: float
+    target: float
+    true_tokens: float
+    status: str  # reached | extrapolated | unreachable | failed
+    chosen: str | None = None  # the law auto chose
+    tokens: float | None = None
+    interval: tuple[float, float] | None = None
+    note: str | None = None
+
+    @property
+    def forecast(self) -> bool:
+        """Whether the cut produced a forecast (a crossing or an extrapolation)."""
+        return self.tokens is not None and self.status in (REACHED, EXTRAPOLATED)
+
+    @property
+    def error(self) -> float | None:
+        """``ln(predicted / true tokens)``; None without a forecast."""
+        if not self.forecast or self.true_tokens <= 0 or not self.tokens or self.tokens <= 0:
+            return None
+        return math.log(self.tokens / self.true_tokens)
+
+    @property
+    def covered(self) -> bool | None:
+        if self.interval is None or not self.forecast:
+            return None
+        low, high = self.interval
+        return low <= self.true_tokens <= high
+
+
+@dataclass(frozen=True)
+class BacktestSummary:
+    """One model at one fit fraction and target quantile, over every run."""
+
+    model: str
+    fit_fraction: float
+    target_quantile: float
+    cases: int
+    failures: int  # cases without a forecast
+    median_abs: float | None  # median |ln(predicted / true)|
+    p90_abs: float | None
+    bias: float | None  # median ln(predicted / true): > 0 is late
+    coverage: float | None  # share of intervals holding the truth
+    intervals: int
+    median_width: float | None  # median high / low of the intervals
+
+
+def logged_plan(history: History) -> LrSchedule | None:
+    """The finished run's logged lr as its plan (None when it logged no lr)."""
+    if history.lr is None:
+        return None
+    ok = np.isfinite(history.lr)
+    if ok.sum() < 2 or np.nanmax(history.lr) <= 0:
+        return None
+    schedule = LrSchedule.from_table(history.step[ok], history.lr[ok], source="log")
+    return replace(schedule, description=f"the finished run's logged lr, steps {history.step[0]:,} to {history.last_step:,}")
+
+
+def backtest_run(
+    history: History,
+    config: AnalysisConfig,
+    *,
+    fit_fractions: Sequence[float],
+    target_quantiles: Sequence[float],
+    models: Sequence[str],
+    plan: str = "log",
+) -> list[BacktestCase]:
+    """Every case of the protocol for one finished run (see the module's docstring)."""
+    if plan not in PLANS:
+        raise ValueError(f"plan must be one of {PLANS}, got {plan!r}")
+    smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    final = history.last_tokens
+    targets = []
+    for q in target_quantiles:
+        target = float(np.interp(q * final, history.tokens, smoothed))
+        truth = _crossing(history, smoothed, target)
+        assert truth is not None  # the smoothed loss takes this value at q of the tokens
+        targets.append((q, target, truth[1]))
+    schedule = logged_plan(history) if plan == "log" else None
+    cases = []
+    for f in fit_fractions:
+        rows = int(np.searchsorted(history.tokens, f * final, side="right"))
+        for model in models:
+            cases += _cut(history, rows, f, model, targets, config, schedule)
+    return cases
+
+
+def _cut(
+    history: History,
+    rows: int,
+    fraction: float,
+    model: str,
+    targets: list[tuple[float, float, float]],
+    config: AnalysisConfig,
+    schedule: LrSchedule | None,
+) -> list[BacktestCase]:
+    def case(q: float, target: float, truth: float, status: str, **more: object) -> BacktestCase:
+        return BacktestCase(history.run, model, fraction, q, target, truth, status, **more)  # type: ignore[arg-type]
+
+    if rows < 2:
+        note = f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)"
+        return [case(q, t, truth, "failed", note=note) for q, t, truth in targets]
+    settings = replace(
+        config,
+        model=model,
+        targets=tuple(t for _, t, _ in targets),
+        lr_schedule=schedule if schedule is not None else config.lr_schedule,
+        stability_sweep=False,
+    )
+    analysis = run_analysis(history.head(rows), settings)
+    chosen = analysis.selection.chosen if analysis.selection is not None else None
+    return [
+        case(
+            q,
+            target,
+            truth,
+            result.status,
+            chosen=chosen if model != "power-law" else "power-law",
+            tokens=result.tokens,
+            interval=result.tokens_interval,
+            note=result.note,
+        )
+        for (q, target, truth), result in zip(targets, analysis.targets)
+    ]
+
+
+def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
+    """Per model, fit fraction and target quantile (in first-seen order): the figures."""
+    groups: dict[tuple[str, float, float], list[BacktestCase]] = {}
+    for c in cases:
+        groups.setdefault((c.model, c.fit_fraction, c.target_quantile), []).append(c)
+    return [_summary(key, group) for key, group in groups.items()]
+
+
+def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> BacktestSummary:
+    errors = np.array([c.error for c in group if c.error is not None])
+    covered = [c.covered for c in group if c.covered is not None]
+    widths = [c.interval[1] / c.interval[0] for c in group if c.covered is not None and c.interval[0] > 0]  # type: ignore[index]
+
+    def stat(values: np.ndarray, fn: object) -> float | None:
+        return float(fn(values)) if len(values) else None  # type: ignore[operator]
+
+    return BacktestSummary(
+        model=key[0],
+        fit_fraction=key[1],
+        target_quantile=key[2],
+        cases=len(group),
+        failures=len(group) - len(errors),
+        median_abs=stat(np.abs(errors), np.median),
+        p90_abs=stat(np.abs(errors), lambda v: np.percentile(v, 90)),
+        bias=stat(errors, np.median),
+        coverage=float(np.mean(covered)) if covered else None,
+        intervals=len(covered),
+        median_width=float(np.median(widths)) if widths else None,
+    )

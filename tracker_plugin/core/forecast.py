@@ -1,0 +1,428 @@
+"""Forecasts with the schedule-aware laws: which law, when, and how sure.
+
+- :func:`resolve_plan`: the lr plan a forecast rests on (given, or inferred from the log, or
+  an assumption said out loud).
+- :func:`choose_law`: with ``auto``, each law forecasts the run's own later history from an
+  earlier cut of its log; the law that did best forecasts the rest.
+- :func:`forecast_targets`: when the smoothed law reaches each target, an interval for it,
+  and the chance of reaching it within the planned run.
+
+The interval is a moving-block bootstrap. The residuals of the binned raw loss are
+resampled in blocks as long as their autocorrelation (so a wandering stretch stays a
+wandering stretch), added to the fitted curve and refitted; the prior on the annealing gain
+is redrawn from its own spread each time (a decay the log has not shown is uncertain by that
+much). Each replicate's crossing is then found on its smoothed curve plus a path of the
+smoothed loss's own fluctuations, resampled the same way: the observed loss crosses a target
+the first time a fluctuation carries it there, which on a flat stretch is well before the
+mean curve does. The point forecast is the fitted law's median first crossing over such
+paths. Last, each replicate moves by the law's own track record on this run (its errors
+forecasting the log's later part from earlier cuts), which the residuals cannot show: how
+wrong the law's shape is for this run.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracker_plugin.core.clock import Timeline
+from tracker_plugin.core.models import (
+    LAWS,
+    LR_ANNEALING,
+    FitFailure,
+    GainPrior,
+    LawFit,
+    fit_law,
+    observations,
+)
+from tracker_plugin.core.models.replicates import refit_many
+from tracker_plugin.core.models.schedule_law import crossing_tokens, smooth_after
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.schedule import LrSchedule, Plan, infer_lr_schedule
+
+__all__ = [
+    "AUTO",
+    "Selection",
+    "TargetForecast",
+    "choose_law",
+    "fit_window",
+    "forecast_targets",
+    "resolve_plan",
+]
+
+AUTO = "auto"
+# Candidates of ``auto``, in order of preference when they forecast equally well: the
+# richer law first, as long as the log shows enough of a decay to fit its response.
+CANDIDATES = ("multi-power", "lr-annealing")
+# The run's own history is forecast from cuts at these shares of its logged tokens, each
+# time to when the smoothed loss reached its last logged value (stretches of up to 1.7x).
+# Cuts late in the log see about as much of the lr decay as the real forecast does, so the
+# laws are compared in the regime they will forecast in.
+INNER_CUTS = (0.6, 0.7, 0.8)
+# A richer law must beat the preferred one by this much (mean |ln| over the inner cuts).
+SELECTION_MARGIN = 0.01
+# The multi-power law's response shape needs a logged decay: at least this share of the
+# peak lr must have been shed in the log before it is a candidate.
+MIN_SEEN_DECAY = 0.25
+# Prior for the law's own error per unit of log horizon: an extrapolation over a factor e
+# in tokens is taken to be uncertain by this much in log tokens, before the run's own inner
+# forecasts say otherwise; it counts as this many forecasts.
+ERROR_PRIOR_SCALE = 0.1
+ERROR_PRIOR_WEIGHT = 1.0
+# The EMA remembers its start for a few spans (2.5 spans: under 1%).
+_SETTLE_SPANS = 2.5
+# Replicates of the bootstrap.
+REPLICATES = 40
+# The fluctuation is resampled from at most this many of the log's latest rows (dozens of
+# EMA spans at any usual logging cadence), or from its last _FLUCTUATION_SPANS spans when
+# those hold more rows: the recent fluctuation is the one the future continues, and a
+# million-row log then costs no more than a short one.
+_FLUCTUATION_ROWS = 1 << 14
+_FLUCTUATION_SPANS = 50
+# A forecast that fails in the inner backtest scores this (|ln| of a factor e^3).
+_FAILED_SCORE = 3.0
+
+
+@dataclass(frozen=True)
+class Selection:
+    """How the law was chosen, and how well each candidate forecast the run's own history.
+
+    ``scores`` holds each candidate's mean |ln(predicted / actual tokens)| over the inner
+    cuts (None when the log is too short for any); ``error_scale`` is the chosen law's
+    root-mean-square error per unit of log horizon (``ln(actual / cut tokens)``), which
+    widens the interval by the model's own track record.
+    """
+
+    chosen: str
+    method: str
+    scores: tuple[tuple[str, float | None], ...] = ()
+    error_scale: float | None = None
+    error_count: int = 0
+
+
+@dataclass(frozen=True)
+class TargetForecast:
+    """One target's forecast: tokens (None when never reached), interval, chance within plan."""
+
+    tokens: float | None
+    interval: tuple[float, float] | None
+    p_reach_within_plan: float | None
+    note: str | None = None
+
+
+def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
+    """The plan given (``--lr-schedule``, ``--lr-spec``), else the run's own (its params, as a
+    source put it in ``history.lr_plan``), else what the logged lr shows."""
+    given = given if given is not None else history.lr_plan
+    if given is not None:
+        return Plan(given, f"planned lr: {given.description}")
+    return infer_lr_schedule(history.step, history.lr)
+
+
+def fit_window(
+    law_name: str,
+    history: History,
+    first: int,
+    end: int,
+    timeline: Timeline,
+    ema_window: float,
+    prior: GainPrior | None,
+    hint: LawFit | None = None,
+    smoothed: np.ndarray | None = None,
+    rounds: int | None = None,
+    like: LawFit | None = None,
+) -> LawFit | FitFailure:
+    """Fit a law to the raw loss of rows ``first:end`` of ``history``.
+
+    ``hint`` (the fit of an overlapping window, as in a sweep) starts the search near its
+    parameters; it changes the speed, not the answer. ``smoothed`` (the run's EMA) starts
+    the law's EMA at the observed one. ``rounds`` caps the reweighting rounds; ``like`` (the
+    fit of the whole window) lends its prior strength, so a single round still weighs the
+    prior as the full fit does.
+    """
+    obs = observations(history.step[first:end], history.loss[first:end], timeline)
+    window_timeline = replace(timeline, last_step=float(history.step[end - 1])) if end < len(history) else timeline
+    return fit_law(
+        LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior,
+        start=None if hint is None else hint.theta,
+        smoothed_start=None if smoothed is None else float(smoothed[first]),
+        cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
+        **({} if rounds is None else {"rounds": rounds}),
+        **({} if like is None else {"strength": like.strength}),
+    )
+
+
+def choose_law(
+    model: str,
+    history: History,
+    smoothed: np.ndarray,
+    first: int,
+    timeline: Timeline,
+    ema_window: float,
+    prior: GainPrior | None,
+) -> tuple[LawFit | FitFailure, Selection]:
+    """The fitted law for the whole window: the one named, or the one ``auto`` picks.
+
+    Either way the chosen law's forecasts of the run's own later history (from the inner
+    cuts) give :attr:`Selection.error_scale`.
+    """
+    end = len(history)
+    names = [model] if model != AUTO else list(CANDIDATES)
+    if model == AUTO:
+        seen = timeline.drops().before(float(timeline.clock_at(history.step[-1])))
+        if seen.total < MIN_SEEN_DECAY:
+            names = [LR_ANNEALING.name]
+    inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior) for name in names}
+    scores = {name: (float(np.mean([abs(e) for e, _ in errs])) if errs else None) for name, errs in inner.items()}
+    chosen = names[0]
+    for name in names[1:]:
+        if scores[name] is not None and scores[chosen] is not None and scores[name] < scores[chosen] - SELECTION_MARGIN:
+            chosen = name
+    if model != AUTO:
+        method = "--model"
+    elif len(names) == 1:
+        method = (
+            f"auto: the lr has fallen by less than {MIN_SEEN_DECAY:.0%} of its peak in the log, "
+            "too little to fit the multi-power law's response"
+        )
+    else:
+        cuts = ", ".join(f"{c:.0%}" for c in INNER_CUTS)
+        method = (
+            f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
+            f"of the logged tokens; lowest mean |ln(predicted/actual)| wins (by more than {SELECTION_MARGIN})"
+        )
+    fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
+    errors = inner[chosen]
+    return fit, Selection(chosen, method, tuple(scores.items()), *_error_scale(errors))
+
+
+def _error_scale(errors: list[tuple[float, float]]) -> tuple[float, int]:
+    """The law's error per unit of log horizon, and the Student-t degrees of freedom for it.
+
+    A scale estimated from two or three inner forecasts can come out near zero by luck, so
+    it is shrunk towards a prior scale (:data:`ERROR_PRIOR_SCALE`, worth
+    :data:`ERROR_PRIOR_WEIGHT` forecasts): the conjugate update of a normal variance,
+    ``(w * s0^2 + sum e^2) / (w + n)``, whose predictive law is a t with ``w + n`` degrees
+    of freedom.
+    """
+    squares = [(e / math.log(r)) ** 2 for e, r in errors]
+    weight = ERROR_PRIOR_WEIGHT
+    scale = math.sqrt((weight * ERROR_PRIOR_SCALE**2 + sum(squares)) / (weight + len(squares)))
+    return scale, int(weight + len(squares))
+
+
+def _inner_errors(
+    name: str,
+    history: History,
+    smoothed: np.ndarray,
+    first: int,
+    timeline: Timeline,
+    ema_window: float,
+    prior: GainPrior | None,
+) -> list[tuple[float, float]]:
+    """``(ln(predicted / actual tokens), actual / cut tokens)`` of forecasts of the log's end."""
+    tokens = history.tokens
+    target = float(smoothed[-1])
+    out = []
+    for cut in INNER_CUTS:
+        end = int(np.searchsorted(tokens, cut * tokens[-1], side="right"))
+        if end - first < 8:
+            continue
+        reached = np.flatnonzero(smoothed[end:] <= target)
+        if not len(reached) or tokens[end - 1] <= 0:
+            continue
+        actual = float(tokens[end + reached[0]])
+        ratio = actual / float(tokens[end - 1])
+        if ratio <= 1.05:
+            continue
+        fit = fit_window(name, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
+        predicted = None if isinstance(fit, FitFailure) else fit.solve(target)
+        error = _FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), _FAILED_SCORE), -_FAILED_SCORE)
+        out.append((error, ratio))
+    return out
+
+
+def forecast_targets(
+    fit: LawFit,
+    targets: Sequence[float],
+    history: History,
+    first: int,
+    *,
+    level: float,
+    error_scale: float | None = None,
+    error_dof: int = 1,
+    replicates: int = REPLICATES,
+) -> list[TargetForecast]:
+    """When the smoothed loss reaches each target, with an interval and the chance within plan.
+
+    ``level`` is the interval's coverage (0.8 for an 80% interval). ``error_scale`` (see
+    :class:`Selection`) adds the law's own track record: each replicate's log horizon
+    ``ln(tokens / observed tokens)`` is multiplied by ``exp(error_scale * t)``, ``t`` a
+    Student-t draw whose degrees of freedom count the forecasts the scale rests on (a scale
+    from three errors is itself uncertain, which the t's heavier tails carry). The
+    replicates are fitted once and serve every target.
+    """
+    seed = _seed(history)
+    rng = np.random.default_rng(seed)
+    spread = np.random.default_rng(seed + 1)
+    steps, curve = fit.smoothed()
+    fluctuation = _Fluctuation(history, fit, first)
+    last = fit.timeline.last_step
+    # Only steps past the log can hold a crossing: keep those and the one before them.
+    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
+    steps, curve = steps[ahead:], curve[ahead:]
+    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
+    # with a path of its own gives a draw of the interval.
+    central = [curve + fluctuation.path(rng, steps, last) for _ in range(replicates)]
+    resampler = _Resampler(fit)
+    losses, means, paths = [], [], []
+    for _ in range(replicates):
+        loss, mean = resampler.draw(rng)
+        losses.append(loss)
+        means.append(mean)
+        paths.append(fluctuation.path(rng, steps, last))
+    refits = refit_many(fit, np.array(losses), means)
+    drawn = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
+    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
+    _, smoothed = smooth_after([replicate for replicate, _ in drawn], last)
+    curves = [(replicate, steps, rep[-len(steps):] + path) for (replicate, path), rep in zip(drawn, smoothed)]
+    shifts = spread.standard_t(max(error_dof, 1), len(curves))
+    observed = float(history.tokens[-1])
+    # Past the end of the timeline (20x the run) a forecast means "not in sight".
+    beyond = float(fit.timeline.tokens[-1])
+    plan_end = fit.timeline.plan_end
+    out = []
+    for target in targets:
+        crossings = [crossing_tokens(fit.timeline, steps, path, target) for path in central]
+        # The point forecast: the fitted law's median first crossing over the fluctuation
+        # paths alone (its plain crossing when the smoothed loss hardly fluctuates).
+        tokens = float(np.median([math.inf if t is None else t for t in crossings]))
+        if not curves:
+            out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
+                                      "the bootstrap could not refit the law: no interval"))
+            continue
+        found = []
+        for (replicate, rep_steps, rep_curve), shift in zip(curves, shifts):
+            crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
+            if crossing is not None and error_scale:
+                # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for
+                # small errors ln(tokens) moves by about scale * h * t, and a forecast never
+                # lands before the tokens already logged.
+                horizon = math.log(max(crossing / observed, 1.0))
+                stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
+                crossing = observed * math.exp(min(horizon * stretch, 600.0))
+            found.append(math.inf if crossing is None or crossing > beyond else crossing)
+        values = np.sort(found)
+        # Order statistics rather than interpolated quantiles: replicates that never reach
+        # the target count as infinitely late.
+        top = len(values) - 1
+        low = float(values[math.floor((1 - level) / 2 * top)])
+        high = float(values[math.ceil((1 + level) / 2 * top)])
+        p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
+        if not math.isfinite(tokens):
+            out.append(TargetForecast(None, None, p_reach))
+        else:
+            out.append(TargetForecast(tokens, (low, high), p_reach))
+    return out
+
+
+def _seed(history: History) -> int:
+    """A seed from the run's data: the same run gives the same forecast and interval."""
+    # crc32(b, crc32(a)) == crc32(a + b), without copying a long log's arrays.
+    return zlib.crc32(np.ascontiguousarray(history.step), zlib.crc32(np.ascontiguousarray(history.loss)))
+
+
+def _block_length(values: np.ndarray) -> int:
+    """Twice the lag at which the autocorrelation of ``values`` falls below 1/e; at least 1.
+
+    The autocorrelation comes from one FFT, so long logs cost little.
+    """
+    n = len(values)
+    centred = values - values.mean()
+    if n < 4 or not np.any(centred):
+        return 1
+    size = 1 << (2 * n - 1).bit_length()
+    spectrum = np.fft.rfft(centred, size)
+    acf = np.fft.irfft(spectrum * np.conj(spectrum), size)[: n // 2]
+    below = np.flatnonzero(acf < math.exp(-1) * acf[0])
+    lag = int(below[0]) if len(below) else n // 6
+    return max(1, min(2 * lag, n // 3))
+
+
+def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
+    """Indices of a moving-block resample: random blocks of ``length`` joined to ``n_out``."""
+    length = max(1, min(length, n_source))
+    count = -(-n_out // length)
+    starts = rng.integers(0, n_source - length + 1, count)
+    return (starts[:, None] + np.arange(length)[None, :]).ravel()[:n_out]
+
+
+class _Resampler:
+    """Draws for block-bootstrap replicates of a fit: its residuals resampled in blocks of a
+    length found once from their autocorrelation."""
+
+    def __init__(self, fit: LawFit) -> None:
+        self.fit = fit
+        self.root_weight = np.sqrt(fit.observations.weight)
+        self.scaled = fit.residuals * self.root_weight
+        self.block = _block_length(self.scaled)
+
+    def draw(self, rng: np.random.Generator) -> tuple[np.ndarray, float | None]:
+        """One replicate's binned loss and prior mean (the prior's own uncertainty drawn)."""
+        fit = self.fit
+        index = _blocks(rng, len(self.scaled), len(self.scaled), self.block)
+        loss = fit.fitted + self.scaled[index] / self.root_weight
+        prior_mean = fit.prior_mean
+        if fit.prior is not None and prior_mean is not None:
+            prior_mean = prior_mean * math.exp(rng.normal(0.0, fit.prior.sd))
+        return loss, prior_mean
+
+
+class _Fluctuation:
+    """The smoothed loss's own fluctuation around the smoothed law, resampled into the future."""
+
+    def __init__(self, history: History, fit: LawFit, first: int) -> None:
+        # The smoothed loss minus the smoothed law is the EMA of the raw residuals (the EMA
+        # is linear and the two start together), taken at the logged rows themselves.
+        span = fit.ema_window / float(np.median(history.batch[first:]))
+        first = self._tail_start(history.step, first, span)
+        step = history.step[first:]
+        residual = history.loss[first:] - fit.predict_steps(step.astype(float))
+        residual[0] = 0.0
+        values = token_window_ema(residual, step, history.batch[first:], fit.ema_window)
+        # Skip the first spans: the EMA is still filling up there.
+        settled = int(np.searchsorted(step, step[0] + _SETTLE_SPANS * span))
+        if len(step) - settled < 8:
+            settled = 0
+        self.values = values[settled:]
+        logged = step[settled:].astype(float)
+        self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
+        self.block = _block_length(self.values)
+
+    @staticmethod
+    def _tail_start(step: np.ndarray, first: int, span: float) -> int:
+        """The first row of the tail the fluctuation is drawn from (see _FLUCTUATION_ROWS)."""
+        by_rows = len(step) - _FLUCTUATION_ROWS
+        by_spans = int(np.searchsorted(step, step[-1] - (_FLUCTUATION_SPANS + _SETTLE_SPANS) * span))
+        return max(first, min(by_rows, by_spans))
+
+    def path(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> np.ndarray:
+        """A fluctuation path on ``steps``: zero up to ``last_step``, resampled blocks after."""
+        if len(self.values) < 4 or not np.any(self.values):
+            return np.zeros(len(steps))
+        ahead = steps > last_step
+        if not ahead.any():
+            return np.zeros(len(steps))
+        # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
+        reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
+        rows = int(min(max(reach / self.spacing, 2), 20_000))
+        values = self.values[_blocks(rng, len(self.values), rows, self.block)]
+        where = last_step + self.spacing * np.arange(1, rows + 1)
+        path = np.zeros(len(steps))
+        path[ahead] = np.interp(steps[ahead], where, values, right=0.0)
+        return path

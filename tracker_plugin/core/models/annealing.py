@@ -1,0 +1,53 @@
+"""The learning-rate annealing law of Tissue et al. (2024), "Scaling Law with Learning Rate Annealing".
+
+    L(s) = L0 + A * S1(s) ** -alpha - C * S2(s)
+
+``S1`` is the summed lr (the "forward area"). ``S2`` is the summed annealing momentum:
+``m_i = lambda * m_(i-1) + (lr_(i-1) - lr_i)``, ``S2 = sum m_i``, with the paper's decay
+``lambda = 0.999`` per step (per reference-batch step on the tokens clock). Here ``S2`` is
+scaled by ``1 - lambda`` so that its coefficient ``G = C / (1 - lambda)`` is the loss a full
+decay removes once it has taken effect, which is what the gain prior speaks about:
+
+    S2(s) (1 - lambda) = sum over drops k before s of  drop_k * (1 - lambda ** (s - k))
+
+The lr is normalised to its peak and ``S1`` to its value at the end of the fit window, so
+``A`` is the reducible loss there. One nonlinear parameter: ``alpha``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracker_plugin.core.clock import DropCells
+from tracker_plugin.core.models.schedule_law import Law
+
+__all__ = ["LR_ANNEALING", "MOMENTUM_DECAY"]
+
+MOMENTUM_DECAY = 0.999
+
+
+def _power(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
+    """``area ** -alpha``; ``theta`` may be a column of exponents (one row each)."""
+    return np.power(area, -theta[0] if theta.ndim == 1 else -theta)
+
+
+def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:
+    if not len(cells):
+        return np.zeros(len(clock))
+    elapsed = clock[:, None] - cells.clock[None, :]
+    response = np.where(elapsed > 0, -np.expm1(np.log(MOMENTUM_DECAY) * np.maximum(elapsed, 0.0)), 0.0)
+    return response @ cells.size
+
+
+LR_ANNEALING = Law(
+    name="lr-annealing",
+    reference="Tissue et al. 2024, Scaling Law with Learning Rate Annealing",
+    theta_names=("alpha",),
+    lower=(0.02,),
+    upper=(3.0,),
+    starts=((0.5,),),
+    power=_power,
+    anneal=_anneal,
+    grid=np.geomspace(0.02, 3.0, 25),
+    anneal_fixed=True,
+)

@@ -1,0 +1,576 @@
+"""Schedule-aware loss laws and how they are fitted.
+
+Every law here has the form
+
+    L(t) = L0 + A * power(t) - G * anneal(t)
+
+where ``power`` falls with the summed learning rate (the lr area ``S``, see
+:mod:`tracker_plugin.core.clock`) and ``anneal`` grows as the lr decays; ``L0``, ``A >= 0`` and
+``G >= 0`` enter linearly. For a given shape (the nonlinear parameters ``theta``) they are
+solved exactly (variable projection), so the search runs over ``theta`` alone.
+
+Fitting choices, each for a reason:
+
+- **Raw loss, not the smoothed loss.** The EMA lags the loss by about half its window, and a
+  law fitted to the lagged curve forecasts late. The fit uses the raw loss (averaged in bins
+  of consecutive rows on long logs, which keeps it fast and changes nothing at the scale of
+  the curve); forecasts pass the law through the same EMA as the observed loss.
+- **Robust residuals.** Iteratively reweighted least squares with Huber weights, so a loss
+  spike or a bad eval does not drag the curve.
+- **A prior on the annealing gain.** ``G`` is the loss a full decay of the lr removes once
+  it has taken effect. A log whose lr has not decayed yet says nothing about ``G``; yet the
+  planned decay is exactly what brings a cosine or WSD run to its target. ``G`` therefore
+  gets a weak Gaussian prior centred on a fraction of the current loss (see
+  :class:`GainPrior`); once a decay is logged the data outweigh it.
+- **Several starts** for laws with more than one nonlinear parameter, and a grid plus
+  Brent's method for those with one, so the answer does not hang on an initial guess.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from tracker_plugin.core.clock import DropCells, Timeline
+from tracker_plugin.core.models.base import FitFailure
+from tracker_plugin.core.models.projection import Projection
+from tracker_plugin.core.optimize import grid_then_brent, levenberg_marquardt
+from tracker_plugin.core.smoothing import ema_decay, linear_recurrence_rows
+
+__all__ = [
+    "GainPrior",
+    "Law",
+    "LawFit",
+    "Observations",
+    "fit_law",
+    "observations",
+    "robust_sigma",
+    "smooth_after",
+    "smooth_all",
+]
+
+# Fewer binned points than this and a law (three linear and at least one nonlinear
+# parameter) is not fitted.
+MIN_POINTS = 6
+# Long logs are averaged in at most this many bins of consecutive rows ...
+MAX_BINS = 192
+# ... none spanning more than this ratio of steps, so the steep early curve keeps its shape.
+BIN_STEP_RATIO = 1.08
+# Huber's constant: residuals within this many robust standard deviations keep full weight.
+HUBER = 1.345
+IRLS_ROUNDS = 3
+# The exponent to this precision (absolute) is far finer than its uncertainty.
+_XTOL = 1e-5
+# The EMA of a forecast is computed at the run's logging cadence (the smoothed loss is an
+# EMA of the logged rows, each held until the next), or at a quarter of the EMA's span when
+# that is coarser, with at most this many points; the model itself is evaluated on a
+# coarser grid and interpolated.
+_EMA_POINTS_PER_SPAN = 4
+_EMA_MAX_POINTS = 60_000
+_MODEL_POINTS = 800
+# An EMA started this many spans before the steps it is needed at has forgotten its start
+# (by a factor e**-24).
+_WARM_SPANS = 12
+# Fits smoothed in one pass hold at most this many grid values (8 MB) at once.
+_SMOOTH_CELLS = 1 << 20
+
+
+@dataclass(frozen=True)
+class GainPrior:
+    """Prior on ``G``, the loss a full lr decay removes: ``N(fraction * loss, (sd * mean)^2)``.
+
+    ``fraction`` is the share of the current loss (the loss at the end of the fit window)
+    that a decay of the lr from its peak to zero removes. The default, 5%, is what the
+    published runs of 25M to 760M-parameter models show (3-5%; up to 13% in short high-lr
+    runs); ``sd`` (relative) is wide enough to cover that range at two standard deviations.
+    The gain of SGD noise scales with the loss, which is why the prior is relative to it.
+    """
+
+    fraction: float = 0.05
+    sd: float = 0.5
+
+
+@dataclass(frozen=True, eq=False)
+class Observations:
+    """The raw loss of a fit window, binned: per bin the mean step and loss, the row count."""
+
+    step: np.ndarray
+    loss: np.ndarray
+    weight: np.ndarray
+    area: np.ndarray
+    clock: np.ndarray
+    rows: np.ndarray | None = None  # each bin's end, in rows from the window's first row
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    def head(self, last_step: float) -> Observations:
+        keep = self.step <= last_step
+        rows = None if self.rows is None else self.rows[keep]
+        return Observations(*(a[keep] for a in (self.step, self.loss, self.weight, self.area, self.clock)), rows)
+
+    def take(self, bins: int) -> Observations:
+        """The first ``bins`` bins."""
+        rows = None if self.rows is None else self.rows[:bins]
+        return Observations(*(a[:bins] for a in (self.step, self.loss, self.weight, self.area, self.clock)), rows)
+
+    def append(self, step: float, loss: float, weight: float, area: float, clock: float, rows: int) -> Observations:
+        """These bins and one more."""
+        tail = None if self.rows is None else np.r_[self.rows, rows]
+        return Observations(
+            np.r_[self.step, step], np.r_[self.loss, loss], np.r_[self.weight, weight],
+            np.r_[self.area, area], np.r_[self.clock, clock], tail,
+        )
+
+
+def observations(step: np.ndarray, loss: np.ndarray, timeline: Timeline) -> Observations:
+    """Bin the raw loss of consecutive rows (mean step, mean loss, count) for fitting.
+
+    Bins hold about equal row counts, at most :data:`MAX_BINS` of them, split further so
+    none spans more than a ratio :data:`BIN_STEP_RATIO` of steps.
+    """
+    step = np.asarray(step, float)
+    loss = np.asarray(loss, float)
+    n = len(step)
+    if n > MAX_BINS:
+        edges = np.linspace(0, n, MAX_BINS + 1).round().astype(np.int64)
+        first = max(step[0], 1.0)
+        ratio_edges = np.searchsorted(step, first * BIN_STEP_RATIO ** np.arange(1, 1 + math.ceil(
+            math.log(max(step[-1], first) / first) / math.log(BIN_STEP_RATIO))))
+        edges = np.unique(np.r_[edges, ratio_edges, n])
+        edges = edges[(edges >= 0) & (edges <= n)]
+        counts = np.diff(edges)
+        keep = counts > 0
+        starts, counts = edges[:-1][keep], counts[keep]
+        step = np.add.reduceat(step, starts) / counts
+        loss = np.add.reduceat(loss, starts) / counts
+        weight = counts.astype(float)
+        rows = starts + counts
+    else:
+        weight = np.ones(n)
+        rows = np.arange(1, n + 1)
+    return Observations(step, loss, weight, timeline.area_at(step), timeline.clock_at(step), rows)
+
+
+@dataclass(frozen=True)
+class Law:
+    """A schedule-aware law: its nonlinear parameters and its two shape functions.
+
+    ``power(theta, area / area_ref)`` and ``anneal(theta, clock, area, cells)`` give the
+    columns that ``A`` and ``G`` multiply. The power is taken of the area relative to the
+    area at the end of the fit window, so ``A`` is the reducible loss there.
+    """
+
+    name: str
+    reference: str
+    theta_names: tuple[str, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    starts: tuple[tuple[float, ...], ...]
+    power: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    anneal: Callable[[np.ndarray, np.ndarray, np.ndarray, DropCells], np.ndarray]
+    grid: np.ndarray | None = field(default=None, compare=False)  # for one-parameter laws
+    anneal_fixed: bool = False  # the anneal column does not depend on theta (computed once)
+
+    def columns(
+        self, theta: np.ndarray, clock: np.ndarray, area: np.ndarray, area_ref: float, cells: DropCells
+    ) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            return self.power(theta, area / area_ref), self.anneal(theta, clock, area, cells)
+
+
+@dataclass(frozen=True, eq=False)
+class LawFit:
+    """A fitted law on its timeline: predicts the raw loss, and when its EMA reaches a target."""
+
+    law: Law
+    theta: np.ndarray
+    coef: np.ndarray  # L0, A, G
+    area_ref: float
+    timeline: Timeline
+    cells: DropCells  # every lr drop of the timeline: the plan's too
+    ema_window: float
+    start_step: float
+    sigma: float  # robust standard deviation of a binned residual of unit weight
+    residuals: np.ndarray = field(repr=False)  # of the binned raw loss
+    fitted: np.ndarray = field(repr=False)
+    observations: Observations = field(repr=False)
+    prior: GainPrior | None = None
+    prior_mean: float | None = None
+    weight: np.ndarray | None = field(default=None, repr=False)  # final robust weights
+    strength: float = 0.0  # weight of the prior's pseudo-observation
+    smoothed_start: float | None = None  # the observed EMA at the start step
+    cadence: float = 1.0  # steps between logged rows (the median)
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.law.name
+
+    @property
+    def params(self) -> dict[str, float]:
+        l0, a, g = (float(c) for c in self.coef)
+        params = {"L0": l0, "A": a, "G": g}
+        params.update({k: float(v) for k, v in zip(self.law.theta_names, self.theta)})
+        params["area_ref"] = self.area_ref
+        return params
+
+    @property
+    def l0(self) -> float:
+        return float(self.coef[0])
+
+    @property
+    def alpha(self) -> float:
+        return float(self.theta[0])
+
+    @property
+    def asymptote(self) -> float:
+        """The loss the law approaches at the end of the timeline (the planned lr held)."""
+        return float(self.predict_steps(np.array([self.timeline.horizon]))[0])
+
+    def predict_steps(self, steps: np.ndarray) -> np.ndarray:
+        """The raw loss the law predicts at ``steps`` (the plan's lr decays included)."""
+        steps = np.asarray(steps, float)
+        area = self.timeline.area_at(steps)
+        clock = self.timeline.clock_at(steps)
+        power, anneal = self.law.columns(self.theta, clock, area, self.area_ref, self.cells)
+        return self.coef[0] + self.coef[1] * power - self.coef[2] * anneal
+
+    def predict(self, tokens: np.ndarray) -> np.ndarray:
+        """The raw loss at ``tokens`` (for plots)."""
+        return self.predict_steps(self.timeline.step_at_tokens(tokens))
+
+    def smoothed(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(steps, EMA of the law)`` from the fit start to the end of the timeline (see :func:`smooth_all`)."""
+        if "smoothed" not in self._cache:
+            smooth_all([self])
+        return self._cache["smoothed"]
+
+    def solve(self, target: float, noise: np.ndarray | None = None) -> float | None:
+        """Tokens at which the smoothed law first reaches ``target`` after the log; None if never.
+
+        ``noise`` (on the grid of :meth:`smoothed`) is added to the smoothed law first: a
+        simulated path of the smoothed loss's own fluctuations (see the forecast module).
+        """
+        steps, curve = self.smoothed()
+        if noise is not None:
+            curve = curve + noise
+        return crossing_tokens(self.timeline, steps, curve, target)
+
+    def refit(self, loss: np.ndarray, prior_mean: float | None = None) -> LawFit | FitFailure:
+        """The same law fitted to other loss values at the same points (for the bootstrap).
+
+        One weighted least-squares pass with this fit's robust weights and prior strength,
+        started from its parameters.
+        """
+        obs = replace(self.observations, loss=loss)
+        return _fit(
+            self.law, obs, self.timeline, self.cells, self.ema_window, self.start_step, self.prior, self.area_ref,
+            prior_mean if prior_mean is not None else self.prior_mean,
+            start=self.theta, rounds=1, weight=self.weight, strength=self.strength, smoothed_start=self.smoothed_start,
+            cadence=self.cadence,
+        )
+
+
+def crossing_tokens(timeline: Timeline, steps: np.ndarray, curve: np.ndarray, target: float) -> float | None:
+    """Tokens where ``curve`` (on ``steps``) first reaches ``target`` after the last logged step."""
+    after = np.flatnonzero((steps > timeline.last_step) & (curve <= target))
+    if not len(after):
+        return None
+    i = int(after[0])
+    if i == 0 or steps[i - 1] <= timeline.last_step and curve[i - 1] <= target:
+        step = float(steps[i])
+    else:
+        before, now = curve[i - 1], curve[i]
+        frac = 1.0 if before == now else (before - target) / (before - now)
+        step = float(steps[i - 1] + min(max(frac, 0.0), 1.0) * (steps[i] - steps[i - 1]))
+    return float(timeline.tokens_at(step))
+
+
+def _fine_end(tl: Timeline) -> float:
+    """Where the fine grid for the EMA may stop: twice the log or the plan. Further out the
+    EMA's lag is negligible beside the distance, and a coarse grid holds each value."""
+    return min(tl.horizon, 2.0 * max(tl.last_step, tl.plan_end or 0.0, 1.0))
+
+
+def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tuple[np.ndarray, float]:
+    end = _fine_end(tl)
+    span = window / float(np.max(tl.batch))
+    spacing = max(cadence, span / _EMA_POINTS_PER_SPAN, (end - start) / _EMA_MAX_POINTS, 1e-9)
+    fine = np.arange(start, end, spacing)
+    beyond = tl.step[tl.step > end]
+    return np.unique(np.r_[fine, end, beyond]), spacing
+
+
+def smooth_all(fits: list[LawFit]) -> None:
+    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows), left in each fit's cache.
+
+    The fits share their law, timeline (but for the last logged step), start and cadence.
+    Each law is evaluated on a coarse grid and interpolated onto one fine enough for the EMA
+    (a few points per span), then smoothed exactly as the observed loss is.
+    """
+    if fits:
+        fine, curves = _smooth(fits, None)
+        for fit, curve in zip(fits, curves):
+            fit._cache["smoothed"] = (fine, curve)
+
+
+def smooth_after(fits: list[LawFit], step: float) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The EMAs of :func:`smooth_all` from just before ``step`` on: ``(steps, curves)``.
+
+    Each EMA starts from its law a few spans before ``step`` (see :data:`_WARM_SPANS`)
+    rather than at the fit start, which for a long log skips most of the grid.
+    """
+    if not fits:
+        return np.empty(0), []
+    return _smooth(fits, step)
+
+
+def _smooth(fits: list[LawFit], since: float | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The fits' EMAs on the fine grid, from its start or from a few spans before ``since``;
+    a block of fits at a time."""
+    first = fits[0]
+    tl = max((f.timeline for f in fits), key=lambda t: t.last_step)
+    fine, spacing = _ema_grid(tl, first.start_step, first.cadence, first.ema_window)
+    begin = 0
+    if since is not None:
+        span = first.ema_window / float(np.min(tl.batch))
+        begin = max(int(np.searchsorted(fine, since - _WARM_SPANS * span, side="right")) - 1, 0)
+    coarse = _coarse_steps(tl, first)
+    area, clock = tl.area_at(coarse), tl.clock_at(coarse)
+    # On a grid coarser than the cadence each point stands for the rows logged since the
+    # previous one: hold the value from the middle of that stretch, which gives the EMA the
+    # log's own lag to first order.
+    fine = fine[begin:]
+    at = np.maximum(fine - max(spacing - first.cadence, 0.0) / 2, first.start_step)
+    batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
+    decay = ema_decay(fine, batch, first.ema_window)  # the first is 0: the EMA starts at its first value
+    curves = []
+    per_pass = max(1, _SMOOTH_CELLS // len(at))
+    for lo in range(0, len(fits), per_pass):
+        block = fits[lo:lo + per_pass]
+        series = np.empty((len(block), len(at)))
+        for row, fit in enumerate(block):
+            power, anneal = fit.law.columns(fit.theta, clock, area, fit.area_ref, fit.cells)
+            series[row] = np.interp(at, coarse, fit.coef[0] + fit.coef[1] * power - fit.coef[2] * anneal)
+            if fit.smoothed_start is not None and begin == 0:
+                # Start from the observed EMA, so the law's EMA carries the same memory of
+                # the steps before the fit and the two differ only by the fit.
+                series[row, 0] = fit.smoothed_start
+        curves.extend(linear_recurrence_rows(decay, (1.0 - decay) * series))
+    return fine, curves
+
+
+def _coarse_steps(tl: Timeline, fit: LawFit) -> np.ndarray:
+    """Steps where the law is evaluated: even to the fine grid's end, then geometric, and
+    at every lr drop, where the law bends quickly."""
+    end = _fine_end(tl)
+    drops = np.interp(fit.cells.clock, tl.clock_steps, tl.step)
+    return np.unique(np.r_[
+        np.linspace(fit.start_step, end, _MODEL_POINTS),
+        drops[drops > fit.start_step],
+        np.geomspace(end, tl.horizon, 128),
+    ])
+
+
+def fit_law(
+    law: Law,
+    obs: Observations,
+    timeline: Timeline,
+    *,
+    ema_window: float,
+    start_step: float,
+    prior: GainPrior | None = GainPrior(),
+    start: np.ndarray | None = None,
+    smoothed_start: float | None = None,
+    cadence: float = 1.0,
+    rounds: int = IRLS_ROUNDS,
+    strength: float = 0.0,
+) -> LawFit | FitFailure:
+    """Fit ``law`` to the binned raw loss ``obs`` of a run on ``timeline``.
+
+    ``start`` (parameters of a nearby fit) narrows the first search around them.
+    ``smoothed_start`` is the observed EMA at ``start_step``: the law's EMA starts there.
+    ``cadence`` is the steps between logged rows: the law's EMA is taken at that cadence,
+    as the observed one is. ``rounds`` caps the reweighting rounds; ``strength`` (the prior
+    weight of a fit of the same run) lets even the first round use the prior.
+
+    The fit sees only the lr drops before its last point; the returned fit predicts with
+    every drop of the timeline (the planned ones too).
+
+    Returns a :class:`FitFailure` with the reason when the window cannot carry a fit.
+    """
+    failure = _degenerate(law.name, obs)
+    if failure is not None:
+        return failure
+    cells = timeline.drops()
+    if not len(cells):
+        prior = None  # no decay logged or planned: the gain has nothing to act on
+    area_ref = float(obs.area[-1])
+    prior_mean = None if prior is None else prior.fraction * _level(obs)
+    return _fit(
+        law, obs, timeline, cells, ema_window, start_step, prior, area_ref, prior_mean, start=start,
+        smoothed_start=smoothed_start, cadence=cadence, rounds=rounds,
+        strength=strength if prior is not None else 0.0,
+    )
+
+
+def _level(obs: Observations) -> float:
+    """The loss at the end of the window: the weighted mean of its last tenth."""
+    tail = max(3, len(obs) // 10)
+    return float(np.average(obs.loss[-tail:], weights=obs.weight[-tail:]))
+
+
+def _degenerate(name: str, obs: Observations) -> FitFailure | None:
+    if len(obs) < MIN_POINTS:
+        return FitFailure(name, f"needs at least {MIN_POINTS} points in the fit window, has {len(obs)}")
+    if not (np.isfinite(obs.loss).all() and np.isfinite(obs.area).all()):
+        return FitFailure(name, "the fit window holds values that are not finite")
+    if obs.area[0] <= 0 or obs.area[-1] <= obs.area[0]:
+        return FitFailure(name, "the lr area does not grow over the fit window (is the lr zero there?)")
+    if float(np.ptp(obs.loss)) <= 1e-12 * max(1.0, float(np.abs(obs.loss).max())):
+        return FitFailure(name, "the loss does not change over the fit window")
+    return None
+
+
+def _fit(
+    law: Law,
+    obs: Observations,
+    timeline: Timeline,
+    cells: DropCells,
+    ema_window: float,
+    start_step: float,
+    prior: GainPrior | None,
+    area_ref: float,
+    prior_mean: float | None,
+    *,
+    start: np.ndarray | None = None,
+    rounds: int = IRLS_ROUNDS,
+    weight: np.ndarray | None = None,
+    strength: float = 0.0,
+    smoothed_start: float | None = None,
+    cadence: float = 1.0,
+) -> LawFit | FitFailure:
+    seen = cells.before(float(obs.clock[-1]))
+    given_weight = weight is not None
+    weight = obs.weight.copy() if weight is None else weight
+    theta = None if start is None else np.asarray(start, float)
+    residuals = fitted = coef = None
+    fixed = law.anneal(np.zeros(len(law.lower)), obs.clock, obs.area, seen) if law.anneal_fixed else None
+    relative = obs.area / area_ref
+
+    def columns(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            if fixed is not None:
+                return law.power(th, relative), fixed
+            return law.power(th, relative), law.anneal(th, obs.clock, obs.area, seen)
+
+    previous_theta = None
+    for round_ in range(rounds):
+        use_prior = round_ > 0 or strength > 0
+        problem = Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
+        theta = _search(law, problem, columns, theta, quick=given_weight)
+        if theta is None:
+            return FitFailure(law.name, "the least-squares problem has no finite solution")
+        coef, fitted = problem.solve(*columns(theta))
+        residuals = obs.loss - fitted
+        scaled = residuals * np.sqrt(obs.weight)
+        sigma = robust_sigma(residuals, obs.weight)
+        if given_weight:
+            break
+        if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-3, atol=1e-5):
+            break  # the reweighting has settled
+        previous_theta = theta
+        huber = np.minimum(1.0, HUBER * sigma / np.maximum(np.abs(scaled), 1e-300))
+        weight = obs.weight * huber
+        if prior is not None and prior_mean is not None and prior_mean > 0:
+            strength = _prior_strength(scaled, sigma, prior.sd * prior_mean)
+    assert theta is not None and coef is not None and residuals is not None and fitted is not None
+    return LawFit(
+        law=law,
+        theta=theta,
+        coef=coef,
+        area_ref=area_ref,
+        timeline=timeline,
+        cells=cells,
+        ema_window=ema_window,
+        start_step=start_step,
+        sigma=sigma,
+        residuals=residuals,
+        fitted=fitted,
+        observations=obs,
+        prior=prior,
+        prior_mean=prior_mean,
+        weight=weight,
+        strength=strength,
+        smoothed_start=smoothed_start,
+        cadence=cadence,
+    )
+
+
+def robust_sigma(residuals: np.ndarray, weight: np.ndarray) -> float:
+    """The robust standard deviation (scaled MAD) of residuals of unit weight; never 0."""
+    scaled = residuals * np.sqrt(weight)
+    return 1.4826 * float(np.median(np.abs(scaled))) or float(np.std(scaled)) or 1e-12
+
+
+def _prior_strength(scaled: np.ndarray, sigma: float, prior_sd: float) -> float:
+    """Weight of the prior's pseudo-observation: residual noise over the prior's spread.
+
+    Residuals of neighbouring bins are correlated (the curve and the log wander together),
+    so they carry less information than their number says; the noise is inflated by the
+    usual AR(1) factor ``(1 + r1) / (1 - r1)`` before it is weighed against the prior.
+    """
+    if len(scaled) > 3 and np.std(scaled) > 0:
+        r1 = float(np.corrcoef(scaled[:-1], scaled[1:])[0, 1])
+        r1 = min(max(r1 if np.isfinite(r1) else 0.0, 0.0), 0.95)
+    else:
+        r1 = 0.0
+    return sigma * math.sqrt((1.0 + r1) / (1.0 - r1)) / max(prior_sd, 1e-12)
+
+
+def _search(
+    law: Law,
+    problem: Projection,
+    columns: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+    start: np.ndarray | None,
+    *,
+    quick: bool = False,
+) -> np.ndarray | None:
+    lower, upper = np.array(law.lower), np.array(law.upper)
+    if len(law.theta_names) == 1 and law.grid is not None:
+
+        def profile(x: float) -> float:
+            return problem.cost(*columns(np.array([x])))
+
+        def search(grid: np.ndarray) -> tuple[float, float]:
+            values = None
+            if law.anneal_fixed:
+                power, anneal = columns(grid[:, None])
+                values = problem.costs(power, anneal)
+            return grid_then_brent(profile, grid, xtol=_XTOL, values=values)
+
+        if start is not None:
+            # Near a previous answer (a refit, a later IRLS round): a bracket around it;
+            # the full grid when the best point lands on the bracket's edge.
+            lo, hi = max(start[0] / 1.5, lower[0]), min(start[0] * 1.5, upper[0])
+            x, cost = search(np.linspace(lo, hi, 7))
+            if (x <= lo * 1.001 and lo > lower[0]) or (x >= hi * 0.999 and hi < upper[0]):
+                x, cost = search(law.grid)
+        else:
+            x, cost = search(law.grid)
+        return np.array([x]) if math.isfinite(cost) else None
+
+    def residuals(th: np.ndarray) -> np.ndarray:
+        return problem.residuals(*columns(th))
+
+    starts = [start] if start is not None else [np.array(s, float) for s in law.starts]
+    best, best_cost = None, math.inf
+    for x0 in starts:
+        x, cost = levenberg_marquardt(residuals, x0, lower, upper, max_iter=8 if quick else 25 if start is not None else 60)
+        if cost < best_cost:
+            best, best_cost = x, cost
+    return best

@@ -1,0 +1,1 @@
+"""The common frame: one run's history (step, tokens, batch, lr, time, loss), validated."""

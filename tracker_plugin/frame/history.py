@@ -1,0 +1,420 @@
+"""The common frame: one validated history per run, whatever tracker it came from.
+
+Every source turns its raw table (a CSV, an MLflow metric history, a W&B scan) into a
+:class:`History` through :func:`build_history`. That is the one place where steps are
+deduplicated, tokens accumulated, the batch inferred and the data checked, so the
+analysis never sees an unchecked value.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.errors import ConfigError, DataError
+
+if TYPE_CHECKING:
+    from tracker_plugin.plan.schedule import LrSchedule
+
+__all__ = ["BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history"]
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Which source column holds each canonical key.
+
+    Each field is a tuple of candidate names; the first one present in the data is used.
+    :meth:`with_overrides` pins a field to one name the user gave, which then must exist.
+    The defaults start with the names the CSV logs of the original script use and go on
+    to the names common in W&B and MLflow logs.
+    """
+
+    step: tuple[str, ...] = ("step", "_step", "global_step", "trainer/global_step")
+    loss: tuple[str, ...] = ("train_loss", "train/loss", "loss", "train/CrossEntropyLoss")
+    tokens: tuple[str, ...] = ("tokens", "throughput/total_tokens", "train/tokens", "total_tokens")
+    batch: tuple[str, ...] = ("global_batch", "batch_size_in_tokens", "train/global_batch")
+    lr: tuple[str, ...] = ("lr", "learning_rate", "optim/learning_rate_group0", "train/lr")
+
+    def with_overrides(self, **names: str | Sequence[str] | None) -> Columns:
+        """Return a copy where each given (non-None) field is pinned to the names given."""
+        unknown = set(names) - {"step", "loss", "tokens", "batch", "lr"}
+        if unknown:
+            raise ConfigError(f"unknown column field(s): {', '.join(sorted(unknown))}")
+        pinned = {
+            key: (value,) if isinstance(value, str) else tuple(value)
+            for key, value in names.items()
+            if value is not None
+        }
+        return replace(self, **pinned)
+
+    def keys(self) -> tuple[str, ...]:
+        """Every candidate name, for sources that can fetch only the keys they need."""
+        return self.step + self.loss + self.tokens + self.batch + self.lr
+
+
+@dataclass(frozen=True)
+class BatchStage:
+    """A run of logged rows with one batch size."""
+
+    first_step: int
+    last_step: int
+    first_tokens: float
+    last_tokens: float
+    batch: float
+
+
+@dataclass(frozen=True, eq=False)
+class History:
+    """A run's validated per-step history: the input of the analysis.
+
+    Rows are the steps where the loss was logged with a finite value, in increasing step
+    order. ``tokens`` counts the tokens consumed *before* each step; ``batch`` is tokens
+    per step; ``lr`` (None when the run logged no learning rate) is interpolated on step
+    where it was logged at other steps than the loss.
+    """
+
+    run: str
+    loss_key: str
+    step: np.ndarray
+    tokens: np.ndarray
+    batch: np.ndarray
+    loss: np.ndarray
+    lr: np.ndarray | None = None
+    batch_source: str = "column"
+    notes: tuple[str, ...] = field(default=())
+    # The planned lr a source found in the run's own params or config
+    # (``LrSchedule.from_params``); a plan given on the command line takes precedence.
+    lr_plan: LrSchedule | None = None
+
+    def __len__(self) -> int:
+        return len(self.step)
+
+    @property
+    def last_step(self) -> int:
+        return int(self.step[-1])
+
+    @property
+    def last_tokens(self) -> float:
+        return float(self.tokens[-1])
+
+    def frame(self) -> pd.DataFrame:
+        """The history as the common dataframe: step, tokens, batch, lr, loss."""
+        columns = {"step": self.step, "tokens": self.tokens, "batch": self.batch}
+        if self.lr is not None:
+            columns["lr"] = self.lr
+        columns["loss"] = self.loss
+        return pd.DataFrame(columns)
+
+    def head(self, rows: int) -> History:
+        """The first ``rows`` rows: the run as it stood when it had logged that far."""
+        lr = None if self.lr is None else self.lr[:rows]
+        return replace(
+            self,
+            step=self.step[:rows],
+            tokens=self.tokens[:rows],
+            batch=self.batch[:rows],
+            loss=self.loss[:rows],
+            lr=lr,
+        )
+
+
+_BATCH_IN_NAME = re.compile(r"_([\d.]+)([MK])bs", re.IGNORECASE)
+
+
+def batch_from_name(name: str) -> float | None:
+    """Tokens per step written in a run or file name as ``_1Mbs`` or ``_512Kbs``."""
+    match = _BATCH_IN_NAME.search(name)
+    if not match:
+        return None
+    try:
+        value = float(match.group(1))
+    except ValueError:
+        return None
+    return value * (1_000_000 if match.group(2).upper() == "M" else 1_000)
+
+
+def build_history(
+    data: pd.DataFrame,
+    *,
+    run: str,
+    columns: Columns | None = None,
+    batch_size: float | None = None,
+    logged_nan_loss: np.ndarray | None = None,
+) -> History:
+    """Validate a source's table and turn it into a :class:`History`.
+
+    Parameters
+    ----------
+    data:
+        One row per logged step (or several rows for a step, see below); NaN means the
+        key was not logged at that row.
+    run:
+        The run's name, used in every message.
+    columns:
+        Where each canonical key lives; see :class:`Columns`.
+    batch_size:
+        Tokens per step, used when the data has no batch column. When it is None the
+        run name is searched for ``_1Mbs``-style sizes.
+    logged_nan_loss:
+        Rows whose loss was *logged* as NaN (as opposed to not logged), when the source
+        can tell; they are dropped and counted like infinite losses. In a text column,
+        the spelling ``nan`` marks such a row too.
+
+    Rows for the same step that follow each other are merged (the last value of each key
+    wins); rows that a later restart re-logged (a resumed run going back to its
+    checkpoint step) are replaced by the resumed rows.
+
+    Raises
+    ------
+    DataError
+        The loss or step column is missing, a column is not numeric, steps are negative
+        or fractional, tokens decrease, the batch is unknown or not positive, or fewer
+        than two finite losses remain.
+    """
+    columns = columns or Columns()
+    if len(data.columns) == 0:
+        raise DataError("the file is empty", run=run)
+    names = {
+        "step": _pick(data, columns.step, "step", run),
+        "loss": _pick(data, columns.loss, "loss", run),
+        "tokens": _pick(data, columns.tokens, "tokens", run, required=False),
+        "batch": _pick(data, columns.batch, "batch", run, required=False),
+        "lr": _pick(data, columns.lr, "lr", run, required=False),
+    }
+    nan_loss = _spelled_nan(data[names["loss"]])
+    if logged_nan_loss is not None:
+        nan_loss |= np.asarray(logged_nan_loss, bool)
+    cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None}
+    cols["nan_loss"] = nan_loss
+    has_step = ~np.isnan(cols["step"])
+    logged = ~np.isnan(cols["loss"]) | nan_loss
+    if (logged & ~has_step).any():
+        row = int(np.flatnonzero(logged & ~has_step)[0])
+        raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=names["step"])
+    if not has_step.all():  # blank rows
+        cols = {key: values[has_step] for key, values in cols.items()}
+    cols, notes = _resolve_steps(cols)
+    step = _integer_steps(cols["step"], names["step"], run)
+
+    loss = cols["loss"]
+    finite = np.isfinite(loss)
+    bad = (~finite & ~np.isnan(loss)) | cols["nan_loss"]
+    keep = finite & ~cols["nan_loss"]
+    if keep.sum() < 2:
+        what = "no finite values" if not keep.any() else "only one finite value"
+        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=names["loss"])
+    if bad.any():
+        notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
+
+    batch, batch_source = _batch(cols.get("batch"), names["batch"], step, batch_size, run)
+    tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
+    lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
+    if not keep.all():
+        step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
+    return History(
+        run=run,
+        loss_key=names["loss"],
+        step=step,
+        tokens=tokens,
+        batch=batch,
+        loss=loss,
+        lr=lr,
+        batch_source=batch_source,
+        notes=tuple(notes),
+    )
+
+
+def batch_stages(history: History) -> tuple[BatchStage, ...]:
+    """Runs of consecutive rows with the same batch, in order."""
+    b = history.batch
+    starts = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    ends = np.r_[starts[1:] - 1, len(b) - 1]
+    return tuple(
+        BatchStage(
+            first_step=int(history.step[s]),
+            last_step=int(history.step[e]),
+            first_tokens=float(history.tokens[s]),
+            last_tokens=float(history.tokens[e]),
+            batch=float(b[s]),
+        )
+        for s, e in zip(starts, ends)
+    )
+
+
+def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str, *, required: bool = True) -> str | None:
+    for name in candidates:
+        if name in data.columns:
+            return name
+    if not required:
+        return None
+    wanted = candidates[0] if len(candidates) == 1 else " or ".join(f"'{c}'" for c in candidates)
+    wanted = f"'{wanted}'" if len(candidates) == 1 else wanted
+    option = "--step-col" if role == "step" else "--loss-col"
+    raise DataError(
+        f"no {role} column {wanted}; columns are {list(map(str, data.columns))} (choose one with {option})",
+        run=run,
+    )
+
+
+_NAN_SPELLINGS = ("nan", "+nan", "-nan")
+_MAX_STEP = 1e15
+
+
+def _spelled_nan(values: pd.Series) -> np.ndarray:
+    """Rows of a text column that spell NaN: a logged value, unlike a blank cell."""
+    if pd.api.types.is_numeric_dtype(values.dtype) or pd.api.types.is_bool_dtype(values.dtype):
+        return np.zeros(len(values), bool)
+    text = values.astype(str).str.strip().str.lower()
+    return (text.isin(_NAN_SPELLINGS) & values.notna()).to_numpy(bool)
+
+
+def _numeric(values: pd.Series, column: str, run: str) -> np.ndarray:
+    if pd.api.types.is_bool_dtype(values.dtype):
+        raise DataError("holds true/false values, not numbers", run=run, column=column)
+    if pd.api.types.is_numeric_dtype(values.dtype):
+        return values.to_numpy(dtype=float, na_value=np.nan)
+    converted = pd.to_numeric(values, errors="coerce")
+    bad = converted.isna().to_numpy() & values.notna().to_numpy() & ~_spelled_nan(values)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"holds a non-numeric value {str(values.iloc[row])[:40]!r} in row {row + 1}",
+            run=run,
+            column=column,
+        )
+    return converted.to_numpy(dtype=float, na_value=np.nan)
+
+
+def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Merge consecutive rows of one step; drop rows that a restart logged again."""
+    notes: list[str] = []
+    step = cols["step"]
+    if np.all(step[1:] > step[:-1]):
+        return cols, notes
+    group = np.r_[0, np.cumsum(step[1:] != step[:-1])]
+    if group[-1] + 1 < len(step):
+        # A trainer may write a step's train and eval keys in separate rows: merge them.
+        merged = pd.DataFrame(cols).groupby(group, sort=False).last()
+        cols = {key: merged[key].to_numpy() for key in cols}
+        cols["nan_loss"] = cols["nan_loss"].astype(bool)
+        step = cols["step"]
+    # A resumed run logs again from its checkpoint step: a row is stale when any later
+    # row has a step at or before its own.
+    later_min = np.minimum.accumulate(step[::-1])[::-1]
+    stale = np.r_[step[:-1] >= later_min[1:], False]
+    if stale.any():
+        notes.append(f"replaced {int(stale.sum())} rows that a resumed run logged again (kept the later rows)")
+        cols = {key: values[~stale] for key, values in cols.items()}
+    return cols, notes
+
+
+def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
+    bad = ~np.isfinite(step) | (step < 0) | (step != np.round(step)) | (step > _MAX_STEP)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"steps must be whole numbers from 0 to 1e15, found {float(step[i]):g} in row {i + 1}",
+            run=run,
+            column=column,
+        )
+    return step.astype(np.int64)
+
+
+def _filled(values: np.ndarray) -> np.ndarray:
+    """Each missing value replaced by the last one before it (or the first one after)."""
+    if not np.isnan(values).any():
+        return values
+    return pd.Series(values).ffill().bfill().to_numpy()
+
+
+def _batch(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch_size: float | None, run: str
+) -> tuple[np.ndarray, str]:
+    if logged is not None and not np.isnan(logged).all():
+        batch = _filled(logged)
+        source = f"column '{column}'"
+    else:
+        given = batch_size
+        source = "--batch-size"
+        if given is None:
+            given = batch_from_name(run)
+            source = "run name"
+        if given is None:
+            raise DataError(
+                "no such column and no batch size given; pass --batch-size (tokens per step), "
+                "name the batch column with --batch-col, or put the size in the name (_1Mbs)",
+                run=run,
+                column="global_batch" if column is None else column,
+            )
+        batch = np.full(len(step), float(given))
+    bad = ~np.isfinite(batch) | (batch < 1)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            f"the batch must be at least 1 token per step, found {float(batch[i]):g} at step {step[i]}",
+            run=run,
+            column=column or "batch",
+        )
+    return batch, source
+
+
+def _tokens(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
+) -> np.ndarray:
+    """Tokens consumed before each step: the logged ones, the gaps filled from the batch."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        tokens = _tokens_unchecked(logged, column, step, batch, run)
+    if not np.isfinite(tokens).all():  # an absurd batch summed past the largest float
+        i = int(np.flatnonzero(~np.isfinite(tokens))[0])
+        raise DataError(f"tokens summed from the batch overflow at step {step[i]}", run=run, column=column or "batch")
+    return tokens
+
+
+def _tokens_unchecked(
+    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
+) -> np.ndarray:
+    if logged is None or np.isnan(logged).all():
+        return _accumulated(step, batch)
+    invalid = np.isinf(logged) | (logged < 0)
+    if invalid.any():
+        i = int(np.flatnonzero(invalid)[0])
+        raise DataError(f"tokens must be finite and >= 0, found {float(logged[i]):g} at step {step[i]}", run=run, column=column)
+    known = np.isfinite(logged)
+    if known.all():
+        tokens = logged
+    else:
+        accumulated = _accumulated(step, batch)
+        tokens = np.where(known, logged, accumulated + _filled(logged - accumulated))
+    drop = np.flatnonzero(np.diff(tokens) < 0)
+    if len(drop):
+        i = int(drop[0])
+        raise DataError(
+            f"decreases from {tokens[i]:.6g} at step {step[i]} to {tokens[i + 1]:.6g} at step {step[i + 1]}",
+            run=run,
+            column=column,
+        )
+    return tokens
+
+
+def _accumulated(step: np.ndarray, batch: np.ndarray) -> np.ndarray:
+    """Tokens summed from the batch: a logging gap is filled with the batch of the row before it."""
+    accumulated = np.empty(len(step))
+    accumulated[0] = step[0] * batch[0]
+    accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
+    return accumulated
+
+
+def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
+    if lr is None:
+        return None
+    logged = np.isfinite(lr)
+    if not logged.any():
+        return None
+    if logged[keep].all():
+        return lr if keep.all() else lr[keep]
+    return np.interp(step[keep], step[logged], lr[logged])

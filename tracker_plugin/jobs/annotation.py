@@ -1,0 +1,100 @@
+"""Build what an analysis writes back to a run (see :mod:`tracker_plugin.keys` for the keys).
+
+The report makes the values; this assembles them, with the settings fingerprint and the
+source's progress marker, into the :class:`~tracker_plugin.trackers.base.Annotation` a
+tracker writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+from dataclasses import asdict
+from typing import Any
+
+from tracker_plugin.core.analysis import Analysis, AnalysisConfig
+from tracker_plugin.frame.history import Columns
+from tracker_plugin.keys import NAMESPACE, target_slug
+from tracker_plugin.report.render import to_json
+from tracker_plugin.trackers.base import Annotation
+
+__all__ = ["build_annotation", "settings_hash", "settings_of"]
+
+_TARGET_FIELDS = ("tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor")
+
+
+def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | None) -> dict[str, Any]:
+    """Every setting that changes what gets written, as plain JSON values."""
+    from tracker_plugin import __version__
+
+    settings = asdict(config)
+    settings["batch_schedule"] = None if config.batch_schedule is None else str(config.batch_schedule)
+    settings["lr_schedule"] = None if config.lr_schedule is None else config.lr_schedule.fingerprint()
+    settings["columns"] = asdict(columns)
+    settings["batch_size"] = batch_size
+    settings["version"] = __version__
+    return settings
+
+
+def settings_hash(settings: dict[str, Any]) -> str:
+    """A short, stable fingerprint of :func:`settings_of`'s result."""
+    canonical = json.dumps(settings, sort_keys=True, default=list, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str | None = None) -> Annotation:
+    """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
+
+    ``progress`` is the source's marker of how far the run had got; it defaults to the
+    last analysed step.
+    """
+    fingerprint = settings_hash(settings)
+    progress = progress if progress is not None else f"step {analysis.observed_step}"
+    metrics: dict[str, float | None] = {
+        f"{NAMESPACE}/last_step": float(analysis.observed_step),
+        f"{NAMESPACE}/last_tokens": analysis.observed_tokens,
+    }
+    labels = {
+        f"{NAMESPACE}/settings_hash": fingerprint,
+        f"{NAMESPACE}/progress": progress,
+        f"{NAMESPACE}/settings": json.dumps(settings, sort_keys=True, default=list),
+        f"{NAMESPACE}/loss_key": analysis.loss_key,
+        f"{NAMESPACE}/version": str(settings.get("version", "")),
+    }
+    for result in analysis.targets:
+        prefix = f"{NAMESPACE}/{target_slug(result.target)}"
+        labels[f"{prefix}/status"] = result.status
+        low_high = result.tokens_interval or (None, None)
+        step_low_high = result.step_interval or (None, None)
+        values = (result.tokens, result.step, *low_high, *step_low_high, result.extrapolation_factor)
+        for name, value in zip(_TARGET_FIELDS, values):
+            metrics[f"{prefix}/{name}"] = _finite(value)
+    report = to_json(analysis)
+    report["settings_hash"] = fingerprint
+    report["progress"] = progress
+    return Annotation(
+        run=analysis.run,
+        metrics=metrics,
+        labels=labels,
+        report=report,
+        progress=progress,
+        settings_hash=fingerprint,
+        step=int(analysis.observed_step),
+        plot=lambda: _plot_png(analysis),
+    )
+
+
+def _finite(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _plot_png(analysis: Analysis) -> bytes:
+    """``loss_eta.png``, rendered when a tracker writes it (matplotlib is imported only then)."""
+    from tracker_plugin.report.plot import plot_analysis
+
+    buffer = io.BytesIO()
+    plot_analysis(analysis, buffer)
+    return buffer.getvalue()
+

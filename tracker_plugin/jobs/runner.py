@@ -1,0 +1,155 @@
+"""Many runs at once: read, analyse and write back concurrently, one failure at a time.
+
+The same loop serves ``annotate`` (one pass), ``watch`` (repeated passes) and
+``compare`` (analysis without writing). A run that fails is reported and the others
+finish; nothing here raises for a single run's trouble.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+
+from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
+from tracker_plugin.errors import TrackerPluginError
+from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.trackers.base import Previous, RunInfo, Source
+
+__all__ = ["Outcome", "outcome_rows", "process_runs"]
+
+ANNOTATED = "annotated"
+UNCHANGED = "unchanged"
+DRY_RUN = "dry run"
+ANALYSED = "analysed"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened to one run."""
+
+    run: RunInfo
+    action: str  # annotated | unchanged | dry run | analysed | failed
+    analysis: Analysis | None = None
+    error: str | None = None
+    planned: tuple[str, ...] = ()  # with --dry-run: what would be written
+
+    @property
+    def failed(self) -> bool:
+        return self.action == FAILED
+
+
+def process_runs(
+    source: Source,
+    runs: Sequence[RunInfo],
+    config: AnalysisConfig,
+    *,
+    write: bool,
+    force: bool = False,
+    dry_run: bool = False,
+    workers: int = 4,
+    progress: bool = True,
+    label: str = "analysing",
+) -> list[Outcome]:
+    """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
+
+    With ``write``, a run whose earlier annotation has the same settings and progress is
+    left alone (``unchanged``) unless ``force``; with ``dry_run`` nothing is written and
+    each outcome lists what would be.
+    """
+    settings = settings_of(config, source.options.columns, source.options.batch_size)
+    fingerprint = settings_hash(settings)
+
+    def one(run: RunInfo) -> Outcome:
+        try:
+            return _one(source, run, config, settings, fingerprint, write=write, force=force, dry_run=dry_run)
+        except TrackerPluginError as exc:
+            return Outcome(run, FAILED, error=exc.problem if exc.run == run.ref else str(exc))
+        except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
+            return Outcome(run, FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+
+    results: dict[int, Outcome] = {}
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:
+        futures = {pool.submit(one, run): k for k, run in enumerate(runs)}
+        with _progress_bar(len(runs), label, progress) as bar:
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                bar.update(1)
+    return [results[k] for k in range(len(runs))]
+
+
+def _one(
+    source: Source,
+    run: RunInfo,
+    config: AnalysisConfig,
+    settings: dict[str, Any],
+    fingerprint: str,
+    *,
+    write: bool,
+    force: bool,
+    dry_run: bool,
+) -> Outcome:
+    if write and not force and run.progress is not None and run.previous == Previous(fingerprint, run.progress):
+        return Outcome(run, UNCHANGED)
+    analysis = run_analysis(source.read(run), config)
+    if not write:
+        return Outcome(run, ANALYSED, analysis)
+    annotation = build_annotation(analysis, settings, progress=run.progress)
+    if not force and annotation.is_current(run.previous):
+        return Outcome(run, UNCHANGED, analysis)
+    if dry_run:
+        return Outcome(run, DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
+    source.write(run, annotation)
+    return Outcome(run, ANNOTATED, analysis)
+
+
+class _NoBar:
+    def __enter__(self) -> _NoBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def update(self, n: int) -> None:
+        return None
+
+
+def _progress_bar(length: int, label: str, enabled: bool) -> Any:
+    """A progress bar on stderr, when stderr is a terminal (not in cron logs)."""
+    if not enabled or length < 2 or not sys.stderr.isatty():
+        return _NoBar()
+    import click
+
+    return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
+
+
+def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+    """One row per run and target: the summary table's content, also its JSON form."""
+    rows = []
+    for outcome in outcomes:
+        base = {"run": outcome.run.name, "ref": outcome.run.ref, "action": outcome.action}
+        if outcome.analysis is None:
+            rows.append(base | {"target": None, "status": outcome.action, "tokens": None, "step": None,
+                                "tokens_interval": None, "note": outcome.error})
+            continue
+        for result in outcome.analysis.targets:
+            rows.append(
+                base
+                | {
+                    "target": result.target,
+                    "status": result.status,
+                    "tokens": result.tokens,
+                    "step": result.step,
+                    # an unbounded end (no replicate reached the target) is null, as in the report
+                    "tokens_interval": [v if math.isfinite(v) else None for v in result.tokens_interval]
+                    if result.tokens_interval
+                    else None,
+                    "note": result.note,
+                }
+            )
+    return rows
+

@@ -1,0 +1,483 @@
+"""Planned schedules beyond the logged range.
+
+- :class:`BatchSchedule`: how the batch changes after the log ends.
+- :class:`LrSchedule`: the planned learning rate, from a ``step,lr`` table (``--lr-schedule``),
+  a spec (``--lr-spec cosine:warmup=2000,total=50000,final=0.1``), a run's hyperparameters
+  (:meth:`LrSchedule.from_params`, for tracker adapters), or inferred from the logged lr
+  (:func:`infer_lr_schedule`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tracker_plugin.errors import ConfigError
+
+__all__ = ["BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
+
+
+@dataclass(frozen=True)
+class BatchSchedule:
+    """A dynamic-batch run's plan: from ``start_tokens`` on, steps take ``batch`` tokens."""
+
+    stages: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def parse(cls, pairs: Sequence[str] | str) -> BatchSchedule:
+        """Parse ``TOKENS:BATCH`` pairs such as ``0:589824 2e9:786432``.
+
+        Raises
+        ------
+        ConfigError
+            A pair is not two numbers, or a batch is not positive.
+        """
+        items = pairs.split() if isinstance(pairs, str) else list(pairs)
+        stages = []
+        for item in items:
+            try:
+                start, batch = (float(part) for part in item.split(":"))
+            except ValueError:
+                raise ConfigError(
+                    f"--batch-schedule takes TOKENS:BATCH pairs such as 0:589824, got {item!r}"
+                ) from None
+            if not (math.isfinite(start) and math.isfinite(batch)) or batch <= 0 or start < 0:
+                raise ConfigError(f"--batch-schedule: {item!r} needs tokens >= 0 and a batch > 0")
+            stages.append((start, batch))
+        if not stages:
+            raise ConfigError("--batch-schedule needs at least one TOKENS:BATCH pair")
+        return cls(tuple(sorted(stages)))
+
+    def __str__(self) -> str:
+        return " ".join(f"{start:.6g}:{batch:.0f}" for start, batch in self.stages)
+
+
+# --- learning-rate plans -------------------------------------------------------------------
+
+SHAPES = ("constant", "cosine", "linear", "wsd", "step")
+_SPEC_KEYS = {
+    "constant": {"warmup", "total", "peak"},
+    "cosine": {"warmup", "total", "final", "peak"},
+    "linear": {"warmup", "total", "final", "peak"},
+    "wsd": {"warmup", "total", "final", "peak", "decay", "decay_shape"},
+    "step": {"warmup", "total", "peak", "at", "factor"},
+}
+# Knots per curved segment (a cosine): the schedule is piecewise linear between knots.
+_CURVE_KNOTS = 129
+
+
+@dataclass(frozen=True)
+class LrSchedule:
+    """A run's learning rate as a function of the step: piecewise linear through knots.
+
+    ``steps`` and ``lr`` are the knots (steps increasing). Past the last knot the lr stays at
+    its last value. ``total_steps`` is the planned last step, when known (it decides "within
+    the planned run"); ``source`` says where the plan came from (``file``, ``spec``,
+    ``params``, ``inferred``, ``log``) and ``description`` says it in words.
+
+    Only the shape matters to the models (they use ``lr / peak``), so a schedule of
+    multipliers (1.0 at the peak) is as good as one of absolute rates.
+    """
+
+    steps: tuple[float, ...] = field(repr=False)
+    lr: tuple[float, ...] = field(repr=False)
+    total_steps: float | None
+    source: str
+    description: str
+
+    @property
+    def peak(self) -> float:
+        return max(self.lr)
+
+    def fingerprint(self) -> str:
+        """A short, stable text that changes when the plan does (for settings hashes)."""
+        import zlib
+
+        knots = np.asarray(self.steps + self.lr, float).tobytes()
+        return f"{self.source}: {self.description} [{zlib.crc32(knots):08x}]"
+
+    def at(self, steps: np.ndarray | float) -> np.ndarray:
+        """The planned lr at ``steps`` (the last value continues past the last knot)."""
+        return np.interp(np.asarray(steps, float), self.steps, self.lr)
+
+    # ---- constructors ------------------------------------------------------------------
+
+    @classmethod
+    def from_table(cls, steps: Sequence[float], lr: Sequence[float], *, source: str = "file", name: str = "") -> LrSchedule:
+        """A schedule from ``step, lr`` pairs, such as the rows of a ``--lr-schedule`` CSV.
+
+        Raises
+        ------
+        ConfigError
+            Fewer than two rows, a value that is not finite, a negative lr or step, steps
+            that do not increase, or an lr that is zero everywhere.
+        """
+        s = np.asarray(steps, float)
+        v = np.asarray(lr, float)
+        where = f"{name}: " if name else ""
+        if len(s) < 2 or len(s) != len(v):
+            raise ConfigError(f"{where}an lr schedule needs at least two step,lr rows, got {len(s)}")
+        if not (np.isfinite(s).all() and np.isfinite(v).all()):
+            raise ConfigError(f"{where}the lr schedule holds a value that is not a finite number")
+        if (s < 0).any() or (v < 0).any():
+            raise ConfigError(f"{where}the lr schedule needs steps >= 0 and lr >= 0")
+        if (np.diff(s) <= 0).any():
+            i = int(np.flatnonzero(np.diff(s) <= 0)[0])
+            raise ConfigError(f"{where}steps in the lr schedule must increase; step {s[i + 1]:g} follows {s[i]:g}")
+        if v.max() <= 0:
+            raise ConfigError(f"{where}the lr schedule is zero everywhere")
+        description = f"{source} with {len(s)} rows, steps {s[0]:g} to {s[-1]:g}"
+        return cls(tuple(s.tolist()), tuple(v.tolist()), float(s[-1]), source, description)
+
+    @classmethod
+    def parse_spec(cls, spec: str) -> LrSchedule:
+        """A schedule from a spec such as ``cosine:warmup=2000,total=50000,final=0.1``.
+
+        ``SHAPE:key=value,...``; shapes and keys:
+
+        - ``constant``: ``warmup``, ``total`` (optional)
+        - ``cosine``, ``linear``: ``warmup``, ``total``, ``final`` (the lr at ``total`` as a
+          fraction of the peak; default 0)
+        - ``wsd`` (warmup, stable, decay): ``warmup``, ``total``, ``final``, ``decay`` (steps
+          of the final decay, or a fraction of ``total`` when below 1), ``decay_shape``
+          (``linear``, default, or ``cosine``)
+        - ``step``: ``warmup``, ``total``, ``at`` (the step(s) where the lr is multiplied,
+          several joined by ``/``), ``factor`` (the multiplier at each)
+
+        Every shape takes ``peak`` (the peak lr; optional, the models use only the shape).
+        Steps count optimizer steps; the warmup is linear from 0.
+
+        Raises
+        ------
+        ConfigError
+            An unknown shape or key, a value that is not a number, or values that do not fit
+            together (a warmup past the total, a final lr above the peak).
+        """
+        text = spec.strip()
+        shape, _, rest = text.partition(":")
+        shape = shape.strip().lower()
+        if shape not in SHAPES:
+            raise ConfigError(f"--lr-spec {spec!r}: unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+        values: dict[str, str] = {}
+        for item in filter(None, (p.strip() for p in rest.split(","))):
+            key, eq, value = item.partition("=")
+            key = key.strip().lower()
+            if not eq or key not in _SPEC_KEYS[shape]:
+                allowed = ", ".join(sorted(_SPEC_KEYS[shape]))
+                raise ConfigError(f"--lr-spec {spec!r}: {item!r} is not KEY=VALUE with KEY one of {allowed}")
+            values[key] = value.strip()
+        return _build_spec(shape, values, spec, f"--lr-spec {spec}", "spec")
+
+    @classmethod
+    def from_params(cls, params: Mapping[str, Any]) -> LrSchedule | None:
+        """The planned schedule from a run's hyperparameters (MLflow params, W&B config).
+
+        The entry point for tracker adapters. Nested dicts are flattened; keys are matched
+        on their last component, case-insensitively, and values may be strings (as MLflow
+        stores them). Recognised, in order:
+
+        1. a spec string under ``lr_schedule``, ``lr_spec`` or ``loss_eta_lr_schedule``
+           (see :meth:`parse_spec`);
+        2. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
+           ``lr_schedule_type``, ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
+           ``linear``, ``constant``, ``wsd``; common aliases such as
+           ``cosine_with_min_lr``, ``CosWithWarmup`` or ``warmup_stable_decay`` too), with
+           warmup under ``warmup_steps``, ``lr_warmup_steps``, ``num_warmup_steps``,
+           ``warmup_iters``, ``t_warmup`` (or a share of the total under ``warmup_ratio``); the total under ``max_steps``, ``total_steps``,
+           ``num_training_steps``, ``train_iters``, ``max_iters``, ``lr_decay_iters``,
+           ``t_max``; the final lr as a fraction under ``min_lr_ratio``,
+           ``final_lr_ratio``, ``alpha_f``, or as a rate under ``min_lr``, ``final_lr``,
+           ``lr_min`` (divided by ``learning_rate``, ``lr``, ``peak_lr`` or ``max_lr``);
+           for WSD the decay under ``decay_steps``, ``cooldown_steps``,
+           ``lr_wsd_decay_iters``, or ``decay_fraction``, ``cooldown_fraction``.
+
+        Returns None when the params name no schedule (or too little of one: a decaying
+        shape without its total).
+
+        Raises
+        ------
+        ConfigError
+            A spec string that does not parse.
+        """
+        flat = _flatten(params)
+        for key in ("lr_schedule", "lr_spec", "loss_eta_lr_schedule"):
+            if isinstance(flat.get(key), str) and ":" in flat[key]:
+                return replace(cls.parse_spec(flat[key]), source="params", description=_describe_params(cls.parse_spec(flat[key])))
+        kind = _first(flat, _SHAPE_KEYS)
+        shape = _shape_alias(kind) if isinstance(kind, str) else None
+        if shape is None:
+            return None
+        values: dict[str, str] = {}
+        for key, names in _PARAM_NAMES.items():
+            found = _first(flat, names)
+            if found is not None:
+                values[key] = str(found)
+        ratio = _number(_first(flat, ("warmup_ratio", "warmup_fraction")))
+        total = _number(values.get("total"))
+        if "warmup" not in values and ratio is not None and total is not None:
+            values["warmup"] = str(ratio * total)
+        if "final" not in values:
+            rate = _number(_first(flat, ("min_lr", "final_lr", "lr_min", "min_learning_rate")))
+            peak = _number(_first(flat, ("peak_lr", "max_lr", "learning_rate", "lr")))
+            if rate is not None and peak:
+                values["final"] = str(rate / peak)
+        if shape != "constant" and "total" not in values:
+            return None
+        if shape != "wsd":
+            values.pop("decay", None)
+        try:
+            return _build_spec(shape, values, f"{kind} " + " ".join(f"{k}={v}" for k, v in values.items()), "run params", "params")
+        except ConfigError:
+            return None
+
+
+_SHAPE_KEYS = (
+    "lr_scheduler", "lr_scheduler_type", "scheduler", "scheduler_type", "lr_schedule_type", "lr_decay_style",
+    "decay_style",
+)
+_PARAM_NAMES = {
+    "warmup": ("warmup_steps", "lr_warmup_steps", "num_warmup_steps", "warmup_iters", "t_warmup"),
+    "total": ("total_steps", "max_steps", "num_training_steps", "train_iters", "max_iters", "lr_decay_iters", "t_max"),
+    "final": ("min_lr_ratio", "final_lr_ratio", "alpha_f", "lr_final_ratio"),
+    "decay": ("decay_steps", "cooldown_steps", "lr_wsd_decay_iters", "decay_fraction", "cooldown_fraction"),
+}
+_ALIASES = {
+    "cosine": "cosine", "cos": "cosine", "coswithwarmup": "cosine", "cosine_with_min_lr": "cosine",
+    "cosine_with_warmup": "cosine", "cosineannealing": "cosine", "cosineannealinglr": "cosine",
+    "linear": "linear", "linear_with_warmup": "linear", "linearwithwarmup": "linear", "polynomial": "linear",
+    "constant": "constant", "constant_with_warmup": "constant", "constantwithwarmup": "constant", "none": "constant",
+    "wsd": "wsd", "warmup_stable_decay": "wsd", "warmupstabledecay": "wsd", "trapezoid": "wsd",
+}
+
+
+def _shape_alias(kind: str) -> str | None:
+    return _ALIASES.get(kind.strip().lower().replace("-", "_").replace(" ", "_"))
+
+
+def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested config -> {last key component (lowercase): value}; the first one found wins."""
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        last = str(key).replace("/", ".").split(".")[-1].lower()
+        if isinstance(value, Mapping) and "value" in value and set(value) <= {"value", "desc"}:
+            value = value["value"]  # W&B wraps config values
+        if isinstance(value, Mapping):
+            # A nested section named like a shape key ({"scheduler": {"name": "cosine", ...}})
+            # names the shape under "name" or "type".
+            for inner_key in ("name", "type"):
+                if isinstance(value.get(inner_key), str):
+                    flat.setdefault(last, value[inner_key])
+            for sub, inner in _flatten(value).items():
+                flat.setdefault(sub, inner)
+            continue
+        flat.setdefault(last, value)
+    return flat
+
+
+def _first(flat: Mapping[str, Any], names: Sequence[str]) -> Any:
+    for name in names:
+        if name in flat and flat[name] not in (None, "", "None"):
+            return flat[name]
+    return None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _describe_params(schedule: LrSchedule) -> str:
+    return schedule.description.rsplit(" (", 1)[0] + " (run params)"
+
+
+def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, source: str) -> LrSchedule:
+    def num(key: str, default: float | None = None) -> float | None:
+        if key not in values:
+            return default
+        number = _number(values[key])
+        if number is None:
+            raise ConfigError(f"--lr-spec {spec!r}: {key}={values[key]!r} is not a number")
+        return number
+
+    warmup = num("warmup", 0.0)
+    total = num("total")
+    peak = num("peak", 1.0)
+    final = num("final", 0.0)
+    assert warmup is not None and peak is not None and final is not None
+    if warmup < 0 or peak <= 0:
+        raise ConfigError(f"--lr-spec {spec!r}: needs warmup >= 0 and peak > 0")
+    if not 0 <= final <= 1:
+        raise ConfigError(f"--lr-spec {spec!r}: final is the end lr as a fraction of the peak, in [0, 1]; got {final:g}")
+    if shape != "constant" and total is None:
+        raise ConfigError(f"--lr-spec {spec!r}: {shape} needs total=STEPS (the planned last step)")
+    if total is not None and total <= warmup:
+        raise ConfigError(f"--lr-spec {spec!r}: total ({total:g}) must come after the warmup ({warmup:g})")
+    knots: list[tuple[float, float]] = [(0.0, 0.0)] if warmup > 0 else []
+    knots.append((warmup, 1.0))
+    if shape == "constant":
+        if total is not None:
+            knots.append((total, 1.0))
+        words = "constant lr"
+    elif shape in ("cosine", "linear"):
+        assert total is not None
+        knots += _decay(warmup, total, final, shape)
+        words = f"{shape} decay to {final:g}x the peak at step {total:,.0f}"
+    elif shape == "wsd":
+        assert total is not None
+        decay = num("decay", 0.2)
+        assert decay is not None
+        decay_steps = decay * total if 0 < decay < 1 else decay
+        if not 0 < decay_steps <= total - warmup:
+            raise ConfigError(f"--lr-spec {spec!r}: decay must be a fraction in (0, 1) or steps within the run")
+        decay_shape = values.get("decay_shape", "linear").lower()
+        if decay_shape not in ("linear", "cosine"):
+            raise ConfigError(f"--lr-spec {spec!r}: decay_shape is linear or cosine, got {decay_shape!r}")
+        knots += _decay(total - decay_steps, total, final, decay_shape)
+        words = f"constant, then a {decay_shape} decay over the last {decay_steps:,.0f} steps to {final:g}x at step {total:,.0f}"
+    else:  # step
+        factor = num("factor", 0.1)
+        assert factor is not None
+        if not 0 < factor <= 1:
+            raise ConfigError(f"--lr-spec {spec!r}: factor is the multiplier at each step, in (0, 1]")
+        try:
+            at = sorted(float(a) for a in values.get("at", "").split("/") if a.strip())
+        except ValueError:
+            raise ConfigError(f"--lr-spec {spec!r}: at takes step numbers joined by '/'") from None
+        if not at or at[0] <= warmup:
+            raise ConfigError(f"--lr-spec {spec!r}: step needs at=STEP[/STEP...] after the warmup")
+        level = 1.0
+        for a in at:
+            knots += [(a, level), (a + 1.0, level * factor)]
+            level *= factor
+        if total is not None:
+            knots.append((max(total, at[-1] + 1.0), level))
+        words = f"lr multiplied by {factor:g} at step(s) {', '.join(f'{a:,.0f}' for a in at)}"
+    if warmup > 0:
+        words += f" after {warmup:,.0f} warmup steps"
+    steps, lr = zip(*_dedupe(knots))
+    scaled = tuple(peak * v for v in lr)
+    return LrSchedule(tuple(steps), scaled, total, source, f"{words} ({origin})")
+
+
+def _decay(start: float, end: float, final: float, shape: str) -> list[tuple[float, float]]:
+    if shape == "linear":
+        return [(start, 1.0), (end, final)]
+    x = np.linspace(0.0, 1.0, _CURVE_KNOTS)
+    lr = final + (1.0 - final) * 0.5 * (1.0 + np.cos(np.pi * x))
+    return list(zip((start + x * (end - start)).tolist(), lr.tolist()))
+
+
+def _dedupe(knots: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Knots with strictly increasing steps: a repeated step keeps its last value."""
+    out: list[tuple[float, float]] = []
+    for step, lr in knots:
+        if out and step <= out[-1][0]:
+            out[-1] = (out[-1][0], lr)
+        else:
+            out.append((step, lr))
+    return out
+
+
+# --- inferring a plan from the logged lr --------------------------------------------------
+
+# The lr is "at its peak" within 1% of it, as in the warmup detection.
+_AT_PEAK = 0.99
+# A shape explains the log when its rms misfit is below this share of the peak.
+_SHAPE_TOLERANCE = 0.01
+# ... and once the lr has decayed by this share of the peak: before that the total is a guess.
+_MIN_DECAY = 0.05
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The lr plan behind a forecast (None: the last logged lr continues), and the
+    sentence that says where it came from or what is assumed instead."""
+
+    schedule: LrSchedule | None
+    note: str
+
+    @property
+    def total_steps(self) -> float | None:
+        return None if self.schedule is None else self.schedule.total_steps
+
+
+def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
+    """Recognise a cosine or linear decay in the logged lr and extend it to its end.
+
+    The decay is taken to start where the lr last sat at its peak; a cosine and a linear
+    decay are fitted to what follows, with the total steps and the final lr free. A shape
+    is accepted when it explains the log to within 1% of the peak and the lr has already
+    fallen by at least 5% of the peak. Otherwise nothing is inferred and the note says what
+    the forecast assumes instead: that the last logged lr continues.
+    """
+    if lr is None or len(lr) < 2 or not np.isfinite(lr).any():
+        return Plan(None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
+    ok = np.isfinite(lr)
+    s, v = np.asarray(step, float)[ok], np.asarray(lr, float)[ok]
+    peak = float(v.max())
+    if peak <= 0:
+        return Plan(None, "the logged lr is zero: the forecast assumes a constant lr")
+    last = float(v[-1])
+    at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
+    if last >= _AT_PEAK * peak:
+        return Plan(
+            None,
+            f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
+            "stays there; a planned decay would reach targets sooner (pass --lr-schedule or --lr-spec)",
+        )
+    decayed = (peak - last) / peak
+    best = None
+    # A cosine leaves its peak slowly (within 1% for a while), a WSD decay abruptly: try
+    # the decay starting where the lr first reached its peak and where it last sat there.
+    for start in {int(np.argmax(v)), int(at_peak[-1])}:
+        if decayed < _MIN_DECAY or len(v) - start < 4:
+            continue
+        found = _best_decay(s[start:], v[start:], peak)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (*found, start)
+    if best is None:
+        return Plan(
+            None,
+            f"the planned lr after step {s[-1]:,.0f} is unknown: the forecast assumes the last logged lr "
+            f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass --lr-schedule or --lr-spec)",
+        )
+    _, shape, total, final, start = best
+    warmup = float(s[at_peak[0]])
+    knots = [(float(x), float(y)) for x, y in zip(s[: start + 1], v[: start + 1])]
+    knots += [(a, peak * b) for a, b in _decay(float(s[start]), total, final, shape)][1:]
+    steps, values = zip(*_dedupe(knots))
+    description = (
+        f"{shape} decay from step {s[start]:,.0f} to {final:.2g}x the peak at step {total:,.0f} "
+        f"(inferred from the logged lr; warmup to step {warmup:,.0f})"
+    )
+    schedule = LrSchedule(tuple(steps), tuple(values), total, "inferred", description)
+    return Plan(schedule, f"planned lr inferred from the log: {description}")
+
+
+def _best_decay(s: np.ndarray, v: np.ndarray, peak: float) -> tuple[float, str, float, float] | None:
+    """(rms, shape, total, final fraction) of the decay that best explains ``v``; None if none does."""
+    start, last = float(s[0]), float(s[-1])
+    best: tuple[float, str, float, float] | None = None
+    totals = start + (last - start) * np.geomspace(1.0 + 1e-3, 50.0, 400)
+    y = v / peak
+    for shape in ("cosine", "linear"):
+        for total in totals:
+            x = (s - start) / (total - start)
+            c = 0.5 * (1.0 + np.cos(np.pi * x)) if shape == "cosine" else 1.0 - x
+            # y = c + final * (1 - c): the final fraction by least squares, kept in [0, 1)
+            d = 1.0 - c
+            dd = float(d @ d)
+            final = min(max(float(d @ (y - c)) / dd, 0.0), 0.999) if dd > 0 else 0.0
+            rms = float(np.sqrt(np.mean((c + final * d - y) ** 2)))
+            if best is None or rms < best[0]:
+                best = (rms, shape, float(total), final)
+    if best is None or best[0] > _SHAPE_TOLERANCE:
+        return None
+    return best

@@ -1,0 +1,1 @@
+"""What a user reads: the text report, the JSON document, tables and plots."""

@@ -1,0 +1,115 @@
+"""A comparison's rows as text, Markdown, CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from tracker_plugin.core.compare import ComparisonRow
+from tracker_plugin.report.render import format_tokens
+
+__all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "render_text", "spreadsheet_safe"]
+
+
+def batch_label(row: ComparisonRow) -> str:
+    """``786,432`` for a fixed batch; ``dynamic 262,144->1,048,576`` for stages."""
+    if row.batch_last is None:
+        return "-"
+    if not row.dynamic:
+        return f"{row.batch_last:,.0f}"
+    return f"dynamic {row.batch_first:,.0f}->{row.batch_last:,.0f}"
+
+
+_HEADER = ("target", "run", "batch", "status", "tokens", "step", "interval", "vs best")
+
+
+def _cells(row: ComparisonRow) -> tuple[str, ...]:
+    interval = (
+        f"{format_tokens(row.tokens_low)}-{format_tokens(row.tokens_high)}"
+        if row.tokens_low is not None and row.tokens_high is not None
+        else "-"
+    )
+    return (
+        f"{row.target:g}",
+        row.run,
+        batch_label(row),
+        row.status,
+        format_tokens(row.tokens),
+        "-" if row.step is None else f"{row.step:,.0f}",
+        interval,
+        _relative(row.vs_best),
+    )
+
+
+def _relative(ratio: float | None) -> str:
+    if ratio is None or not math.isfinite(ratio):
+        return "-"
+    return "best" if ratio == 1.0 else f"+{(ratio - 1) * 100:.1f}%"
+
+
+def render_text(rows: Sequence[ComparisonRow]) -> str:
+    """One aligned table per target."""
+    blocks = []
+    for target in dict.fromkeys(r.target for r in rows):
+        cells = [_cells(r)[1:] for r in rows if r.target == target]
+        header = _HEADER[1:]
+        widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
+        lines = [f"target {target:g}"]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *cells]]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def render_markdown(rows: Sequence[ComparisonRow]) -> str:
+    """A GitHub-flavoured Markdown table per target; pipes and newlines in names escaped."""
+    blocks = []
+    for target in dict.fromkeys(r.target for r in rows):
+        header = _HEADER[1:]
+        lines = [f"### target {target:g}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for row in (r for r in rows if r.target == target):
+            lines.append("| " + " | ".join(_markdown_cell(c) for c in _cells(row)[1:]) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def _markdown_cell(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+
+
+# A cell starting with one of these is a formula to a spreadsheet (CSV injection).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def spreadsheet_safe(value: Any) -> Any:
+    """Text a spreadsheet will show as text: formula-like strings get a leading quote."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def render_csv(rows: Sequence[ComparisonRow]) -> str:
+    """Machine-readable rows with raw numbers, safe to open in a spreadsheet."""
+    buffer = io.StringIO()
+    fields = list(asdict(rows[0])) if rows else list(ComparisonRow.__dataclass_fields__)
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: spreadsheet_safe("" if v is None else v) for k, v in asdict(row).items()})
+    return buffer.getvalue()
+
+
+def render_json(rows: Sequence[ComparisonRow]) -> list[dict[str, Any]]:
+    """Rows as plain dicts, grouped by target."""
+    return [
+        {"target": target, "rows": [_finite_values(asdict(r)) for r in rows if r.target == target]}
+        for target in dict.fromkeys(r.target for r in rows)
+    ]
+
+
+def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
+    """JSON has no infinity: an unbounded interval end becomes null."""
+    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

@@ -1,0 +1,387 @@
+"""An :class:`Analysis` as text for people and as the JSON document other tools read."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, TargetResult
+from tracker_plugin.core.backtest import BacktestCase, BacktestSummary
+from tracker_plugin.core.models import TOKEN_UNIT
+
+__all__ = ["backtest_json", "backtest_text", "format_tokens", "runs_table", "to_json", "to_text"]
+
+_RULE = "-" * 100
+
+
+def to_json(analysis: Analysis) -> dict[str, Any]:
+    """The JSON document of the contract (see README, "JSON output"); extra keys may follow."""
+    config = analysis.config
+    return {
+        "run": analysis.run,
+        "loss_key": analysis.loss_key,
+        "ema_token_window": config.ema_token_window,
+        "fit_start_step": analysis.fit_start_step,
+        "observed": {"step": float(analysis.observed_step), "tokens": analysis.observed_tokens},
+        "batch": {
+            "dynamic": analysis.dynamic_batch,
+            "source": analysis.batch_source,
+            "stages": [
+                {
+                    "first_step": s.first_step,
+                    "last_step": s.last_step,
+                    "first_tokens": s.first_tokens,
+                    "last_tokens": s.last_tokens,
+                    "batch": s.batch,
+                }
+                for s in analysis.stages
+            ],
+        },
+        "targets": [_target_json(t) for t in analysis.targets],
+        "fit_start_reason": analysis.fit_start_reason,
+        "notes": list(analysis.notes),
+        "model_selection": _selection_json(analysis),
+        "lr_plan": _plan_json(analysis),
+        "clock": None if config.model == "power-law" else config.clock,
+        "interval_level": None if config.model == "power-law" else config.interval,
+    }
+
+
+def _selection_json(analysis: Analysis) -> dict[str, Any] | None:
+    selection = analysis.selection
+    if selection is None:
+        return None
+    return {
+        "requested": analysis.config.model,
+        "chosen": selection.chosen,
+        "method": selection.method,
+        "inner_errors": {name: _num(score) for name, score in selection.scores},
+        "error_scale": _num(selection.error_scale),
+    }
+
+
+def _plan_json(analysis: Analysis) -> dict[str, Any] | None:
+    plan = analysis.plan
+    if plan is None:
+        return None
+    schedule = plan.schedule
+    return {
+        "source": None if schedule is None else schedule.source,
+        "description": None if schedule is None else schedule.description,
+        "total_steps": None if schedule is None else _num(schedule.total_steps),
+        "note": plan.note,
+    }
+
+
+def _target_json(result: TargetResult) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "target": result.target,
+        "status": result.status,
+        "tokens": _num(result.tokens),
+        "step": _num(result.step),
+        "tokens_interval": _pair(result.tokens_interval),
+        "step_interval": _pair(result.step_interval),
+        "model": None if result.fit is None else {"name": result.fit.name, "params": dict(result.fit.params)},
+        "extrapolation_factor": _num(result.extrapolation_factor),
+        "note": result.note,
+        "beyond_warn_factor": result.beyond_warn_factor,
+        "p_reach_within_plan": _num(result.p_reach_within_plan),
+    }
+    if result.sweep is not None:
+        doc["sweep"] = _sweep_json(result.sweep)
+    return doc
+
+
+def _sweep_json(sweep: Sweep) -> dict[str, Any]:
+    return {
+        "verdict": sweep.verdict,
+        "changes": None if sweep.changes is None else list(sweep.changes),
+        "tolerance": sweep.tolerance,
+        "rows": [
+            {
+                "max_step": row.max_step,
+                "max_tokens": row.max_tokens,
+                "tokens": _num(row.tokens),
+                "step": _num(row.step),
+                "params": None if row.fit is None else dict(row.fit.params),
+                "note": row.note,
+            }
+            for row in sweep.rows
+        ],
+    }
+
+
+def _num(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else float(value)
+
+
+def _pair(pair: tuple[float, float] | None) -> list[float | None] | None:
+    return None if pair is None else [_num(pair[0]), _num(pair[1])]
+
+
+def to_text(analysis: Analysis) -> str:
+    """The human report: settings, batch stages, one line per target, sweeps and verdicts."""
+    lines = [f"run: {analysis.run}", _header(analysis)]
+    if analysis.selection is not None:
+        lines.append(_model_line(analysis))
+    if analysis.dynamic_batch:
+        lines += _stage_table(analysis)
+    lines += [f"note: {note}" for note in analysis.notes]
+    lines.append(_RULE)
+    for result in analysis.targets:
+        lines += _target_lines(analysis, result)
+    return "\n".join(lines)
+
+
+def _header(analysis: Analysis) -> str:
+    window = analysis.config.ema_token_window
+    spans = [window / s.batch for s in analysis.stages]
+    if analysis.dynamic_batch:
+        first, last = analysis.stages[0].batch, analysis.stages[-1].batch
+        batch = (
+            f"batch: DYNAMIC, {len(analysis.stages)} stages ({first:,.0f} -> {last:,.0f} tokens/step, "
+            f"from {analysis.batch_source})"
+        )
+        span = f"~{max(spans):.1f}-{min(spans):.1f} steps across stages"
+    else:
+        batch = f"batch size: {analysis.stages[0].batch:,.0f} tokens/step (from {analysis.batch_source})"
+        span = f"~{spans[0]:.1f} steps at this batch size"
+    return (
+        f"loss col: {analysis.loss_key} | ema token window: {window:,.0f} ({span}) | {batch} | "
+        f"fit start step: {analysis.fit_start_step} ({analysis.fit_start_reason})"
+    )
+
+
+def _model_line(analysis: Analysis) -> str:
+    selection = analysis.selection
+    assert selection is not None
+    line = f"model: {selection.chosen}"
+    if analysis.config.model == "auto":
+        scores = ", ".join(f"{name} {score:.3f}" if score is not None else f"{name} -" for name, score in selection.scores)
+        line += f" ({selection.method}" + (f"; |ln| {scores})" if len(selection.scores) > 1 else ")")
+    return line + f" | clock: {analysis.config.clock}"
+
+
+def _stage_table(analysis: Analysis) -> list[str]:
+    lines = [f"{'stage':>7} {'steps':>17} {'tokens (before step)':>33} {'batch':>11}"]
+    for k, s in enumerate(analysis.stages, 1):
+        lines.append(
+            f"{k:>7} {s.first_step:>8} - {s.last_step:<6} {s.first_tokens:>15,.0f} - "
+            f"{s.last_tokens:<15,.0f} {s.batch:>11,.0f}"
+        )
+    return lines
+
+
+def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
+    head = f"target={result.target:<8g}"
+    if result.status == "reached":
+        return [f"{head} REACHED (interpolated): step={result.step:,.1f} tokens={result.tokens:,.0f}"]
+    lines = []
+    if result.status == "extrapolated":
+        flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
+        interval = ""
+        if result.tokens_interval is not None:
+            lo, hi = result.tokens_interval
+            level = f"{analysis.config.interval:.0%}"
+            interval = f" {level} interval: tokens=[{_big(lo)}, {_big(hi)}]"
+            if result.step_interval is not None:
+                s_lo, s_hi = result.step_interval
+                interval += f" steps=[{_big(s_lo)}, {_big(s_hi)}]"
+        if result.p_reach_within_plan is not None:
+            interval += f" P(reached within plan)={result.p_reach_within_plan:.2f}"
+        note = f" [{result.note}]" if result.note else ""
+        lines.append(
+            f"{head} EXTRAPOLATED ({_fit_text(result.fit)}): step={result.step:,.1f} "
+            f"tokens={result.tokens:,.0f}{interval} ({result.extrapolation_factor:.2f}x past observed "
+            f"T={analysis.observed_tokens:,.0f}, S={analysis.observed_step:,}){flag}{note}"
+        )
+    else:
+        lines.append(f"{head} NOT REACHED, {result.status}: {result.note}")
+    if result.sweep is not None:
+        lines += _sweep_lines(result, analysis.config.extrapolation_warn_factor)
+    return lines
+
+
+def _big(value: float) -> str:
+    return f"{value:,.0f}" if math.isfinite(value) else "inf"
+
+
+def _fit_text(fit: Any) -> str:
+    if fit.name == "power-law":
+        return f"fit L0={fit.l0:.4f} A={fit.a:.4f} alpha={fit.alpha:.4f}, T in {TOKEN_UNIT:.0e} tokens"
+    params = " ".join(f"{k}={v:.4g}" for k, v in fit.params.items() if k != "area_ref")
+    return f"{fit.name}: {params}"
+
+
+def _sweep_lines(result: TargetResult, warn_factor: float) -> list[str]:
+    sweep = result.sweep
+    assert sweep is not None
+    lines = [
+        "",
+        f"target={result.target:g} -- stability sweep",
+        f"{'max_step':>10} {'s_pred':>14} {'t_pred':>18} {'ratio':>8} {'L0':>8} {'alpha':>8} note",
+    ]
+    for row in sweep.rows:
+        if row.tokens is None:
+            lines.append(f"{row.max_step:>10} {'--':>14} {'--':>18} {'--':>8} {'--':>8} {'--':>8} {row.note}")
+            continue
+        ratio = row.tokens / row.max_tokens
+        flag = " [beyond warn factor]" if ratio > warn_factor else ""
+        params = row.fit.params if row.fit is not None else {}
+        l0, alpha = params.get("L0", math.nan), params.get("alpha", math.nan)
+        lines.append(
+            f"{row.max_step:>10} {row.step:>14,.0f} {row.tokens:>18,.0f} {ratio:>7.2f}x "
+            f"{l0:>8.4f} {alpha:>8.4f}{flag}"
+        )
+    lines.append(_verdict(sweep))
+    return lines
+
+
+def _verdict(sweep: Sweep) -> str:
+    if sweep.changes is None:
+        return "verdict: NOT ENOUGH DATA to judge convergence yet (need >=3 valid windows)"
+    a, b = sweep.changes
+    if sweep.verdict == "converged":
+        return (
+            f"verdict: CONVERGED -- last two window-to-window changes ({a:.1%}, {b:.1%}) "
+            f"both within tolerance {sweep.tolerance:.0%}"
+        )
+    return (
+        f"verdict: NOT YET CONVERGED -- last two window-to-window changes ({a:.1%}, {b:.1%}) "
+        f"exceed tolerance {sweep.tolerance:.0%}; keep training and re-check"
+    )
+
+
+def format_tokens(value: float | None) -> str:
+    """``19058662904 -> '19.06B'``: tokens at a glance."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def _upper(value: float | None) -> str:
+    """An interval's upper end; none (no replicate got there) reads as inf."""
+    return "inf" if value is None or not math.isfinite(value) else format_tokens(value)
+
+
+def runs_table(rows: list[dict[str, Any]]) -> str:
+    """The summary table of a many-run command: run, target, status, tokens, step, interval."""
+    header = ("run", "target", "status", "tokens", "step", "interval", "note")
+    lines = []
+    for row in rows:
+        interval = row.get("tokens_interval")
+        lines.append(
+            (
+                str(row["run"]),
+                "-" if row["target"] is None else f"{row['target']:g}",
+                str(row["status"]),
+                format_tokens(row["tokens"]),
+                "-" if row["step"] is None else f"{row['step']:,.0f}",
+                "-" if not interval else f"{format_tokens(interval[0])}-{_upper(interval[1])}",
+                row.get("note") or "",
+            )
+        )
+    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header) - 1)]
+    out = []
+    for r in [header, *lines]:
+        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+    return "\n".join(line.rstrip() for line in out)
+
+
+def backtest_json(
+    cases: list[BacktestCase],
+    summaries: list[BacktestSummary],
+    skipped: list[dict[str, str]],
+    plan: str,
+    config: AnalysisConfig,
+) -> dict[str, Any]:
+    """The backtest as one JSON document: settings, per-model summaries, every case."""
+    return {
+        "protocol": "cut at fit_fraction of the final tokens; target = the full run's smoothed loss at "
+        "target_quantile of its tokens; truth = its first crossing; error = ln(predicted / true tokens)",
+        "plan": plan,
+        "ema_token_window": config.ema_token_window,
+        "interval_level": config.interval,
+        "summaries": [
+            {
+                "model": x.model,
+                "fit_fraction": x.fit_fraction,
+                "target_quantile": x.target_quantile,
+                "cases": x.cases,
+                "no_forecast": x.failures,
+                "median_abs_log_error": _num(x.median_abs),
+                "p90_abs_log_error": _num(x.p90_abs),
+                "bias": _num(x.bias),
+                "interval_coverage": _num(x.coverage),
+                "intervals": x.intervals,
+                "median_interval_width": _num(x.median_width),
+            }
+            for x in summaries
+        ],
+        "cases": [
+            {
+                "run": c.run,
+                "model": c.model,
+                "chosen": c.chosen,
+                "fit_fraction": c.fit_fraction,
+                "target_quantile": c.target_quantile,
+                "target": c.target,
+                "true_tokens": c.true_tokens,
+                "status": c.status,
+                "tokens": _num(c.tokens),
+                "tokens_interval": _pair(c.interval),
+                "log_error": _num(c.error),
+                "covered": c.covered,
+                "note": c.note,
+            }
+            for c in cases
+        ],
+        "skipped": skipped,
+    }
+
+
+def backtest_text(
+    cases: list[BacktestCase],
+    summaries: list[BacktestSummary],
+    skipped: list[dict[str, str]],
+    plan: str,
+    level: float,
+) -> str:
+    """The backtest table: one row per model, fit fraction and target quantile."""
+    runs = len({c.run for c in cases})
+    given = "the finished run's logged lr as the planned schedule" if plan == "log" else "only the lr logged up to the cut"
+    lines = [
+        f"backtest of {runs} run(s); each forecast had {given}",
+        "error = ln(predicted / true tokens); truth = where the full run's smoothed loss first reached the target",
+    ]
+    header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
+              f"{level:.0%} coverage", "width (hi/lo)")
+    rows = [
+        (
+            x.model,
+            f"{x.fit_fraction:g}",
+            f"{x.target_quantile:g}",
+            str(x.cases),
+            str(x.failures),
+            _fmt(x.median_abs),
+            _fmt(x.p90_abs),
+            _fmt(x.bias, signed=True),
+            "-" if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
+            _fmt(x.median_width, digits=2),
+        )
+        for x in summaries
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    lines += [f"skipped {item['run']}: {item['error']}" for item in skipped]
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None, *, signed: bool = False, digits: int = 3) -> str:
+    if value is None or not math.isfinite(value):
+        return "-"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"

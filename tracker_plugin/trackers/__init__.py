@@ -1,0 +1,33 @@
+"""Adapters that move run histories between a tracker and the common frame.
+
+:func:`open_source` picks the adapter from the run string's prefix; each adapter's module
+imports its tracker's client only when used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from tracker_plugin.trackers.base import FINISHED_STATES, RunInfo, Source, SourceOptions
+
+__all__ = ["FINISHED_STATES", "RunInfo", "SCHEMES", "Source", "SourceOptions", "open_source"]
+
+# prefix -> (module, class)
+SCHEMES = {
+    "mlflow:": ("mlflow_runs", "MlflowSource"),
+    "wandb:": ("wandb_runs", "WandbSource"),
+    "wandb-offline:": ("wandb_offline", "WandbOfflineSource"),
+}
+
+
+def open_source(spec: str, options: SourceOptions | None = None) -> Source:
+    """The source a run string names: ``mlflow:...``, ``wandb:...``, ``wandb-offline:...``
+    or a CSV path (a file, or a directory of ``*.csv`` files)."""
+    options = options or SourceOptions()
+    for prefix, (module, name) in SCHEMES.items():
+        if spec.startswith(prefix):
+            cls = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            return cls(spec[len(prefix) :], options)
+    from tracker_plugin.trackers.csvfile import CsvSource
+
+    return CsvSource(spec, options)

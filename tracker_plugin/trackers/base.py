@@ -1,0 +1,187 @@
+"""The one small interface every tracker adapter implements.
+
+A :class:`Source` is opened from a run string (``runs/a.csv``, ``mlflow:RUN_ID``,
+``wandb:ENTITY/PROJECT``, ...) and :class:`SourceOptions`. It lists the runs the string
+names, reads a run into a validated :class:`~tracker_plugin.History`, and writes an
+:class:`~tracker_plugin.jobs.annotation.Annotation` back. Sources move data only; they never
+decide anything about the analysis.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tracker_plugin.errors import SourceError
+from tracker_plugin.frame.history import Columns, History
+
+__all__ = [
+    "Annotation",
+    "Previous",
+    "FINISHED_STATES",
+    "STATES",
+    "RunInfo",
+    "Source",
+    "SourceOptions",
+    "select_states",
+]
+
+@dataclass(frozen=True)
+class Previous:
+    """What an earlier annotation of a run recorded: enough to tell if it is still current.
+
+    ``progress`` is the source's marker of how far the run had got (its last step, or a
+    file's size and time), recorded in ``loss_eta/progress``.
+    """
+
+    settings_hash: str | None
+    progress: str | None
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """Everything written back to one run: a finished document, built by the jobs layer."""
+
+    run: str
+    metrics: dict[str, float | None]
+    labels: dict[str, str]
+    report: dict[str, Any]
+    progress: str
+    settings_hash: str
+    step: int  # the last analysed step, where step-indexed trackers log the metrics
+    plot: Callable[[], bytes] = field(repr=False, compare=False)  # ``loss_eta.png``, drawn on demand
+
+    def keys(self) -> list[str]:
+        return sorted([*self.metrics, *self.labels])
+
+    def report_bytes(self) -> bytes:
+        """``loss_eta.json``: the same document as ``analyze --json``, byte-stable."""
+        return (json.dumps(self.report, indent=2, sort_keys=True) + "\n").encode()
+
+    def plot_bytes(self) -> bytes:
+        """``loss_eta.png``: the report's plot, drawn only when a tracker writes it."""
+        return self.plot()
+
+    def is_current(self, previous: Previous | None) -> bool:
+        """Did an earlier annotation already record this one (same settings, same progress)?"""
+        return previous == Previous(self.settings_hash, self.progress)
+
+
+# Normalised run states; a tracker's own states map onto these.
+STATES = ("running", "finished", "failed", "crashed", "killed", "unknown")
+FINISHED_STATES = frozenset({"finished", "failed", "crashed", "killed"})
+# Tracker-specific states a user may ask for with --state, as the normalised state.
+_STATE_ALIASES = {"preempting": "running", "scheduled": "running", "pending": "unknown", "preempted": "killed"}
+
+
+def select_states(runs: list[RunInfo], states: tuple[str, ...], keep: frozenset[str] = frozenset()) -> list[RunInfo]:
+    """The runs in one of ``states`` (``--state``; case-insensitive), all runs if none given.
+
+    Runs whose ref is in ``keep`` stay whatever their state: a watched run that was
+    running must still get its final annotation once it has finished.
+    """
+    if not states:
+        return runs
+    wanted = {_STATE_ALIASES.get(s.lower(), s.lower()) for s in states}
+    return [run for run in runs if run.state in wanted or run.ref in keep]
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """How to find runs and read them; the command-line options of every command."""
+
+    columns: Columns = field(default_factory=Columns)
+    batch_size: float | None = None
+    # MLflow
+    tracking_uri: str | None = None
+    experiment_ids: tuple[str, ...] = ()
+    # W&B
+    entity: str | None = None
+    project: str | None = None
+    states: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    created_after: str | None = None
+    # both trackers
+    filter: str | None = None
+    # ``batch_size`` is left out: in most configs it counts sequences per device.
+    batch_params: tuple[str, ...] = ("global_batch_size", "batch_size_in_tokens", "tokens_per_step")
+    workers: int = 4
+    cache_dir: str | None = None
+    use_cache: bool = True
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run a source found, with what is known without reading its history."""
+
+    ref: str  # the canonical run string, e.g. "mlflow:3f2a..." or "runs/a.csv"
+    name: str  # what people call it (the tracker's run name)
+    state: str = "unknown"  # running | finished | failed | crashed | killed | unknown
+    # How far the run has got, in the source's own terms (its loss key's last step, a
+    # file's size and time); None when unknown before reading the history.
+    progress: str | None = None
+    previous: Previous | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+class Source(ABC):
+    """A tracker (or a folder of files) holding runs."""
+
+    scheme: ClassVar[str]
+
+    def __init__(self, spec: str, options: SourceOptions) -> None:
+        self.spec = spec
+        self.options = options
+
+    @abstractmethod
+    def runs(self) -> list[RunInfo]:
+        """The runs the spec names, in a stable order.
+
+        Raises
+        ------
+        RunNotFound
+            The spec names no run, experiment, project or file.
+        SourceError
+            The tracker could not be reached or refused the request.
+        """
+
+    @abstractmethod
+    def read(self, run: RunInfo) -> History:
+        """The run's history in the common frame.
+
+        Raises
+        ------
+        DataError
+            The run's data cannot be analysed (a missing key, no loss history).
+        SourceError
+            The tracker could not be read.
+        """
+
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
+
+        Writing the same annotation twice leaves the run as the first write left it, and
+        nothing but the annotation's own keys and artifacts is touched. The labels
+        ``loss_eta/settings_hash`` and ``loss_eta/progress`` are written last: they mark
+        the annotation complete, so a write cut short is redone by the next run.
+        """
+        raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        """What :meth:`write` would do, one line per key or file, for ``--dry-run``."""
+        lines = [f"{key} = {_show(value)}" for key, value in sorted(annotation.metrics.items())]
+        lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
+        return lines + ["artifact loss_eta.json", "artifact loss_eta.png"]
+
+    def close(self) -> None:
+        """Release connections and background processes."""
+
+
+def _show(value: float | None) -> str:
+    return "(none)" if value is None else f"{value:.10g}"

@@ -1,0 +1,169 @@
+"""Local CSV logs: one row per logged step, one column per key."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.errors import ConfigError, DataError, RunNotFound
+from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
+from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+
+__all__ = ["CsvSource", "read_csv", "read_lr_schedule"]
+
+# Blank cells and these spellings mean "not logged"; "nan" and "inf" are logged values,
+# which build_history drops and counts.
+_MISSING = ["", "NA", "N/A", "n/a", "null", "NULL", "None", "<NA>"]
+_WIDE = 3
+
+
+def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, batch_size: float | None = None) -> History:
+    """Read a CSV training log into a :class:`~tracker_plugin.History`.
+
+    Only the columns named in ``columns`` (candidates included) are parsed, which keeps
+    a wide export with hundreds of keys fast to read.
+
+    Raises
+    ------
+    RunNotFound
+        The file does not exist.
+    DataError
+        The file is empty, is not CSV, or its data fails validation (see
+        :func:`~tracker_plugin.frame.history.build_history`).
+    """
+    run = os.fspath(path)
+    columns = columns or Columns()
+    if not os.path.isfile(run):
+        raise RunNotFound("no such file" if not os.path.isdir(run) else "is a directory, not a CSV file", run=run)
+    try:
+        header = pd.read_csv(run, nrows=0).columns
+        wanted = [c for c in header if c in set(columns.keys())]
+        if not any(c in wanted for c in columns.loss) or not any(c in wanted for c in columns.step):
+            return build_history(pd.DataFrame(columns=header), run=run, columns=columns, batch_size=batch_size)
+        # Selecting columns slows the parser down by half; it pays only on wide exports.
+        usecols = wanted if len(header) > _WIDE * len(wanted) else None
+        with warnings.catch_warnings():
+            # Mixed types in a column: build_history names the bad value itself.
+            warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+            data = pd.read_csv(run, usecols=usecols, keep_default_na=False, na_values=_MISSING)
+    except pd.errors.EmptyDataError:
+        raise DataError("the file is empty", run=run) from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"cannot be read as CSV ({_first_line(exc)})", run=run) from None
+    return build_history(data, run=run, columns=columns, batch_size=batch_size)
+
+
+def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
+    """A planned lr schedule from a CSV with columns ``step`` and ``lr`` (``--lr-schedule``).
+
+    ``learning_rate`` is taken for ``lr`` too; other columns are ignored.
+
+    Raises
+    ------
+    ConfigError
+        The file is missing or unreadable, a column is missing or not numeric, or the
+        values do not make a schedule (see :meth:`LrSchedule.from_table`).
+    """
+    name = os.fspath(path)
+    where = f"--lr-schedule {name}"
+    if not os.path.isfile(name):
+        raise ConfigError(f"{where}: no such file")
+    try:
+        data = pd.read_csv(name)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{where}: cannot be read as CSV ({_first_line(exc)})") from None
+    lower = {str(c).strip().lower(): c for c in data.columns}
+    step_col = lower.get("step")
+    lr_col = lower.get("lr", lower.get("learning_rate"))
+    if step_col is None or lr_col is None:
+        raise ConfigError(f"{where}: needs columns step and lr; columns are {list(map(str, data.columns))}")
+    numbers = {}
+    for column in (step_col, lr_col):
+        converted = pd.to_numeric(data[column], errors="coerce")
+        bad = (converted.isna() & data[column].notna()).to_numpy()
+        if bad.any():
+            row = int(bad.nonzero()[0][0])
+            value = str(data[column].iloc[row])[:40]
+            raise ConfigError(f"{where}: column '{column}' holds a non-numeric value {value!r} in row {row + 1}")
+        numbers[column] = converted.to_numpy(float)
+    keep = ~(np.isnan(numbers[step_col]) | np.isnan(numbers[lr_col]))
+    schedule = LrSchedule.from_table(numbers[step_col][keep], numbers[lr_col][keep], source="file", name=where)
+    return replace(schedule, description=f"{where} ({len(schedule.steps)} rows, steps {schedule.steps[0]:,.0f} to {schedule.steps[-1]:,.0f})")
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class CsvSource(Source):
+    """CSV logs: a file, or a directory of ``*.csv`` files (one run each).
+
+    Annotating a CSV run writes its artifacts beside it: ``run.loss_eta.json`` and
+    ``run.loss_eta.png`` for ``run.csv``. The file itself is never changed.
+    """
+
+    scheme = "csv"
+
+    def runs(self) -> list[RunInfo]:
+        path = Path(self.spec)
+        if path.is_dir():
+            files = sorted(p for p in path.glob("*.csv") if p.is_file())
+            if not files:
+                raise RunNotFound("the directory holds no *.csv files", run=self.spec)
+        elif path.is_file():
+            files = [path]
+        else:
+            raise RunNotFound("no such file", run=self.spec)
+        return [
+            RunInfo(ref=str(f), name=f.stem, state="finished", progress=_progress(f), previous=_previous(f))
+            for f in files
+        ]
+
+    def read(self, run: RunInfo) -> History:
+        return read_csv(run.ref, columns=self.options.columns, batch_size=self.options.batch_size)
+
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        json_path, png_path = _sidecars(Path(run.ref))
+        # The report goes last: its settings hash marks the annotation complete.
+        _replace(png_path, annotation.plot_bytes())
+        _replace(json_path, annotation.report_bytes())
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        return [f"write {path}" for path in _sidecars(Path(run.ref))]
+
+
+def _sidecars(path: Path) -> tuple[Path, Path]:
+    stem = path.with_suffix("")
+    return (
+        stem.with_name(f"{stem.name}.{ARTIFACT_JSON}"),
+        stem.with_name(f"{stem.name}.{ARTIFACT_PNG}"),
+    )
+
+
+def _progress(path: Path) -> str:
+    stat = path.stat()
+    return f"size {stat.st_size} mtime {stat.st_mtime_ns}"
+
+
+def _previous(path: Path) -> Previous | None:
+    json_path, _ = _sidecars(path)
+    try:
+        report = json.loads(json_path.read_text())
+        return Previous(report.get("settings_hash"), report.get("progress"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """Write atomically, so a reader never sees half a file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)

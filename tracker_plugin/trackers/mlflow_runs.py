@@ -1,0 +1,617 @@
+"""MLflow runs: ``mlflow:RUN_ID``, ``mlflow:experiment/NAME_OR_ID``, or ``--experiment-id``.
+
+Reading
+    A run's metric histories are read in full with ``get-history`` (paged with
+    ``max_results``/``page_token`` on a server), one request stream per key; from a
+    server, keys (and, through the runner, runs) are fetched concurrently (``--workers``). The sampled ``get-history-bulk-interval`` and the
+    capped ``get-history-bulk`` (25,000 points) are never used. Keys are aligned on
+    MLflow's own step; where a resumed run logged a step again, the value with the latest
+    timestamp wins. MLflow stores a logged infinity as the largest float; it is read
+    back as infinity, so the frame drops and counts it like a NaN.
+
+    Finished runs are cached locally (:mod:`tracker_plugin.trackers.cache`), keyed by the tracking
+    URI, run id, keys read and each key's last step and time.
+
+Writing
+    Through :class:`mlflow.MlflowClient` by run id, never ``mlflow.start_run`` (which would
+    set a finished run back to RUNNING). Metrics are logged at the run's last analysed
+    step in one ``log_batch``; labels become tags; ``loss_eta.json`` and ``loss_eta.png``
+    go to the artifact root; the tags ``loss_eta/settings_hash`` and ``loss_eta/progress``
+    are written last. A metric whose latest value at that step is already the value to
+    write is not logged again, so annotating twice adds no metric rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import CancelledError, ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.errors import (
+    AuthError,
+    ConfigError,
+    DataError,
+    MissingDependency,
+    RunNotFound,
+    SourceError,
+    TrackerUnavailable,
+)
+from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
+from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
+from tracker_plugin.plan.params import batch_from_config
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.cache import HistoryCache
+
+__all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
+
+# MLflow's own HTTP defaults retry a dead server for minutes (7 retries, backoff 2 s
+# doubling, 120 s timeout). These bounds make a refused connection fail in about 3 s and
+# a server that accepts but never answers in 90 s (a 25,000-point page takes about a
+# second); a value the user set in the environment wins.
+HTTP_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
+}
+HASH_TAG = f"{NAMESPACE}/settings_hash"
+PROGRESS_TAG = f"{NAMESPACE}/progress"
+_HISTORY_ENDPOINT = "/api/2.0/mlflow/metrics/get-history"
+_PAGE = 25_000  # points per get-history page, MLflow's own page size
+# A multi-worker server (uvicorn, gunicorn) balances connections, not requests: one worker
+# often accepts all of a burst of new connections and serves every page sent on them
+# while the others idle. A connection per page lets whichever worker is free take it.
+_ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
+# The keys' first requests go out this many seconds apart: requests arriving together
+# tend to be taken by one worker, which then serves them all while the others idle.
+_STAGGER = 0.05
+_SEARCH_PAGE = 1_000
+_FROM_NAME = "run name"  # the batch source when the run name gave it (`_1Mbs`)
+_MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
+_STATES = {
+    "RUNNING": "running",
+    "SCHEDULED": "running",
+    "FINISHED": "finished",
+    "FAILED": "failed",
+    "KILLED": "killed",
+}
+_ROLES = ("loss", "tokens", "batch", "lr")  # the step is MLflow's own
+
+
+class MlflowSource(Source):
+    """Runs in an MLflow tracking server or local store."""
+
+    scheme = "mlflow"
+
+    def __init__(self, spec: str, options: SourceOptions) -> None:
+        super().__init__(spec, options)
+        self._client_obj: Any = None
+        self._records: dict[str, Any] = {}  # run id -> mlflow Run, from runs()
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._cache = HistoryCache(options.cache_dir) if options.use_cache else None
+
+    # -- listing ---------------------------------------------------------------------------
+
+    def runs(self) -> list[RunInfo]:
+        self._client()  # first: without mlflow installed, say so before anything else
+        spec = self.spec.strip()
+        if spec.startswith("experiment/"):
+            experiment_ids = [self._experiment_id(spec[len("experiment/") :])]
+        elif spec:
+            return [self._info(self._get_run(spec, f"mlflow:{spec}"))]
+        elif self.options.experiment_ids:
+            experiment_ids = [self._experiment_id(e) for e in self.options.experiment_ids]
+        else:
+            raise ConfigError(
+                "mlflow: needs a run id (mlflow:RUN_ID), mlflow:experiment/NAME_OR_ID or --experiment-id"
+            )
+        return [self._info(record) for record in self._search(experiment_ids)]
+
+    def _experiment_id(self, name_or_id: str) -> str:
+        client = self._client()
+        where = f"mlflow:experiment/{name_or_id}"
+        with self._errors(where):
+            experiment = client.get_experiment_by_name(name_or_id)
+        if experiment is None and name_or_id.isdigit():
+            experiment = self._get_experiment(name_or_id, where)
+        if experiment is None:
+            raise RunNotFound(f"no experiment named '{name_or_id}' at {client.tracking_uri}", run=where)
+        if experiment.lifecycle_stage != "active":
+            raise RunNotFound("the experiment is deleted", run=where)
+        return str(experiment.experiment_id)
+
+    def _get_experiment(self, experiment_id: str, where: str) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        try:
+            return self._client().get_experiment(experiment_id)
+        except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+                return None
+            raise self._translate(exc, where) from None
+
+    def _search(self, experiment_ids: list[str]) -> list[Any]:
+        from mlflow.entities import ViewType
+        from mlflow.exceptions import MlflowException
+
+        client = self._client()
+        records: list[Any] = []
+        token = None
+        where = f"mlflow:experiment/{','.join(experiment_ids)}"
+        while True:
+            try:
+                page = client.search_runs(
+                    experiment_ids,
+                    filter_string=self.options.filter or "",
+                    run_view_type=ViewType.ACTIVE_ONLY,
+                    max_results=_SEARCH_PAGE,
+                    page_token=token,
+                )
+            except MlflowException as exc:
+                if exc.error_code == "INVALID_PARAMETER_VALUE" and self.options.filter:
+                    raise ConfigError(
+                        f"--filter {self.options.filter!r}: {_first_line(exc.message)}"
+                    ) from None
+                raise self._translate(exc, where) from None
+            records += list(page)
+            token = page.token
+            if not token:
+                break
+        records.sort(key=lambda r: (r.info.start_time or 0, r.info.run_id))
+        with self._lock:
+            self._records.update((r.info.run_id, r) for r in records)
+        return records
+
+    def _info(self, record: Any) -> RunInfo:
+        latest = _latest(record)
+        loss_key = _first_present(self.options.columns.loss, latest)
+        tags = record.data.tags
+        previous = Previous(tags.get(HASH_TAG), tags.get(PROGRESS_TAG)) if HASH_TAG in tags else None
+        return RunInfo(
+            ref=f"mlflow:{record.info.run_id}",
+            name=record.info.run_name or record.info.run_id,
+            state=_STATES.get(str(record.info.status), "unknown"),
+            progress=None if loss_key is None else str(latest[loss_key][0]),
+            previous=previous,
+        )
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def read(self, run: RunInfo) -> History:
+        record = self._record(run)
+        latest = _latest(record)
+        keys = self._keys(run, latest)
+        histories = self._histories(run, record, keys, latest)
+        frame, nan_loss = align_histories(histories, keys["loss"])
+        batch_size, batch_source = self._batch(run, record, keys)
+        columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
+        history = build_history(
+            frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
+        )
+        if batch_source == _FROM_NAME:
+            history = replace(history, batch_source=batch_source)
+        elif batch_source:
+            history = with_config_batch(history, batch_source)
+        return with_planned_lr(history, record.data.params)
+
+
+    def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
+        """Role -> the first candidate key the run logged; the loss key must be there."""
+        keys = {}
+        for role in _ROLES:
+            key = _first_present(getattr(self.options.columns, role), latest)
+            if key is not None:
+                keys[role] = key
+        if "loss" not in keys:
+            wanted = " or ".join(f"'{k}'" for k in self.options.columns.loss)
+            logged = sorted(k for k in latest if not k.startswith(f"{NAMESPACE}/"))
+            raise DataError(
+                f"no loss metric {wanted}; the run logs {logged[:20]}{' ...' if len(logged) > 20 else ''} "
+                "(choose one with --loss-col)",
+                run=run.ref,
+            )
+        return keys
+
+    def _batch(self, run: RunInfo, record: Any, keys: Mapping[str, str]) -> tuple[float | None, str | None]:
+        """Tokens per step when no batch metric is logged: a param, the flag, the run name."""
+        if "batch" in keys:
+            return self.options.batch_size, None
+        found = batch_from_config(_param_values(record.data.params), self.options.batch_params)
+        if found is not None:
+            return found[0], f"param '{found[1]}'"
+        if self.options.batch_size is not None:
+            return self.options.batch_size, None
+        from_name = batch_from_name(run.name)
+        return (from_name, _FROM_NAME) if from_name is not None else (None, None)
+
+    def _histories(
+        self, run: RunInfo, record: Any, keys: Mapping[str, str], latest: Mapping[str, Any]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Each key's full history as (step, value, timestamp), from the cache when it can."""
+        names = sorted(set(keys.values()))
+        cache_key = None
+        if self._cache is not None and run.state == "finished":
+            marks = [f"{name}@{latest[name][0]}:{latest[name][1]}" for name in names]
+            cache_key = ("mlflow", self._client().tracking_uri, record.info.run_id, *marks)
+            cached = self._cache.load(cache_key)
+            if cached is not None and all(f"{i}.step" in cached for i in range(len(names))):
+                return {
+                    n: (cached[f"{i}.step"], cached[f"{i}.value"], cached[f"{i}.timestamp"])
+                    for i, n in enumerate(names)
+                }
+        histories = self._fetch(run, record.info.run_id, names)
+        if cache_key is not None and self._cache is not None:
+            arrays = {}
+            for i, name in enumerate(names):
+                arrays[f"{i}.step"], arrays[f"{i}.value"], arrays[f"{i}.timestamp"] = histories[name]
+            self._cache.store(cache_key, arrays)
+        return histories
+
+    def _fetch(
+        self, run: RunInfo, run_id: str, names: Sequence[str]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
+        if self._rest_store() is None:
+            # A local store is read in this thread: its reads hold the GIL, threads only slow them.
+            return {name: self._history(run, run_id, name) for name in names}
+        failed = threading.Event()
+
+        def fetch(name: str, delay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            if failed.wait(delay):
+                raise CancelledError
+            try:
+                return self._history(run, run_id, name)
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = {name: self._executor().submit(fetch, name, k * _STAGGER) for k, name in enumerate(names)}
+        try:
+            return {name: future.result() for name, future in futures.items()}
+        except BaseException:
+            failed.set()
+            for future in futures.values():
+                future.cancel()
+            # Report the failure itself, not a cancellation it caused.
+            errors = [f.exception() for f in futures.values() if not f.cancelled()]
+            real = [e for e in errors if e is not None and not isinstance(e, CancelledError)]
+            if real:
+                raise real[0] from None
+            raise
+
+    def _history(self, run: RunInfo, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        with self._errors(run.ref, key):
+            store = self._rest_store()
+            if store is not None:
+                return _rest_history(store, run_id, key)
+            metrics = self._client().get_metric_history(run_id, key)
+            return (
+                np.array([m.step for m in metrics], dtype=np.int64),
+                np.array([m.value for m in metrics], dtype=float),
+                np.array([m.timestamp for m in metrics], dtype=np.int64),
+            )
+
+    def _record(self, run: RunInfo) -> Any:
+        run_id = _run_id(run)
+        with self._lock:
+            record = self._records.get(run_id)
+        return record if record is not None else self._get_run(run_id, run.ref)
+
+    def _get_run(self, run_id: str, ref: str) -> Any:
+        client = self._client()
+        from mlflow.exceptions import MlflowException
+
+        try:
+            record = client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise RunNotFound(f"no such run at {client.tracking_uri}", run=ref) from None
+            raise self._translate(exc, ref) from None
+        with self._lock:
+            self._records[run_id] = record
+        return record
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        client = self._client()
+        from mlflow.entities import Metric, RunTag
+
+        run_id = _run_id(run)
+        step = int(annotation.step)
+        with self._errors(run.ref):
+            current = client.get_run(run_id)  # fresh: what an earlier annotation left
+            latest = _latest(current)
+            stamp = int(time.time() * 1000)
+            metrics = [
+                Metric(key, math.nan if value is None else float(value), stamp, step)
+                for key, value in sorted(annotation.metrics.items())
+                if not _same(latest.get(key), value, step)
+            ]
+            markers = {HASH_TAG, PROGRESS_TAG}
+            tags = [
+                RunTag(key, value)
+                for key, value in sorted(annotation.labels.items())
+                if key not in markers and current.data.tags.get(key) != value
+            ]
+            # One request where MLflow's limits allow (the client splits larger batches).
+            client.log_batch(run_id, metrics=metrics, tags=tags)
+            with tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
+                for name, data in (
+                    (ARTIFACT_JSON, annotation.report_bytes()),
+                    (ARTIFACT_PNG, annotation.plot_bytes()),
+                ):
+                    path = Path(tmp) / name
+                    path.write_bytes(data)
+                    client.log_artifact(run_id, str(path))
+            # Last: these mark the annotation complete, so a write cut short is redone.
+            final = [
+                RunTag(k, annotation.labels[k])
+                for k in sorted(markers)
+                if current.data.tags.get(k) != annotation.labels[k]
+            ]
+            client.log_batch(run_id, tags=final)
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        step = int(annotation.step)
+        lines = super().describe_write(run, annotation)
+        return [f"metrics at step {step}, tags and artifacts to {run.ref}", *lines]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # -- plumbing --------------------------------------------------------------------------
+
+    def _client(self) -> Any:
+        with self._lock:
+            if self._client_obj is None:
+                self._client_obj = _make_client(self.options.tracking_uri)
+            return self._client_obj
+
+    def _rest_store(self) -> Any:
+        """The client's REST store when talking to a server (None for a local store)."""
+        from mlflow.store.tracking.rest_store import RestStore
+
+        # The store is not public API: without it, reading falls back to the client's
+        # own get_metric_history (correct, but slower through protobuf parsing).
+        store = getattr(getattr(self._client(), "_tracking_client", None), "store", None)
+        return store if isinstance(store, RestStore) and hasattr(store, "get_host_creds") else None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=max(1, self.options.workers), thread_name_prefix="mlflow-read"
+                )
+            return self._pool
+
+    @contextmanager
+    def _errors(self, ref: str, key: str | None = None) -> Iterator[None]:
+        """MLflow's and the network's exceptions as the package's, naming the run (and key)."""
+        import requests
+        from mlflow.exceptions import MlflowException
+
+        try:
+            yield
+        except MlflowException as exc:
+            raise self._translate(exc, ref, key) from None
+        except requests.RequestException as exc:
+            raise TrackerUnavailable(self._unreachable(exc), run=ref) from None
+
+    def _translate(self, exc: Any, ref: str, key: str | None = None) -> SourceError:
+        code = getattr(exc, "error_code", "")
+        message = _first_line(getattr(exc, "message", str(exc)))
+        about = f"metric '{key}': " if key else ""
+        if _network_failure(exc):
+            return TrackerUnavailable(self._unreachable(exc), run=ref)
+        if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"):
+            return RunNotFound(f"{about}{message}", run=ref)
+        if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED"):
+            return AuthError(f"{about}the MLflow server refused the request: {message}", run=ref)
+        if code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "INTERNAL_ERROR"):
+            return TrackerUnavailable(f"{about}the MLflow server failed: {message}", run=ref)
+        return SourceError(f"{about}{message}", run=ref)
+
+    def _unreachable(self, exc: BaseException) -> str:
+        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.options.tracking_uri
+        reason = _network_reason(exc)
+        if reason == "server errors":
+            return (
+                f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
+            )
+        return f"the MLflow tracking server {uri} is not answering ({reason})"
+
+
+# -- MLflow client and REST reading --------------------------------------------------------
+
+
+def _make_client(tracking_uri: str | None) -> Any:
+    try:
+        import mlflow
+        from mlflow.tracking import MlflowClient
+    except ImportError:
+        raise MissingDependency("mlflow", "mlflow") from None
+    for name, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    uri = tracking_uri or mlflow.get_tracking_uri()
+    _check_local_store(uri)
+    return MlflowClient(tracking_uri=uri)
+
+
+def _check_local_store(uri: str) -> None:
+    """A sqlite store that does not exist is a typo, not a new store to create."""
+    if uri.startswith("sqlite:///"):
+        path = uri[len("sqlite:///") :].split("?", 1)[0]
+        if path and path != ":memory:" and not os.path.exists(path):
+            raise RunNotFound(
+                f"no MLflow store at {os.path.abspath(path)} (set --tracking-uri or MLFLOW_TRACKING_URI)",
+                run=f"mlflow ({uri})",
+            )
+
+
+def _rest_history(store: Any, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All of one key's points through the REST API, page by page.
+
+    This is MLflow's ``get-history`` call, as the client makes it, but parsed straight
+    from JSON into arrays: going through protobuf objects costs more than the server.
+    """
+    from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+    steps: list[Any] = []
+    values: list[Any] = []
+    stamps: list[Any] = []
+    token = None
+    seen: set[str] = set()
+    while True:
+        params: dict[str, Any] = {"run_id": run_id, "metric_key": key, "max_results": _PAGE}
+        if token:
+            params["page_token"] = token
+        response = http_request(
+            store.get_host_creds(),
+            _HISTORY_ENDPOINT,
+            "GET",
+            params=params,
+            extra_headers=_ONE_REQUEST_PER_CONNECTION,
+        )
+        response = verify_rest_response(response, _HISTORY_ENDPOINT)
+        page = response.json()
+        metrics = page.get("metrics", [])
+        # Fields at their default (0) may be left out of protobuf JSON.
+        steps += [m.get("step", 0) for m in metrics]
+        values += [m.get("value", 0.0) for m in metrics]
+        stamps += [m.get("timestamp", 0) for m in metrics]
+        token = page.get("next_page_token") or None
+        if token is None:
+            break
+        if token in seen or not metrics:
+            raise SourceError(
+                f"metric '{key}': the server's history pages do not advance (page token {token!r})"
+            )
+        seen.add(token)
+    return (
+        np.asarray(steps, dtype=np.int64),
+        np.asarray(values, dtype=float),  # "NaN", "Infinity" parse as such
+        np.asarray(stamps, dtype=np.int64),
+    )
+
+
+# -- pure helpers ----------------------------------------------------------------------------
+
+
+def align_histories(
+    histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], loss_key: str
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """Per-key ``(step, value, timestamp)`` histories as one table on step.
+
+    Where a key holds several values for one step (a resumed run logged it again), the
+    one with the latest timestamp wins. Returns the table (a ``step`` column and one
+    column per key, NaN where a key was not logged at a step) and a mask of the rows
+    whose loss was logged as NaN.
+    """
+    latest = {key: _latest_per_step(*arrays) for key, arrays in histories.items()}
+    steps = np.unique(np.concatenate([s for s, _ in latest.values()] or [np.array([], np.int64)]))
+    columns: dict[str, np.ndarray] = {"step": steps}
+    nan_loss = np.zeros(len(steps), bool)
+    for key, (key_steps, values) in latest.items():
+        column = np.full(len(steps), np.nan)
+        where = np.searchsorted(steps, key_steps)
+        column[where] = values
+        columns[key] = column
+        if key == loss_key:
+            nan_loss[where] = np.isnan(values)
+    return pd.DataFrame(columns), nan_loss
+
+
+def _latest_per_step(step: np.ndarray, value: np.ndarray, stamp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    step, value, stamp = np.asarray(step, np.int64), np.asarray(value, float), np.asarray(stamp, np.int64)
+    order = np.lexsort((stamp, step))  # by step, then time; stable for equal times
+    step, value = step[order], value[order]
+    last = np.r_[step[1:] != step[:-1], True] if len(step) else np.zeros(0, bool)
+    value = np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
+    return step[last], value[last]
+
+
+def _latest(record: Any) -> dict[str, tuple[int, int, float]]:
+    """Key -> (step, timestamp, value) of the run's latest value of each metric."""
+    return {m.key: (int(m.step), int(m.timestamp), float(m.value)) for m in record.data.to_proto().metrics}
+
+
+def _first_present(candidates: Sequence[str], present: Mapping[str, Any]) -> str | None:
+    return next((c for c in candidates if c in present), None)
+
+
+def _same(latest: tuple[int, int, float] | None, value: float | None, step: int) -> bool:
+    """Is ``value`` at ``step`` already the key's latest value there?"""
+    if latest is None or latest[0] != step:
+        return False
+    stored = latest[2]
+    if value is None or math.isnan(value):
+        return math.isnan(stored)
+    return stored == float(value)
+
+
+def _param_values(params: Mapping[str, str]) -> dict[str, Any]:
+    """MLflow params (always strings) with numbers as numbers, as a tracker's config holds them."""
+    values: dict[str, Any] = {}
+    for name, text in params.items():
+        try:
+            values[name] = int(text)
+        except ValueError:
+            try:
+                values[name] = float(text)
+            except ValueError:
+                values[name] = text
+    return values
+
+
+def _run_id(run: RunInfo) -> str:
+    return run.ref.removeprefix("mlflow:")
+
+
+def _first_line(text: str) -> str:
+    text = str(text).strip()
+    return text.splitlines()[0] if text else "unknown error"
+
+
+def _network_failure(exc: BaseException) -> bool:
+    """Did the request fail for want of an answer (refused, reset, timed out, 5xx after retries)?"""
+    import requests
+
+    seen = 0
+    current: BaseException | None = exc
+    while current is not None and seen < 10:
+        if isinstance(current, (requests.ConnectionError, requests.Timeout, requests.exceptions.RetryError)):
+            return True
+        current = current.__cause__ or current.__context__
+        seen += 1
+    return False
+
+
+def _network_reason(exc: BaseException) -> str:
+    text = str(exc)
+    for needle, reason in (
+        ("Connection refused", "connection refused"),
+        ("timed out", "timed out"),
+        ("Read timed out", "timed out"),
+        ("too many 5", "server errors"),
+        ("Name or service not known", "unknown host"),
+        ("Connection reset", "connection reset"),
+        ("RemoteDisconnected", "connection closed"),
+    ):
+        if needle in text:
+            return reason
+    return _first_line(text)[:120]

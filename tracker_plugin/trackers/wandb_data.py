@@ -1,0 +1,140 @@
+"""W&B run histories in the common frame: shared by the online and offline W&B sources.
+
+A W&B run logs rows numbered by ``_step`` (unique and increasing), each holding the keys
+logged together. Keys logged at different rows (a train loss every step, an eval loss
+every 500, the lr every 10) are read one at a time and aligned here on ``_step``, so the
+row order that :func:`~tracker_plugin.frame.history.build_history` needs to resolve resumed
+runs is kept. Nothing here imports ``wandb``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
+from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.plan.params import batch_from_config
+
+__all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode", "whole", "wandb_progress"]
+
+ROW_KEY = "_step"  # W&B's own row number: unique, increasing, always logged
+
+# How W&B writes the floats that strict JSON has no numbers for.
+_NON_FINITE = {
+    "NaN": math.nan,
+    "nan": math.nan,
+    "Infinity": math.inf,
+    "-Infinity": -math.inf,
+    "inf": math.inf,
+    "-inf": -math.inf,
+}
+
+# One key's logged values: the ``_step`` of each row that has the key, and the values.
+KeyColumn = tuple[Sequence[int], Sequence[Any]]
+
+
+def decode(value: Any) -> Any:
+    """A history value as logged: W&B's ``"NaN"``/``"Infinity"`` strings become floats."""
+    if isinstance(value, str):
+        return _NON_FINITE.get(value, value)
+    return value
+
+
+def whole(value: Any) -> Any:
+    """An integer that came back as a float (``1024.0``, from JSON or parquet) as an int."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    return value
+
+
+def chosen_keys(available: Iterable[str], columns: Columns) -> list[str]:
+    """The run's keys to read: for each canonical column the first candidate it logged
+    (the choice :func:`build_history` makes again on the frame), plus ``_step``."""
+    present = set(available)
+    keys = [ROW_KEY]
+    for candidates in (columns.step, columns.loss, columns.tokens, columns.batch, columns.lr):
+        key = next((c for c in candidates if c in present), None)
+        if key is not None and key not in keys:
+            keys.append(key)
+    return keys
+
+
+def wandb_progress(step: Any) -> str | None:
+    """How far a run has got, as ``loss_eta/progress`` records it: ``_step N``."""
+    step = whole(decode(step))
+    ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
+    return f"{ROW_KEY} {step}" if ok else None
+
+
+def build_wandb_history(
+    data: Mapping[str, KeyColumn],
+    *,
+    run: str,
+    columns: Columns,
+    batch_size: float | None,
+    config: Mapping[str, Any],
+    batch_params: Sequence[str],
+    all_keys: Iterable[str] = (),
+) -> History:
+    """The common frame from each chosen key's column, aligned on ``_step``.
+
+    The batch comes from the batch key when the run logged one, else from the first of
+    ``batch_params`` in the run's ``config``, else from ``batch_size``. The planned lr
+    schedule comes from the config (see :func:`.base.with_planned_lr`).
+
+    ``data`` maps each key (``_step`` aside, which is the row number) to its column.
+    ``all_keys`` are every key the run logged, named in the error when the loss or step
+    key is missing. A loss the run logged as NaN is passed on as such (dropped and
+    counted), unlike a row that did not log the loss.
+    """
+    logged = set(data) | {ROW_KEY}
+    loss_key = next((c for c in columns.loss if c in logged), None)
+    step_key = next((c for c in columns.step if c in logged), None)
+    if loss_key is None or step_key is None:
+        # build_history raises the error, naming the keys the run has.
+        names = sorted(set(all_keys) | logged)
+        return build_history(pd.DataFrame(columns=names), run=run, columns=columns, batch_size=batch_size)
+    series = {}
+    nan_steps = np.empty(0, np.int64)
+    for key, (steps, values) in data.items():
+        if key == ROW_KEY:
+            continue
+        index = pd.Index(np.asarray(steps, dtype=np.int64), name=ROW_KEY)
+        column = pd.Series(_values(values), index=index)
+        column = column[~index.duplicated(keep="last")]
+        if key == loss_key:
+            nan_steps = column.index[_is_nan(column)].to_numpy()
+        series[key] = column
+    frame = pd.concat(series, axis=1, sort=True)
+    frame.index.name = ROW_KEY
+    frame = frame.reset_index()
+    logged_nan = frame[ROW_KEY].isin(nan_steps).to_numpy()
+    from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
+    if from_config is not None:
+        batch_size = from_config[0]
+    history = build_history(
+        frame, run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
+    )
+    if from_config is not None:
+        history = with_config_batch(history, f"config '{from_config[1]}'")
+    return with_planned_lr(history, config)
+
+
+def _values(values: Sequence[Any]) -> np.ndarray:
+    """The values as a float array when all are numbers, else as objects (so that
+    build_history names the first value that is not a number)."""
+    decoded = [decode(v) for v in values]
+    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in decoded):
+        return np.asarray(decoded, dtype=float)
+    return np.asarray([math.nan if v is None else whole(v) for v in decoded], dtype=object)
+
+
+def _is_nan(column: pd.Series) -> np.ndarray:
+    if column.dtype == object:
+        return np.array([isinstance(v, float) and math.isnan(v) for v in column], bool)
+    return np.isnan(column.to_numpy(dtype=float))

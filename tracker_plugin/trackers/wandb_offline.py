@@ -1,0 +1,482 @@
+"""W&B offline run directories (``wandb/offline-run-*/run-*.wandb``), read without a server.
+
+``wandb-offline:PATH`` names an offline run directory, a ``.wandb`` file, or a folder
+holding offline runs (``offline-run-*`` directories, directly or in a ``wandb/``
+folder). The history, config and summary are read from the ``.wandb`` file: a log of
+``wandb.proto`` records (see :mod:`.wandb_log`), every checksum verified.
+
+**Annotating an offline run** adds the annotation to the run itself, the way
+``run.summary.update`` and ``wandb.save`` would have inside the training script: summary
+records and a files record are inserted before the run's exit record, and
+``loss_eta.json`` and ``loss_eta.png`` are put in the run's ``files/`` directory. A later
+``wandb sync`` then brings the forecast to the W&B run with everything else, and the
+summary keeps all its other keys (summary records only update the keys they name). The
+bytes before the exit record are copied unchanged; the new file is written beside the old
+one, read back and checked record by record, then moved into place. A run that has not
+finished (no exit record) or that was already synced is not written: annotate the synced
+run online with ``wandb:ENTITY/PROJECT/RUN_ID``.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
+from tracker_plugin.frame.history import History
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.wandb_data import (
+    ROW_KEY,
+    KeyColumn,
+    build_wandb_history,
+    chosen_keys,
+    wandb_progress,
+    whole,
+)
+from tracker_plugin.trackers.wandb_log import LogCorrupt, LogRecord, LogTail, read_log, write_records
+
+__all__ = ["OfflineRun", "WandbOfflineSource", "read_offline_run"]
+
+_RUN_DIR_PREFIX = "offline-run-"
+
+
+def _proto() -> Any:
+    try:
+        from wandb.proto import wandb_internal_pb2
+    except ImportError:
+        raise MissingDependency("wandb", "wandb") from None
+    return wandb_internal_pb2
+
+
+@dataclass
+class OfflineRun:
+    """What a ``.wandb`` file holds, as far as the analysis needs it."""
+
+    path: Path  # the .wandb file
+    run_id: str = ""
+    name: str = ""
+    project: str = ""
+    entity: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)  # every history key logged
+    data: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)  # wanted keys only
+    last_step: int | None = None
+    exit_code: int | None = None  # None: no exit record
+    incomplete_at: int | None = None  # an unfinished last record starts here
+
+    @property
+    def state(self) -> str:
+        if self.exit_code is None:
+            return "unknown"
+        return "finished" if self.exit_code == 0 else "failed"
+
+    @property
+    def progress(self) -> str | None:
+        return wandb_progress(self.summary.get(ROW_KEY, self.last_step))
+
+    @property
+    def previous(self) -> Previous | None:
+        values = tuple(None if self.summary.get(k) is None else str(self.summary[k]) for k in MARKERS)
+        return None if values == (None, None) else Previous(*values)
+
+
+def read_offline_run(path: Path, wanted: Iterable[str], *, ref: str) -> OfflineRun:
+    """Read a ``.wandb`` file: run record, config, summary, and the history of ``wanted``.
+
+    Raises
+    ------
+    DataError
+        The file is damaged or is not a ``.wandb`` file (the message says where).
+    """
+    pb = _proto()
+    wanted = set(wanted) | {ROW_KEY}
+    run = OfflineRun(path=path)
+    summary = _SummaryLog()
+    tail = LogTail()
+    try:
+        with _mapped(path) as data:
+            for entry in read_log(data, tail):
+                record = pb.Record()
+                try:
+                    record.ParseFromString(entry.data)
+                except Exception:  # noqa: BLE001 - protobuf's DecodeError differs between versions
+                    raise LogCorrupt(f"record at byte {entry.offset} is not a W&B record") from None
+                _apply(run, summary, record, wanted)
+    except OSError as exc:
+        raise RunNotFound(f"cannot read {path.name}: {exc.strerror}", run=ref) from None
+    except LogCorrupt as exc:
+        raise DataError(f"{path.name}: {exc}", run=ref) from None
+    run.incomplete_at = tail.incomplete_at
+    run.summary = summary.replay()
+    return run
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[bytes]:
+    """The file's bytes, memory-mapped: a long run's file is not copied into memory."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size == 0:
+            yield b""
+            return
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            yield data  # type: ignore[misc]
+
+
+def _apply(run: OfflineRun, summary: _SummaryLog, record: Any, wanted: set[str]) -> None:
+    kind = record.WhichOneof("record_type")
+    if kind == "history":
+        _history(run, record.history, wanted)
+    elif kind == "summary":
+        summary.collect(record.summary.update, record.summary.remove)
+    elif kind == "config":
+        _update(run.config, record.config.update, record.config.remove)
+    elif kind == "run":
+        info = record.run
+        run.run_id = info.run_id or run.run_id
+        run.name = info.display_name or run.name
+        run.project = info.project or run.project
+        run.entity = info.entity or run.entity
+        _update(run.config, info.config.update, info.config.remove)
+        summary.collect(info.summary.update, info.summary.remove)
+    elif kind == "exit" and run.exit_code is None:
+        run.exit_code = int(record.exit.exit_code)
+
+
+def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
+    values = {}
+    keys = run.keys
+    for item in history.item:
+        nested = item.nested_key
+        key = item.key or (nested[0] if len(nested) == 1 else ".".join(nested))
+        keys.add(key)
+        if key in wanted:
+            values[key] = _item_value(item)
+    step = whole(values.pop(ROW_KEY, None))
+    if not isinstance(step, int):
+        step = int(history.step.num)
+    run.last_step = step
+    for key, value in values.items():
+        steps, column = run.data.setdefault(key, ([], []))
+        steps.append(step)
+        column.append(value)
+
+
+def _item_value(item: Any) -> Any:
+    """A history or summary item's value: its JSON form, else its typed form."""
+    if item.value_json:
+        return _json_value(item.value_json)
+    if "value" not in item.DESCRIPTOR.oneofs_by_name:
+        return None
+    which = item.WhichOneof("value")
+    if which in (None, "none"):
+        return None
+    value = getattr(item, which)
+    return json.loads(value) if which == "json" else value
+
+
+def _json_value(text: str) -> Any:
+    """``json.loads``, with a fast path for the plain numbers that most values are
+    (``float`` also reads the ``NaN`` and ``Infinity`` W&B writes)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return json.loads(text)
+
+
+class _SummaryLog:
+    """A run's summary records, kept as each path's latest item and decoded once at the
+    end (a run writes its summary every step)."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, ...], Any] = {}  # path -> item (None: removed), latest last
+        self.parents: set[tuple[str, ...]] = set()  # paths that have had sub-paths
+
+    def collect(self, updates: Iterable[Any], removes: Iterable[Any]) -> None:
+        items, parents = self.items, self.parents
+        for removed, group in ((False, updates), (True, removes)):
+            for item in group:
+                path = (item.key,) if item.key else tuple(item.nested_key)
+                if path in parents:  # writing a path replaces what was under it
+                    for old in [p for p in items if len(p) > len(path) and p[: len(path)] == path]:
+                        del items[old]
+                if len(path) > 1:
+                    parents.update(path[:k] for k in range(1, len(path)))
+                items.pop(path, None)
+                items[path] = None if removed else item
+
+    def replay(self) -> dict[str, Any]:
+        """The summary the items make, applied in the order they were last written."""
+        summary: dict[str, Any] = {}
+        for path, item in self.items.items():
+            node: Any = summary
+            for part in path[:-1]:
+                child = node.get(part)
+                if not isinstance(child, dict):
+                    if item is None:
+                        break
+                    child = node[part] = {}
+                node = child
+            else:
+                if item is None:
+                    node.pop(path[-1], None)
+                else:
+                    node[path[-1]] = _item_value(item)
+        return summary
+
+
+def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[Any]) -> None:
+    """Apply config or summary items (``key``, or a ``nested_key`` path) to ``target``."""
+    for item in updates:
+        path = [item.key] if item.key else list(item.nested_key)
+        node = target
+        for part in path[:-1]:
+            child = node.get(part)
+            node = node.setdefault(part, {}) if not isinstance(child, dict) else child
+            if not isinstance(node, dict):
+                break
+        else:
+            node[path[-1]] = _item_value(item)
+    for item in removes:
+        path = [item.key] if item.key else list(item.nested_key)
+        node = target
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(path[-1], None)
+
+
+def _config_values(config: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k != "_wandb"}
+
+
+class WandbOfflineSource(Source):
+    """Offline W&B runs on disk; see the module docstring for how they are annotated."""
+
+    scheme = "wandb-offline"
+
+    def __init__(self, spec: str, options: SourceOptions) -> None:
+        super().__init__(spec, options)
+        self._parsed: dict[str, OfflineRun] = {}
+
+    def runs(self) -> list[RunInfo]:
+        infos = []
+        for wandb_file in _run_files(Path(self.spec), self.spec):
+            ref = f"wandb-offline:{wandb_file.parent}"
+            run = self._parsed[ref] = self._read(wandb_file, ref)
+            infos.append(
+                RunInfo(
+                    ref=ref,
+                    name=run.name or run.run_id or wandb_file.parent.name,
+                    state=run.state,
+                    progress=run.progress,
+                    previous=run.previous,
+                )
+            )
+        return infos
+
+    def read(self, run: RunInfo) -> History:
+        parsed = self._parsed.get(run.ref) or self._read(_wandb_file(run.ref), run.ref)
+        keys = chosen_keys(parsed.keys, self.options.columns)
+        data: dict[str, KeyColumn] = {k: parsed.data[k] for k in keys if k in parsed.data}
+        return build_wandb_history(
+            data,
+            run=run.ref,
+            columns=self.options.columns,
+            batch_size=self.options.batch_size,
+            config=_config_values(parsed.config),
+            batch_params=self.options.batch_params,
+            all_keys=parsed.keys,
+        )
+
+
+    def _read(self, wandb_file: Path, ref: str) -> OfflineRun:
+        return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
+
+    # -- writing -------------------------------------------------------------------------
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        wandb_file = _wandb_file(run.ref)
+        _check_writable(wandb_file, run.ref)
+        try:
+            _annotate_file(wandb_file, annotation, run.ref)
+        except OSError as exc:
+            raise SourceError(
+                f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=run.ref
+            ) from None
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        wandb_file = _wandb_file(run.ref)
+        lines = [f"summary record {line}" for line in super().describe_write(run, annotation)[:-2]]
+        return [
+            *lines,
+            f"files record {ARTIFACT_JSON}, {ARTIFACT_PNG} (in {wandb_file.parent / 'files'})",
+            f"insert these records before the exit record of {wandb_file}",
+        ]
+
+
+def _check_writable(wandb_file: Path, ref: str) -> None:
+    if not wandb_file.parent.name.startswith(_RUN_DIR_PREFIX):
+        raise SourceError(
+            "is not an offline run (it was synced live); annotate it with wandb:ENTITY/PROJECT/RUN_ID",
+            run=ref,
+        )
+    for marker in (".synced", ".syncstate"):
+        if wandb_file.with_name(wandb_file.name + marker).exists():
+            raise SourceError(
+                "was synced to W&B already, so `wandb sync` would not send an annotation; "
+                "annotate the synced run with wandb:ENTITY/PROJECT/RUN_ID",
+                run=ref,
+            )
+
+
+def _annotate_file(wandb_file: Path, annotation: Annotation, ref: str) -> None:
+    """Put the artifacts in the run's ``files/`` and the records before its exit record."""
+    records = annotation_records(annotation)
+    with _mapped(wandb_file) as data:
+        try:
+            entries = list(read_log(data))
+        except LogCorrupt as exc:
+            raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
+        exit_index = _exit_index(entries)
+        if exit_index is None:
+            raise SourceError(
+                "has no exit record: the run is still running or was killed, and its file is not "
+                "changed while it may be written to; annotate it once it has finished (or after "
+                "`wandb sync`, online)",
+                run=ref,
+            )
+        files_dir = wandb_file.parent / "files"
+        files_dir.mkdir(exist_ok=True)
+        for name, content in (
+            (ARTIFACT_JSON, annotation.report_bytes()),
+            (ARTIFACT_PNG, annotation.plot_bytes()),
+        ):
+            _replace(files_dir / name, content)
+        _insert(wandb_file, data, entries, exit_index, records, ref)
+
+
+def _exit_index(entries: list[LogRecord]) -> int | None:
+    """The index of the exit record, searched from the end (where it is)."""
+    pb = _proto()
+    record = pb.Record()
+    for index in range(len(entries) - 1, -1, -1):
+        record.ParseFromString(entries[index].data)
+        if record.WhichOneof("record_type") == "exit":
+            return index
+    return None
+
+
+def annotation_records(annotation: Annotation) -> list[bytes]:
+    """The records that annotate an offline run, in order: the summary keys, the files
+    record, then the markers that say the annotation is complete."""
+    pb = _proto()
+    values = {**annotation.metrics, **annotation.labels}
+    first = {k: v for k, v in values.items() if k not in MARKERS}
+    markers = {k: values[k] for k in MARKERS}
+    files = pb.Record()
+    for name in (ARTIFACT_JSON, ARTIFACT_PNG):
+        files.files.files.add(path=name, policy=pb.FilesItem.PolicyType.NOW)
+    return [_summary_record(pb, first), files.SerializeToString(), _summary_record(pb, markers)]
+
+
+def _summary_record(pb: Any, values: Mapping[str, Any]) -> bytes:
+    record = pb.Record()
+    for key in sorted(values):
+        if values[key] is None:
+            record.summary.remove.add(key=key)
+        else:
+            record.summary.update.add(key=key, value_json=json.dumps(values[key]))
+    return record.SerializeToString()
+
+
+def _insert(
+    wandb_file: Path, data: bytes, entries: list[LogRecord], exit_index: int, records: list[bytes], ref: str
+) -> None:
+    """Rewrite the file with ``records`` just before the exit record; the bytes before it
+    are copied as they are, and the result is verified before it replaces the file."""
+    before = [entry.data for entry in entries[max(0, exit_index - len(records)) : exit_index]]
+    if before == records:
+        return  # the same annotation is already the last thing before the exit record
+    suffix = [entry.data for entry in entries[exit_index:]]
+    expected = [entry.data for entry in entries[:exit_index]] + records + suffix
+    at = entries[exit_index].offset
+    tmp = wandb_file.with_name(f".{wandb_file.name}.loss_eta.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            out.write(memoryview(data)[:at])
+            write_records(out, records + suffix, at)
+            out.flush()
+            os.fsync(out.fileno())
+        if _records_of(tmp) != expected:
+            raise SourceError(
+                f"rewriting {wandb_file.name} did not read back as written; the file was left as it was",
+                run=ref,
+            )
+        shutil.copymode(wandb_file, tmp)
+        os.replace(tmp, wandb_file)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _records_of(path: Path) -> list[bytes] | None:
+    """The records in a file; None when it does not read as a record log."""
+    with _mapped(path) as data:
+        try:
+            return [entry.data for entry in read_log(data)]
+        except LogCorrupt:
+            return None
+
+
+def _replace(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _run_files(path: Path, spec: str) -> list[Path]:
+    """The ``.wandb`` files a path names: a file, a run directory, or a folder of
+    ``offline-run-*`` directories (directly or in ``wandb/``)."""
+    if path.is_file():
+        if path.suffix != ".wandb":
+            raise RunNotFound("is not a .wandb file or an offline run directory", run=f"wandb-offline:{spec}")
+        return [path]
+    if not path.is_dir():
+        raise RunNotFound("no such file or directory", run=f"wandb-offline:{spec}")
+    own = sorted(path.glob("run-*.wandb"))
+    if own:
+        return own[-1:]
+    found: dict[Path, Path] = {}
+    for folder in (path, path / "wandb"):
+        for run_dir in sorted(folder.glob(f"{_RUN_DIR_PREFIX}*")):
+            if run_dir.is_dir() and not run_dir.is_symlink():
+                files = sorted(run_dir.glob("run-*.wandb"))
+                if files:
+                    found.setdefault(files[-1].resolve(), files[-1])
+    if not found:
+        raise RunNotFound(
+            "holds no offline W&B run (offline-run-*/run-*.wandb, or wandb/offline-run-*/)",
+            run=f"wandb-offline:{spec}",
+        )
+    return list(found.values())
+
+
+def _wandb_file(ref: str) -> Path:
+    path = Path(ref.removeprefix("wandb-offline:"))
+    if path.is_file():
+        return path
+    files = sorted(path.glob("run-*.wandb"))
+    if not files:
+        raise RunNotFound("holds no run-*.wandb file", run=ref)
+    return files[-1]

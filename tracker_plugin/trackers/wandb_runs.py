@@ -1,0 +1,432 @@
+"""Weights & Biases runs, read and annotated through the ``wandb`` public API.
+
+Run strings: ``wandb:ENTITY/PROJECT/RUN_ID`` (one run), ``wandb:ENTITY/PROJECT`` (the
+project's runs, narrowed by ``--state``, ``--tag``, ``--created-after`` and ``--filter``),
+and ``wandb:RUN_ID`` or ``wandb:`` with ``-e/--entity`` and ``-p/--project``. Without
+an entity, the API key's default entity is used.
+
+Reading takes the full history of the keys the analysis needs with ``scan_history``
+(never the sampled ``history()``): all keys in one scan when every row holds them, else
+one key at a time, aligned on ``_step``. Annotating writes the keys of
+:mod:`tracker_plugin.jobs.annotation` into the run's summary and attaches ``loss_eta.json``
+and ``loss_eta.png``; the run's state, config and other summary keys are left as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tracker_plugin.errors import (
+    AuthError,
+    ConfigError,
+    MissingDependency,
+    RunNotFound,
+    SourceError,
+    TrackerPluginError,
+    TrackerUnavailable,
+)
+from tracker_plugin.frame.history import History
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.wandb_data import (
+    ROW_KEY,
+    KeyColumn,
+    build_wandb_history,
+    chosen_keys,
+    decode,
+    wandb_progress,
+    whole,
+)
+
+__all__ = ["RETRY_BOUNDS", "WandbSource", "normalise_state", "run_filters"]
+
+# W&B run states and the normalised states of RunInfo.
+_STATES = {
+    "running": "running",
+    "pending": "unknown",
+    "preempting": "running",
+    "finished": "finished",
+    "failed": "failed",
+    "crashed": "crashed",
+    "killed": "killed",
+    "preempted": "killed",
+}
+
+# The labels that mark an annotation complete; written after everything else.
+
+# wandb-core retries a failing request (5xx, 429, timeouts) with exponential backoff for
+# a long time by default; these settings bound it, so that a server answering 500 forever
+# (or rate limiting) fails the run within a minute, not hours: 5 attempts, waits of 1, 2,
+# 4, 8 s. wandb-core reads the waits as whole seconds (a fraction is dropped, and 0 means
+# its default). A user's own WANDB__GRAPHQL_RETRY_MAX (and the other WANDB__* variables
+# of these settings) takes precedence.
+RETRY_BOUNDS: dict[str, int] = {
+    "x_graphql_retry_max": 4,
+    "x_graphql_retry_wait_min_seconds": 1,
+    "x_graphql_retry_wait_max_seconds": 8,
+    "x_graphql_timeout_seconds": 30,
+    "x_file_transfer_retry_max": 4,
+    "x_file_transfer_retry_wait_min_seconds": 1,
+    "x_file_transfer_retry_wait_max_seconds": 8,
+    "x_file_transfer_timeout_seconds": 60,
+}
+_PAGE_SIZE = 1000
+_SETTINGS_LOCK = threading.Lock()
+
+
+def _wandb() -> Any:
+    try:
+        import wandb
+    except ImportError:
+        raise MissingDependency("wandb", "wandb") from None
+    return wandb
+
+
+def normalise_state(state: str | None) -> str:
+    """A W&B run state as a :class:`RunInfo` state (running, finished, failed, ...)."""
+    return _STATES.get((state or "").lower(), "unknown")
+
+
+def run_filters(options: SourceOptions) -> dict[str, Any]:
+    """The W&B run filter for ``--filter``, ``--state``, ``--tag`` and ``--created-after``
+    (all must hold; every ``--tag`` must be on the run).
+
+    Raises
+    ------
+    ConfigError
+        ``--filter`` is not a JSON object, a state is not a W&B state, or the date is
+        not a date.
+    """
+    parts: list[dict[str, Any]] = []
+    if options.filter:
+        try:
+            given = json.loads(options.filter)
+        except ValueError as exc:
+            raise ConfigError(f"--filter is not W&B filter JSON ({exc})") from None
+        if not isinstance(given, dict):
+            raise ConfigError("--filter must be a JSON object, e.g. '{\"config.lr\": 0.001}'")
+        if given:
+            parts.append(given)
+    if options.states:
+        unknown = sorted(set(options.states) - set(_STATES))
+        if unknown:
+            raise ConfigError(f"--state {unknown[0]!r} is not a W&B run state ({', '.join(_STATES)})")
+        parts.append({"state": {"$in": list(options.states)}})
+    parts += [{"tags": {"$in": [tag]}} for tag in options.tags]
+    if options.created_after:
+        try:
+            when = datetime.fromisoformat(options.created_after)
+        except ValueError:
+            raise ConfigError(
+                f"--created-after {options.created_after!r} is not a date (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SS)"
+            ) from None
+        parts.append({"createdAt": {"$gt": when.strftime("%Y-%m-%dT%H:%M:%S")}})
+    if not parts:
+        return {}
+    return parts[0] if len(parts) == 1 else {"$and": parts}
+
+
+def _parse_spec(spec: str, options: SourceOptions) -> tuple[str | None, str, str | None]:
+    """(entity, project, run id) from ``ENTITY/PROJECT[/runs]/RUN_ID``, ``ENTITY/PROJECT``,
+    ``RUN_ID`` or nothing, with -e/-p filling what the string leaves out."""
+    parts = [p for p in spec.strip("/").split("/") if p]
+    if len(parts) == 4 and parts[2] == "runs":
+        parts = [parts[0], parts[1], parts[3]]
+    if len(parts) == 3:
+        return parts[0], parts[1], parts[2]
+    if len(parts) == 2:
+        return parts[0], parts[1], None
+    if options.project and len(parts) <= 1:
+        return options.entity, options.project, parts[0] if parts else None
+    raise ConfigError(
+        f"wandb:{spec} does not name runs; use wandb:ENTITY/PROJECT, wandb:ENTITY/PROJECT/RUN_ID, "
+        "or give -p/--project (and -e/--entity)"
+    )
+
+
+class WandbSource(Source):
+    """Runs in a W&B project, read with ``wandb.Api``.
+
+    Each call of :meth:`runs` uses a fresh ``wandb.Api`` (it caches runs), so a
+    scheduled job that lists runs every cycle sees new runs and new steps.
+    """
+
+    scheme = "wandb"
+
+    def __init__(self, spec: str, options: SourceOptions) -> None:
+        super().__init__(spec, options)
+        self._entity, self._project, self._run_id = _parse_spec(spec, options)
+        self._filters = run_filters(options)
+        self._api: Any = None
+        self._found: dict[str, Any] = {}  # ref -> wandb run, from the last runs()
+        self._key: str | None = None
+
+    # -- listing -------------------------------------------------------------------------
+    def runs(self) -> list[RunInfo]:
+        where = f"wandb:{self.spec}"
+        with self._errors(where):
+            self._api = self._new_api()
+            entity = self._entity or self._api.default_entity
+            if not entity:
+                raise ConfigError("no W&B entity: give wandb:ENTITY/PROJECT or -e/--entity")
+            path = f"{entity}/{self._project}"
+            if self._run_id is not None:
+                found = [self._api.run(f"{path}/{self._run_id}")]
+            else:
+                found = list(self._api.runs(path, filters=self._filters, order="+created_at", lazy=False))
+        self._found = {_ref(run): run for run in found}
+        return [self._info(run) for run in found]
+
+    def _info(self, run: Any) -> RunInfo:
+        summary = run.summary_metrics
+        step = summary.get(ROW_KEY)
+        if step is None:
+            step = _history_keys(run).get("lastStep")
+        previous = Previous(*(_text(summary.get(key)) for key in MARKERS))
+        return RunInfo(
+            ref=_ref(run),
+            name=run.name or run.id,
+            state=normalise_state(run.state),
+            progress=wandb_progress(step),
+            previous=previous if previous != Previous(None, None) else None,
+        )
+
+    # -- reading -------------------------------------------------------------------------
+    def read(self, run: RunInfo) -> History:
+        with self._errors(run.ref):
+            wb_run = self._run(run)
+            history_keys = _history_keys(wb_run)
+            available = set(history_keys.get("keys") or {}) | {ROW_KEY}
+            keys = chosen_keys(available, self.options.columns)
+            has_loss = any(c in available for c in self.options.columns.loss)
+            # Without a loss key there is nothing to scan: build_wandb_history names the keys.
+            rows = int(getattr(wb_run, "history_line_count", 0) or 0)
+            data = self._scan(wb_run, keys, history_keys, rows) if has_loss else {}
+            config = wb_run.config
+        return build_wandb_history(
+            data,
+            run=run.ref,
+            columns=self.options.columns,
+            batch_size=self.options.batch_size,
+            config=config,
+            batch_params=self.options.batch_params,
+            all_keys=available,
+        )
+
+
+    def _scan(
+        self, wb_run: Any, keys: list[str], history_keys: Mapping[str, Any], rows: int
+    ) -> dict[str, KeyColumn]:
+        """Each key's full history: one scan when every row holds every key, else one
+        scan per key (a scan returns only the rows holding all the keys it asks for)."""
+        wanted = [k for k in keys if k != ROW_KEY]
+        if rows and all(_count(history_keys, k) == rows for k in wanted):
+            scanned = list(wb_run.scan_history(keys=keys, page_size=_PAGE_SIZE))
+            return {k: _column(scanned, k) for k in wanted}
+
+        def one(key: str) -> tuple[str, KeyColumn]:
+            return key, _column(list(wb_run.scan_history(keys=[ROW_KEY, key], page_size=_PAGE_SIZE)), key)
+
+        workers = max(1, min(len(wanted), self.options.workers))
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            return dict(pool.map(one, wanted))
+
+    # -- writing -------------------------------------------------------------------------
+    def write(self, run: RunInfo, annotation: Annotation) -> None:
+        values = {**annotation.metrics, **annotation.labels}
+        with self._errors(run.ref):
+            self._update_summary(run, {k: v for k, v in values.items() if k not in MARKERS})
+            with tempfile.TemporaryDirectory(prefix="loss_eta_") as tmp:
+                files = {ARTIFACT_JSON: annotation.report_bytes(), ARTIFACT_PNG: annotation.plot_bytes()}
+                wb_run = self._fresh(run)
+                for name, data in files.items():
+                    path = Path(tmp, name)
+                    path.write_bytes(data)
+                    # root: the file's name in the run is its path relative to root.
+                    wb_run.upload_file(str(path), root=tmp)
+            self._update_summary(run, {k: values[k] for k in MARKERS})
+
+    def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
+        lines = super().describe_write(run, annotation)
+        return [
+            f"summary {line}" if not line.startswith("artifact ") else f"file {line[9:]}" for line in lines
+        ]
+
+    def _update_summary(self, run: RunInfo, values: Mapping[str, Any]) -> None:
+        """Set ``values`` in the run's summary (None: remove the key), on a freshly read
+        copy, since W&B replaces the whole summary with what the client sends."""
+        summary = self._fresh(run).summary
+        for key, value in values.items():
+            if value is None and key in summary:
+                del summary[key]
+        summary.update({k: v for k, v in values.items() if v is not None})
+
+    def close(self) -> None:
+        self._api = None
+        self._found = {}
+
+    # -- plumbing ------------------------------------------------------------------------
+    def _new_api(self) -> Any:
+        """A fresh ``wandb.Api`` whose requests retry within :data:`RETRY_BOUNDS`."""
+        wandb = _wandb()
+        from wandb.sdk import wandb_setup
+
+        settings = wandb_setup.singleton().settings
+        with _SETTINGS_LOCK:
+            # The Api copies the global settings when it is made; set the bounds for
+            # that moment only, so nothing else in the process is changed.
+            saved = {name: getattr(settings, name) for name in RETRY_BOUNDS}
+            bounds = {
+                name: value if saved[name] is None else saved[name] for name, value in RETRY_BOUNDS.items()
+            }
+            try:
+                for name, value in bounds.items():
+                    setattr(settings, name, value)
+                api = wandb.Api(timeout=_python_timeout(bounds))
+            finally:
+                for name, value in saved.items():
+                    setattr(settings, name, value)
+        self._key = getattr(api, "api_key", None)
+        return api
+
+    def _run(self, run: RunInfo) -> Any:
+        found = self._found.get(run.ref)
+        if found is None:
+            if self._api is None:
+                self._api = self._new_api()
+            found = self._found[run.ref] = self._api.run(run.ref.removeprefix("wandb:"))
+        return found
+
+    def _fresh(self, run: RunInfo) -> Any:
+        """The run as the server has it now (the Api caches runs it has read)."""
+        if self._api is None:
+            self._api = self._new_api()
+        self._api.flush()
+        return self._api.run(run.ref.removeprefix("wandb:"))
+
+    @contextmanager
+    def _errors(self, run: str) -> Iterator[None]:
+        """Turn the client's exceptions into this package's, one line, naming the run."""
+        try:
+            yield
+        except TrackerPluginError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every client failure becomes one line
+            raise _translate(exc, run, self._secrets()) from None
+
+    def _secrets(self) -> list[str]:
+        return [k for k in (self._key, os.environ.get("WANDB_API_KEY")) if k]
+
+
+def _ref(run: Any) -> str:
+    return f"wandb:{run.entity}/{run.project}/{run.id}"
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _history_keys(run: Any) -> dict[str, Any]:
+    value = getattr(run, "history_keys", None)
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _count(history_keys: Mapping[str, Any], key: str) -> int:
+    info = (history_keys.get("keys") or {}).get(key) or {}
+    return sum(int(t.get("count", 0)) for t in info.get("typeCounts") or [])
+
+
+def _column(rows: list[dict[str, Any]], key: str) -> KeyColumn:
+    rows = [r for r in rows if key in r and ROW_KEY in r]
+    return [whole(decode(r[ROW_KEY])) for r in rows], [r[key] for r in rows]
+
+
+def _python_timeout(bounds: Mapping[str, float]) -> int:
+    """How long to wait for wandb-core on one request: longer than its own retries take,
+    so that its error (not a vague timeout) is what comes back."""
+    retries = int(bounds["x_graphql_retry_max"])
+    waits = sum(
+        min(bounds["x_graphql_retry_wait_min_seconds"] * 2**k, bounds["x_graphql_retry_wait_max_seconds"])
+        for k in range(retries)
+    )
+    return int(bounds["x_graphql_timeout_seconds"] * (retries + 1) + waits + 10)
+
+
+# wandb-core words an HTTP failure as "returned error 404: ...", "HTTP 500: ...",
+# "status: 401 Unauthorized" or "unexpected HTTP status 502 Bad Gateway".
+_STATUS = re.compile(r"(?:\bHTTP(?: status)?|\breturned error|\bstatus:?)\s+(\d{3})\b")
+_ATTEMPTS = re.compile(r"giving up after (\d+) attempt")
+
+
+def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginError:
+    """The package's exception for a failure of the wandb client, as one line."""
+    text = _one_line(_message(exc), secrets)
+    status = _status(exc, text)
+    attempts = _ATTEMPTS.search(text)
+    tries = f" after {attempts.group(1)} attempts" if attempts else ""
+    lowered = text.lower()
+    if status is None and ("no api key" in lowered or "no authentication" in lowered):
+        return AuthError("no W&B API key: set WANDB_API_KEY or run `wandb login`", run=run)
+    if status in (401, 403) or (status is None and "api key" in lowered):
+        why = f"HTTP {status}" if status else text
+        return AuthError(
+            f"W&B refused the credentials ({why}); check WANDB_API_KEY or run `wandb login`", run=run
+        )
+    if status == 404 or (status is None and ("could not find" in lowered or "not found" in lowered)):
+        return RunNotFound(f"not found on W&B ({f'HTTP {status}' if status else text})", run=run)
+    if status == 429:
+        return TrackerUnavailable(
+            f"W&B kept rate-limiting the requests (HTTP 429{tries}); try again later", run=run
+        )
+    if status is None or status >= 500:
+        return TrackerUnavailable(
+            f"W&B did not answer ({f'HTTP {status}' if status else text}{tries})", run=run
+        )
+    return SourceError(f"W&B refused the request (HTTP {status}: {text})", run=run)
+
+
+def _message(exc: BaseException) -> str:
+    """The most specific message in the exception chain wandb raised."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(str(current))
+        inner = getattr(current, "exc", None) or current.__cause__ or current.__context__
+        current = inner if isinstance(inner, BaseException) else None
+    return " | ".join(p for p in parts if p) or type(exc).__name__
+
+
+def _status(exc: BaseException, text: str) -> int | None:
+    current: BaseException | None = exc
+    while current is not None:
+        response = getattr(current, "response", None)
+        status = getattr(response, "http_status", None)
+        if isinstance(status, int) and status:
+            return status
+        inner = getattr(current, "exc", None) or current.__cause__
+        current = inner if isinstance(inner, BaseException) and inner is not current else None
+    match = _STATUS.search(text)
+    return int(match.group(1)) if match else None
+
+
+def _one_line(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, "***")
+    return " ".join(text.split())[:300]
