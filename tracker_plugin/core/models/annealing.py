@@ -16,6 +16,8 @@ The lr is normalised to its peak and ``S1`` to its value at the end of the fit w
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from tracker_plugin.core.clock import DropCells
@@ -32,11 +34,28 @@ def _power(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
 
 
 def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:
+    """``sum_j size_j * (1 - d ** (clock - clock_j))`` over the drops before each clock.
+
+    The momentum ``sum_j size_j * d ** (clock - clock_j)`` is carried from drop to drop
+    (a recurrence over the drops) and then decayed to each clock, which costs one pass
+    over the rows and the drops instead of a rows x drops matrix, with no negative
+    exponents to overflow.
+    """
     if not len(cells):
         return np.zeros(len(clock))
-    elapsed = clock[:, None] - cells.clock[None, :]
-    response = np.where(elapsed > 0, -np.expm1(np.log(MOMENTUM_DECAY) * np.maximum(elapsed, 0.0)), 0.0)
-    return response @ cells.size
+    order = np.argsort(cells.clock, kind="stable")
+    at, size = cells.clock[order], cells.size[order]
+    log_d = math.log(MOMENTUM_DECAY)
+    momentum = np.empty(len(at))  # just after each drop
+    carried = 0.0
+    for k in range(len(at)):
+        gap = at[k] - at[k - 1] if k else 0.0
+        carried = carried * math.exp(log_d * gap) + size[k]
+        momentum[k] = carried
+    before = np.searchsorted(at, clock, side="left")  # drops strictly before each clock
+    last = np.maximum(before - 1, 0)
+    decayed = np.where(before > 0, momentum[last] * np.exp(log_d * np.maximum(clock - at[last], 0.0)), 0.0)
+    return np.r_[0.0, np.cumsum(size)][before] - decayed
 
 
 LR_ANNEALING = Law(
