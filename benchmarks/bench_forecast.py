@@ -85,7 +85,7 @@ def parity() -> str:
         for expected, result in zip(run["targets_result"], analysis.targets):
             if expected["status"] != result.status:
                 return f"CHANGED: target {expected['target']} is {result.status}, was {expected['status']}"
-            if expected["status"] in ("reached", "extrapolated"):
+            if result.status.located:
                 worst = max(worst, abs(result.tokens / expected["tokens"] - 1))
                 checked += 1
     return f"unchanged ({checked} forecasts, largest relative difference {worst:.1e})"

@@ -24,6 +24,8 @@ _EXPORTS = {
     "SweepRow": "tracker_plugin.core.analysis",
     "TargetResult": "tracker_plugin.core.analysis",
     "analyze": "tracker_plugin.core.analysis",
+    "Status": "tracker_plugin.core.status",
+    "Verdict": "tracker_plugin.core.status",
     "FitFailure": "tracker_plugin.core.models",
     "PowerLaw": "tracker_plugin.core.models",
     "AuthError": "tracker_plugin.errors",
@@ -51,6 +53,7 @@ __all__ = sorted([*_EXPORTS, "__version__"])
 if TYPE_CHECKING:
     from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze
     from tracker_plugin.core.models import FitFailure, PowerLaw
+    from tracker_plugin.core.status import Status, Verdict
     from tracker_plugin.errors import (
         AuthError,
         ConfigError,

@@ -28,6 +28,7 @@ from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Powe
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
@@ -35,20 +36,17 @@ from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
 __all__ = [
     "Analysis",
     "AnalysisConfig",
+    "Status",
     "Sweep",
     "SweepRow",
     "TargetResult",
+    "Verdict",
     "analyze",
     "run_analysis",
 ]
 
 Fit = PowerLaw | LawFit
 MODELS = (AUTO, "power-law", *LAWS)
-
-REACHED = "reached"
-EXTRAPOLATED = "extrapolated"
-UNREACHABLE = "unreachable"
-FAILED = "failed"
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
 # law's limit is the original script's; a schedule-aware law needs two more rows than its
@@ -137,7 +135,7 @@ class Sweep:
     """Refits on growing windows, and whether the forecast has settled."""
 
     rows: tuple[SweepRow, ...]
-    verdict: str  # "converged" | "not_converged" | "not_enough_data"
+    verdict: Verdict
     changes: tuple[float, float] | None
     tolerance: float
 
@@ -147,7 +145,7 @@ class TargetResult:
     """What the analysis says about one target loss."""
 
     target: float
-    status: str  # "reached" | "extrapolated" | "unreachable" | "failed"
+    status: Status
     tokens: float | None = None
     step: float | None = None
     tokens_interval: tuple[float, float] | None = None
@@ -214,11 +212,11 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         if crossing is not None:
             reached = None if power_law else 1.0
             results[target] = TargetResult(
-                target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
+                target, Status.REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
             )
         elif len(window) < min_rows:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
-            results[target] = TargetResult(target, FAILED, note=note)
+            results[target] = TargetResult(target, Status.FAILED, note=note)
         else:
             open_targets.append(target)
     extra: dict[str, Any] = {}
@@ -304,7 +302,7 @@ def _law_forecasts(
     sweeps: dict[float, Sweep | None],
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
-        return {t: TargetResult(t, FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+        return {t: TargetResult(t, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
     found = forecast_targets(
         fit, targets, history, first, level=config.interval,
         error_scale=selection.error_scale, error_dof=selection.error_count,
@@ -329,7 +327,7 @@ def _law_result(
             f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
+        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
     factor = found.tokens / history.last_tokens
     notes = [n for n in (found.note,) if n]
     if len(stages) > 1 and config.batch_schedule is None:
@@ -341,7 +339,7 @@ def _law_result(
         )
     return TargetResult(
         target,
-        EXTRAPOLATED,
+        Status.EXTRAPOLATED,
         tokens=found.tokens,
         step=tokens_to_step(found.tokens, history, config.batch_schedule),
         tokens_interval=found.interval,
@@ -424,21 +422,21 @@ def _forecast(
     sweep: Sweep | None,
 ) -> TargetResult:
     if isinstance(fit, FitFailure):
-        return TargetResult(target, FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
+        return TargetResult(target, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
     tokens = fit.solve(target)
     if tokens is None:
         note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     if not math.isfinite(tokens):
         note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
     note = None
     if len(stages) > 1 and config.batch_schedule is None:
         note = f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
     return TargetResult(
         target,
-        EXTRAPOLATED,
+        Status.EXTRAPOLATED,
         tokens=tokens,
         step=tokens_to_step(tokens, history, config.batch_schedule),
         fit=fit,
@@ -559,10 +557,10 @@ def _judge(rows: tuple[SweepRow, ...], tolerance: float) -> Sweep:
     """Converged when the last two window-to-window changes in predicted tokens are within tolerance."""
     valid = [row.tokens for row in rows if row.tokens is not None]
     if len(valid) < 3:
-        return Sweep(rows, "not_enough_data", None, tolerance)
+        return Sweep(rows, Verdict.NOT_ENOUGH_DATA, None, tolerance)
     t2, t1, t0 = valid[-3:]
     changes = (abs(t1 - t2) / t2, abs(t0 - t1) / t1)
-    verdict = "converged" if all(c <= tolerance for c in changes) else "not_converged"
+    verdict = Verdict.CONVERGED if all(c <= tolerance for c in changes) else Verdict.NOT_CONVERGED
     return Sweep(rows, verdict, changes, tolerance)
 
 

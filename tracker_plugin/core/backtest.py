@@ -19,13 +19,15 @@ benchmark share it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from tracker_plugin.core.analysis import EXTRAPOLATED, REACHED, AnalysisConfig, _crossing, run_analysis
+from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
@@ -44,7 +46,7 @@ class BacktestCase:
     target_quantile: float
     target: float
     true_tokens: float
-    status: str  # reached | extrapolated | unreachable | failed
+    status: Status
     chosen: str | None = None  # the law auto chose
     tokens: float | None = None
     interval: tuple[float, float] | None = None
@@ -53,7 +55,7 @@ class BacktestCase:
     @property
     def forecast(self) -> bool:
         """Whether the cut produced a forecast (a crossing or an extrapolation)."""
-        return self.tokens is not None and self.status in (REACHED, EXTRAPOLATED)
+        return self.tokens is not None and self.status.located
 
     @property
     def error(self) -> float | None:
@@ -136,12 +138,9 @@ def _cut(
     config: AnalysisConfig,
     schedule: LrSchedule | None,
 ) -> list[BacktestCase]:
-    def case(q: float, target: float, truth: float, status: str, **more: object) -> BacktestCase:
-        return BacktestCase(history.run, model, fraction, q, target, truth, status, **more)  # type: ignore[arg-type]
-
     if rows < 2:
         note = f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)"
-        return [case(q, t, truth, "failed", note=note) for q, t, truth in targets]
+        return [BacktestCase(history.run, model, fraction, q, t, truth, Status.FAILED, note=note) for q, t, truth in targets]
     settings = replace(
         config,
         model=model,
@@ -151,19 +150,21 @@ def _cut(
     )
     analysis = run_analysis(history.head(rows), settings)
     chosen = analysis.selection.chosen if analysis.selection is not None else None
+    if model == "power-law":
+        chosen = model
     return [
-        case(
-            q,
-            target,
-            truth,
-            result.status,
-            chosen=chosen if model != "power-law" else "power-law",
-            tokens=result.tokens,
-            interval=result.tokens_interval,
-            note=result.note,
-        )
+        _scored(history.run, model, fraction, q, target, truth, result, chosen)
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
+
+
+def _scored(
+    run: str, model: str, fraction: float, q: float, target: float, truth: float, result: TargetResult, chosen: str | None
+) -> BacktestCase:
+    return BacktestCase(
+        run, model, fraction, q, target, truth, result.status,
+        chosen=chosen, tokens=result.tokens, interval=result.tokens_interval, note=result.note,
+    )
 
 
 def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
@@ -177,10 +178,14 @@ def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
 def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> BacktestSummary:
     errors = np.array([c.error for c in group if c.error is not None])
     covered = [c.covered for c in group if c.covered is not None]
-    widths = [c.interval[1] / c.interval[0] for c in group if c.covered is not None and c.interval[0] > 0]  # type: ignore[index]
+    widths = [
+        c.interval[1] / c.interval[0]
+        for c in group
+        if c.interval is not None and c.covered is not None and c.interval[0] > 0
+    ]
 
-    def stat(values: np.ndarray, fn: object) -> float | None:
-        return float(fn(values)) if len(values) else None  # type: ignore[operator]
+    def stat(values: np.ndarray, fn: Callable[[np.ndarray], Any]) -> float | None:
+        return float(fn(values)) if len(values) else None
 
     return BacktestSummary(
         model=key[0],

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
@@ -19,13 +20,20 @@ from tracker_plugin.errors import TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
 from tracker_plugin.trackers.base import Previous, RunInfo, Source
 
-__all__ = ["Outcome", "outcome_rows", "process_runs"]
+__all__ = ["Action", "Outcome", "outcome_rows", "process_runs"]
 
-ANNOTATED = "annotated"
-UNCHANGED = "unchanged"
-DRY_RUN = "dry run"
-ANALYSED = "analysed"
-FAILED = "failed"
+
+class Action(str, Enum):
+    """What a job did to a run; the word the summary table and its JSON show."""
+
+    ANNOTATED = "annotated"  # analysed and written back
+    UNCHANGED = "unchanged"  # its annotation was current: nothing written
+    DRY_RUN = "dry run"  # analysed; what would be written was listed, not written
+    ANALYSED = "analysed"  # analysed only (compare)
+    FAILED = "failed"  # could not be read, analysed or written; the error says why
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -33,14 +41,14 @@ class Outcome:
     """What happened to one run."""
 
     run: RunInfo
-    action: str  # annotated | unchanged | dry run | analysed | failed
+    action: Action
     analysis: Analysis | None = None
     error: str | None = None
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
 
     @property
     def failed(self) -> bool:
-        return self.action == FAILED
+        return self.action == Action.FAILED
 
 
 def process_runs(
@@ -68,9 +76,9 @@ def process_runs(
         try:
             return _one(source, run, config, settings, fingerprint, write=write, force=force, dry_run=dry_run)
         except TrackerPluginError as exc:
-            return Outcome(run, FAILED, error=exc.problem if exc.run == run.ref else str(exc))
+            return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
         except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
-            return Outcome(run, FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+            return Outcome(run, Action.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
 
     results: dict[int, Outcome] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:
@@ -94,17 +102,17 @@ def _one(
     dry_run: bool,
 ) -> Outcome:
     if write and not force and run.progress is not None and run.previous == Previous(fingerprint, run.progress):
-        return Outcome(run, UNCHANGED)
+        return Outcome(run, Action.UNCHANGED)
     analysis = run_analysis(source.read(run), config)
     if not write:
-        return Outcome(run, ANALYSED, analysis)
+        return Outcome(run, Action.ANALYSED, analysis)
     annotation = build_annotation(analysis, settings, progress=run.progress)
     if not force and annotation.is_current(run.previous):
-        return Outcome(run, UNCHANGED, analysis)
+        return Outcome(run, Action.UNCHANGED, analysis)
     if dry_run:
-        return Outcome(run, DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
+        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
     source.write(run, annotation)
-    return Outcome(run, ANNOTATED, analysis)
+    return Outcome(run, Action.ANNOTATED, analysis)
 
 
 class _NoBar:

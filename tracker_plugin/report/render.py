@@ -8,6 +8,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, TargetResult
 from tracker_plugin.core.backtest import BacktestCase, BacktestSummary
 from tracker_plugin.core.models import TOKEN_UNIT
+from tracker_plugin.core.status import Status, Verdict
 
 __all__ = ["backtest_json", "backtest_text", "format_tokens", "runs_table", "to_json", "to_text"]
 
@@ -76,7 +77,7 @@ def _plan_json(analysis: Analysis) -> dict[str, Any] | None:
 def _target_json(result: TargetResult) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "target": result.target,
-        "status": result.status,
+        "status": str(result.status),
         "tokens": _num(result.tokens),
         "step": _num(result.step),
         "tokens_interval": _pair(result.tokens_interval),
@@ -94,7 +95,7 @@ def _target_json(result: TargetResult) -> dict[str, Any]:
 
 def _sweep_json(sweep: Sweep) -> dict[str, Any]:
     return {
-        "verdict": sweep.verdict,
+        "verdict": str(sweep.verdict),
         "changes": None if sweep.changes is None else list(sweep.changes),
         "tolerance": sweep.tolerance,
         "rows": [
@@ -174,10 +175,10 @@ def _stage_table(analysis: Analysis) -> list[str]:
 
 def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     head = f"target={result.target:<8g}"
-    if result.status == "reached":
+    if result.status == Status.REACHED:
         return [f"{head} REACHED (interpolated): step={result.step:,.1f} tokens={result.tokens:,.0f}"]
     lines = []
-    if result.status == "extrapolated":
+    if result.status == Status.EXTRAPOLATED:
         flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
         interval = ""
         if result.tokens_interval is not None:
@@ -241,7 +242,7 @@ def _verdict(sweep: Sweep) -> str:
     if sweep.changes is None:
         return "verdict: NOT ENOUGH DATA to judge convergence yet (need >=3 valid windows)"
     a, b = sweep.changes
-    if sweep.verdict == "converged":
+    if sweep.verdict == Verdict.CONVERGED:
         return (
             f"verdict: CONVERGED -- last two window-to-window changes ({a:.1%}, {b:.1%}) "
             f"both within tolerance {sweep.tolerance:.0%}"
@@ -330,7 +331,7 @@ def backtest_json(
                 "target_quantile": c.target_quantile,
                 "target": c.target,
                 "true_tokens": c.true_tokens,
-                "status": c.status,
+                "status": str(c.status),
                 "tokens": _num(c.tokens),
                 "tokens_interval": _pair(c.interval),
                 "log_error": _num(c.error),
