@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, build_timeline, tokens_to_step
+from tracker_plugin.core.clock import CLOCKS, Timeline, build_timeline, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
     Selection,
@@ -46,6 +46,8 @@ __all__ = [
 ]
 
 Fit = PowerLaw | LawFit
+# Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
+Fitter = Callable[[int, int, "Fit | None"], "Fit | FitFailure"]
 MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
@@ -160,7 +162,11 @@ class TargetResult:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The full result for one run."""
+    """The full result for one run.
+
+    ``history`` and ``smoothed`` are the analysed rows and their smoothed loss, which the
+    plots draw; they are left out of comparisons and the repr.
+    """
 
     run: str
     loss_key: str
@@ -172,12 +178,12 @@ class Analysis:
     stages: tuple[BatchStage, ...]
     batch_source: str
     targets: tuple[TargetResult, ...]
+    history: History = field(repr=False, compare=False)
+    smoothed: np.ndarray = field(repr=False, compare=False)
     notes: tuple[str, ...] = ()
     fit: Fit | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
-    history: History = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    smoothed: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     @property
     def dynamic_batch(self) -> bool:
@@ -219,12 +225,11 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
             results[target] = TargetResult(target, Status.FAILED, note=note)
         else:
             open_targets.append(target)
-    extra: dict[str, Any] = {}
+    forecasts = _Forecasts()
     if open_targets:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, notes)
-        forecasts, extra = forecast(prepared, open_targets)
-        results.update(forecasts)
+        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
+        results.update(forecasts.results)
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -236,10 +241,12 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         stages=stages,
         batch_source=history.batch_source,
         targets=tuple(results[t] for t in config.targets),
-        notes=tuple(notes),
         history=history,
         smoothed=smoothed,
-        **extra,
+        notes=(*notes, *forecasts.notes),
+        fit=forecasts.fit,
+        selection=forecasts.selection,
+        plan=forecasts.plan,
     )
 
 
@@ -253,12 +260,21 @@ class _Prepared:
     smoothed: np.ndarray
     fit_start: int
     window: np.ndarray
-    notes: list[str]  # the forecast adds its own
 
 
-def _power_law_forecasts(
-    run: _Prepared, targets: list[float]
-) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Forecasts:
+    """What a model's forecast adds to the analysis: the open targets' results, the fit,
+    how the law was chosen, the lr plan, and the notes the forecast has to say."""
+
+    results: Mapping[float, TargetResult] = field(default_factory=dict)
+    fit: Fit | FitFailure | None = None
+    selection: Selection | None = None
+    plan: Plan | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
     history, config, smoothed = run.history, run.config, run.smoothed
     fit = _fit(history, smoothed, run.window, config)
@@ -269,18 +285,15 @@ def _power_law_forecasts(
         if sweep_rows is not None:
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
         results[target] = _forecast(fit, target, history, run.stages, config, sweep)
-    return results, {"fit": fit}
+    return _Forecasts(results, fit)
 
 
-def _schedule_forecasts(
-    run: _Prepared, targets: list[float]
-) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """A schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``) on the planned lr."""
     history, config, smoothed = run.history, run.config, run.smoothed
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(run.window[0])
     plan = resolve_plan(history, config.lr_schedule)
-    run.notes.append(plan.note)
     timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
@@ -288,7 +301,7 @@ def _schedule_forecasts(
         rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
         sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
     results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
-    return results, {"fit": fit, "selection": selection, "plan": plan}
+    return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
 
 
 def _law_forecasts(
@@ -327,23 +340,22 @@ def _law_result(
             f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
-        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
+        return TargetResult(
+            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan
+        )
     factor = found.tokens / history.last_tokens
-    notes = [n for n in (found.note,) if n]
-    if len(stages) > 1 and config.batch_schedule is None:
-        notes.append(f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule")
+    notes = [n for n in (found.note, _batch_note(stages, config)) if n]
     step_interval = None
     if found.interval is not None:
-        step_interval = tuple(
-            math.inf if not math.isfinite(t) else tokens_to_step(t, history, config.batch_schedule) for t in found.interval
-        )
+        low, high = (_step_at(t, history, config) for t in found.interval)
+        step_interval = (low, high)
     return TargetResult(
         target,
         Status.EXTRAPOLATED,
         tokens=found.tokens,
         step=tokens_to_step(found.tokens, history, config.batch_schedule),
         tokens_interval=found.interval,
-        step_interval=step_interval,  # type: ignore[arg-type]
+        step_interval=step_interval,
         fit=fit,
         extrapolation_factor=factor,
         note="; ".join(notes) or None,
@@ -431,9 +443,6 @@ def _forecast(
         note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
         return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
-    note = None
-    if len(stages) > 1 and config.batch_schedule is None:
-        note = f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
     return TargetResult(
         target,
         Status.EXTRAPOLATED,
@@ -441,10 +450,22 @@ def _forecast(
         step=tokens_to_step(tokens, history, config.batch_schedule),
         fit=fit,
         extrapolation_factor=factor,
-        note=note,
+        note=_batch_note(stages, config),
         beyond_warn_factor=factor > config.extrapolation_warn_factor,
         sweep=sweep,
     )
+
+
+def _step_at(tokens: float, history: History, config: AnalysisConfig) -> float:
+    """The step where ``tokens`` are reached; an unbounded interval end stays unbounded."""
+    return tokens_to_step(tokens, history, config.batch_schedule) if math.isfinite(tokens) else math.inf
+
+
+def _batch_note(stages: Sequence[BatchStage], config: AnalysisConfig) -> str | None:
+    """What a forecast step assumes of a dynamic batch when no batch schedule says more."""
+    if len(stages) > 1 and config.batch_schedule is None:
+        return f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
+    return None
 
 
 def sweep_checkpoints(fit_start: int, last_step: int, every: int, min_window: int) -> list[int]:
@@ -467,7 +488,7 @@ def _law_sweep(
     config: AnalysisConfig,
     fit: LawFit | FitFailure,
     chosen: str,
-    timeline: Any,
+    timeline: Timeline,
     prior: GainPrior | None,
 ) -> tuple[SweepRow, ...]:
     """The stability sweep with a schedule-aware law.
@@ -479,8 +500,10 @@ def _law_sweep(
 
     def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
         like = None if isinstance(fit, FitFailure) else fit
+        # The windows before are fitted with this law too: a hint is always one of its fits.
+        law_hint = hint if isinstance(hint, LawFit) else None
         return fit_window(
-            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+            chosen, history, start, end, timeline, config.ema_token_window, prior, law_hint, smoothed, rounds=1, like=like
         )
 
     if isinstance(fit, FitFailure):
@@ -507,14 +530,16 @@ def _sweep_fits(
     smoothed: np.ndarray,
     fit_start: int,
     config: AnalysisConfig,
-    fitter: Any = None,
+    fitter: Fitter | None = None,
 ) -> tuple[SweepRow, ...]:
     """Fits on windows ending every sweep step; ``fitter(first, end, hint)`` makes each fit
     (default: the power law on the smoothed loss)."""
     if fitter is None:
 
-        def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        def power_law(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
             return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+
+        fitter = power_law
 
     rows = []
     first = int(np.searchsorted(history.step, fit_start))
@@ -602,8 +627,8 @@ def analyze(
     DataError
         The dataframe cannot be analysed; the message names the run and column.
     """
-    if isinstance(targets, (int, float)) and not isinstance(targets, bool):
-        targets = (targets,)
+    # One number is one target (a bool too, which the config then refuses by name).
+    wanted = (targets,) if isinstance(targets, (int, float)) else tuple(targets)
     unknown = set(options) - {f.name for f in fields(AnalysisConfig)}
     if unknown:
         raise ConfigError(f"unknown analysis option(s): {', '.join(sorted(unknown))}")
@@ -611,7 +636,7 @@ def analyze(
         options["batch_schedule"] = BatchSchedule.parse(options["batch_schedule"])
     if isinstance(options.get("lr_schedule"), str):
         options["lr_schedule"] = LrSchedule.parse_spec(options["lr_schedule"])
-    config = AnalysisConfig(targets=tuple(targets), **options)
+    config = AnalysisConfig(targets=wanted, **options)
     if isinstance(data, History):
         history = data
     elif isinstance(data, pd.DataFrame):
