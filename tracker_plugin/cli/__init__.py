@@ -18,14 +18,16 @@ import click
 
 from tracker_plugin import __version__
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig, run_analysis
-from tracker_plugin.core.backtest import PLANS, backtest_run, summarize
+from tracker_plugin.core.backtest import PLANS, Backtest, BacktestCase, Skipped, backtest_run, summarize
 from tracker_plugin.core.clock import CLOCKS
 from tracker_plugin.core.forecast import AUTO
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.history import Columns
 from tracker_plugin.jobs.runner import Outcome, outcome_rows, process_runs
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
-from tracker_plugin.report.render import backtest_json, backtest_text, runs_table, to_json, to_text
+from tracker_plugin.report.backtest import backtest_json, backtest_text
+from tracker_plugin.report.render import to_json, to_text
+from tracker_plugin.report.runs import runs_json, runs_table
 from tracker_plugin.trackers import RunInfo, Source, SourceOptions, open_source
 from tracker_plugin.trackers.base import select_states
 from tracker_plugin.trackers.csvfile import read_lr_schedule
@@ -458,7 +460,7 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     outcomes = annotate_once(specs, source_options, config, force=force, dry_run=dry_run)
     rows = outcome_rows(outcomes)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        click.echo(json.dumps(runs_json(rows), indent=2))
     else:
         for outcome in outcomes:
             for line in outcome.planned:
@@ -536,14 +538,15 @@ def backtest(
     # The targets come from the protocol; the config's own is a placeholder.
     config = AnalysisConfig(targets=(0.0,), model=AUTO, **make_settings(options))
     source_options = make_source_options(options)
-    cases, skipped = [], []
+    cases: list[BacktestCase] = []
+    skipped: list[Skipped] = []
     for source, runs in open_runs(default_sources(sources, source_options), source_options):
         try:
             for run in runs:
                 try:
                     history = source.read(run)
                 except TrackerPluginError as exc:
-                    skipped.append({"run": run.ref, "error": exc.problem})
+                    skipped.append(Skipped(run.ref, exc.problem))
                     continue
                 cases += backtest_run(
                     history, config, fit_fractions=fit_fractions, target_quantiles=target_quantiles,
@@ -551,11 +554,11 @@ def backtest(
                 )
         finally:
             source.close()
-    summaries = summarize(cases)
+    result = Backtest(plan, config, tuple(cases), tuple(summarize(cases)), tuple(skipped))
     if as_json:
-        click.echo(json.dumps(backtest_json(cases, summaries, skipped, plan, config), indent=2))
+        click.echo(json.dumps(backtest_json(result), indent=2))
     else:
-        click.echo(backtest_text(cases, summaries, skipped, plan, config.interval))
+        click.echo(backtest_text(result))
     return 1 if skipped else 0
 
 
@@ -662,7 +665,7 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
             break
         time.sleep(every * 60)
     rows = outcome_rows(outcomes)
-    click.echo(json.dumps(rows, indent=2) if as_json else runs_table(rows))
+    click.echo(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows))
     return 1 if failed else 0
 
 

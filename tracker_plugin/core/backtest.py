@@ -31,7 +31,7 @@ from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["PLANS", "BacktestCase", "BacktestSummary", "backtest_run", "logged_plan", "summarize"]
+__all__ = ["PLANS", "Backtest", "BacktestCase", "BacktestSummary", "Skipped", "backtest_run", "logged_plan", "summarize"]
 
 PLANS = ("log", "infer")
 
@@ -87,6 +87,25 @@ class BacktestSummary:
     coverage: float | None  # share of intervals holding the truth
     intervals: int
     median_width: float | None  # median high / low of the intervals
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run the backtest could not score, and why (it could not be read)."""
+
+    run: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """A backtest over many runs: its settings, every case, the figures, the runs skipped."""
+
+    plan: str
+    config: AnalysisConfig
+    cases: tuple[BacktestCase, ...]
+    summaries: tuple[BacktestSummary, ...]
+    skipped: tuple[Skipped, ...] = ()
 
 
 def logged_plan(history: History) -> LrSchedule | None:

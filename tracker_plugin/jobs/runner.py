@@ -7,10 +7,10 @@ finish; nothing here raises for a single run's trouble.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import Previous, RunInfo, Source
 
 __all__ = ["Action", "Outcome", "outcome_rows", "process_runs"]
@@ -116,48 +117,34 @@ def _one(
 
 
 class _NoBar:
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    """Stands in for the progress bar where none is shown."""
 
     def update(self, n: int) -> None:
         return None
 
 
-def _progress_bar(length: int, label: str, enabled: bool) -> Any:
+def _progress_bar(length: int, label: str, enabled: bool) -> AbstractContextManager[Any]:
     """A progress bar on stderr, when stderr is a terminal (not in cron logs)."""
     if not enabled or length < 2 or not sys.stderr.isatty():
-        return _NoBar()
+        return nullcontext(_NoBar())
     import click
 
     return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
 
 
-def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
     """One row per run and target: the summary table's content, also its JSON form."""
     rows = []
     for outcome in outcomes:
-        base = {"run": outcome.run.name, "ref": outcome.run.ref, "action": outcome.action}
+        run = outcome.run
         if outcome.analysis is None:
-            rows.append(base | {"target": None, "status": outcome.action, "tokens": None, "step": None,
-                                "tokens_interval": None, "note": outcome.error})
+            rows.append(RunRow(run.name, run.ref, outcome.action, note=outcome.error))
             continue
         for result in outcome.analysis.targets:
             rows.append(
-                base
-                | {
-                    "target": result.target,
-                    "status": result.status,
-                    "tokens": result.tokens,
-                    "step": result.step,
-                    # an unbounded end (no replicate reached the target) is null, as in the report
-                    "tokens_interval": [v if math.isfinite(v) else None for v in result.tokens_interval]
-                    if result.tokens_interval
-                    else None,
-                    "note": result.note,
-                }
+                RunRow(
+                    run.name, run.ref, outcome.action, result.target, result.status, result.tokens, result.step,
+                    result.tokens_interval, result.note,
+                )
             )
     return rows
-

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, TargetResult
-from tracker_plugin.core.backtest import BacktestCase, BacktestSummary
+from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT
 from tracker_plugin.core.status import Status, Verdict
 
-__all__ = ["backtest_json", "backtest_text", "format_tokens", "runs_table", "to_json", "to_text"]
+__all__ = ["format_tokens", "to_json", "to_text", "upper_tokens"]
 
 _RULE = "-" * 100
 
@@ -263,126 +262,6 @@ def format_tokens(value: float | None) -> str:
     return f"{value:.0f}"
 
 
-def _upper(value: float | None) -> str:
+def upper_tokens(value: float | None) -> str:
     """An interval's upper end; none (no replicate got there) reads as inf."""
     return "inf" if value is None or not math.isfinite(value) else format_tokens(value)
-
-
-def runs_table(rows: list[dict[str, Any]]) -> str:
-    """The summary table of a many-run command: run, target, status, tokens, step, interval."""
-    header = ("run", "target", "status", "tokens", "step", "interval", "note")
-    lines = []
-    for row in rows:
-        interval = row.get("tokens_interval")
-        lines.append(
-            (
-                str(row["run"]),
-                "-" if row["target"] is None else f"{row['target']:g}",
-                str(row["status"]),
-                format_tokens(row["tokens"]),
-                "-" if row["step"] is None else f"{row['step']:,.0f}",
-                "-" if not interval else f"{format_tokens(interval[0])}-{_upper(interval[1])}",
-                row.get("note") or "",
-            )
-        )
-    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header) - 1)]
-    out = []
-    for r in [header, *lines]:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    return "\n".join(line.rstrip() for line in out)
-
-
-def backtest_json(
-    cases: list[BacktestCase],
-    summaries: list[BacktestSummary],
-    skipped: list[dict[str, str]],
-    plan: str,
-    config: AnalysisConfig,
-) -> dict[str, Any]:
-    """The backtest as one JSON document: settings, per-model summaries, every case."""
-    return {
-        "protocol": "cut at fit_fraction of the final tokens; target = the full run's smoothed loss at "
-        "target_quantile of its tokens; truth = its first crossing; error = ln(predicted / true tokens)",
-        "plan": plan,
-        "ema_token_window": config.ema_token_window,
-        "interval_level": config.interval,
-        "summaries": [
-            {
-                "model": x.model,
-                "fit_fraction": x.fit_fraction,
-                "target_quantile": x.target_quantile,
-                "cases": x.cases,
-                "no_forecast": x.failures,
-                "median_abs_log_error": _num(x.median_abs),
-                "p90_abs_log_error": _num(x.p90_abs),
-                "bias": _num(x.bias),
-                "interval_coverage": _num(x.coverage),
-                "intervals": x.intervals,
-                "median_interval_width": _num(x.median_width),
-            }
-            for x in summaries
-        ],
-        "cases": [
-            {
-                "run": c.run,
-                "model": c.model,
-                "chosen": c.chosen,
-                "fit_fraction": c.fit_fraction,
-                "target_quantile": c.target_quantile,
-                "target": c.target,
-                "true_tokens": c.true_tokens,
-                "status": str(c.status),
-                "tokens": _num(c.tokens),
-                "tokens_interval": _pair(c.interval),
-                "log_error": _num(c.error),
-                "covered": c.covered,
-                "note": c.note,
-            }
-            for c in cases
-        ],
-        "skipped": skipped,
-    }
-
-
-def backtest_text(
-    cases: list[BacktestCase],
-    summaries: list[BacktestSummary],
-    skipped: list[dict[str, str]],
-    plan: str,
-    level: float,
-) -> str:
-    """The backtest table: one row per model, fit fraction and target quantile."""
-    runs = len({c.run for c in cases})
-    given = "the finished run's logged lr as the planned schedule" if plan == "log" else "only the lr logged up to the cut"
-    lines = [
-        f"backtest of {runs} run(s); each forecast had {given}",
-        "error = ln(predicted / true tokens); truth = where the full run's smoothed loss first reached the target",
-    ]
-    header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
-              f"{level:.0%} coverage", "width (hi/lo)")
-    rows = [
-        (
-            x.model,
-            f"{x.fit_fraction:g}",
-            f"{x.target_quantile:g}",
-            str(x.cases),
-            str(x.failures),
-            _fmt(x.median_abs),
-            _fmt(x.p90_abs),
-            _fmt(x.bias, signed=True),
-            "-" if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
-            _fmt(x.median_width, digits=2),
-        )
-        for x in summaries
-    ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    lines += [f"skipped {item['run']}: {item['error']}" for item in skipped]
-    return "\n".join(lines)
-
-
-def _fmt(value: float | None, *, signed: bool = False, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
