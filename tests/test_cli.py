@@ -279,3 +279,11 @@ def test_settings_options_are_the_config_fields_with_their_defaults():
             assert params[setting].default == config_fields[setting], (name, setting)
         if name != "backtest":
             assert params["model"].default == config_fields["model"]
+
+
+def test_the_package_exports_every_name_it_loads_on_first_use():
+    import tracker_plugin
+
+    assert sorted(tracker_plugin.__all__) == sorted([*tracker_plugin._EXPORTS, "__version__"])
+    for name in tracker_plugin.__all__:
+        assert getattr(tracker_plugin, name) is not None

@@ -48,7 +48,37 @@ _EXPORTS = {
 }
 _RENAMED = {"load_csv": "read_csv"}
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+# Every name of _EXPORTS, written out so that tools see what the package exports.
+__all__ = [
+    "Analysis",
+    "AnalysisConfig",
+    "AuthError",
+    "BatchSchedule",
+    "BatchStage",
+    "Columns",
+    "ConfigError",
+    "DataError",
+    "FitFailure",
+    "History",
+    "LrSchedule",
+    "MissingDependency",
+    "PowerLaw",
+    "RunNotFound",
+    "SourceError",
+    "Status",
+    "Sweep",
+    "SweepRow",
+    "TargetResult",
+    "TrackerPluginError",
+    "TrackerUnavailable",
+    "Verdict",
+    "__version__",
+    "analyze",
+    "build_history",
+    "load_csv",
+    "to_json",
+    "to_text",
+]
 
 if TYPE_CHECKING:
     from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze

@@ -18,6 +18,7 @@ from tracker_plugin.cli.options import (
     source_options,
     tracker_options,
 )
+from tracker_plugin.cli.words import in_flags
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig
 from tracker_plugin.core.backtest import PLANS
 from tracker_plugin.jobs.annotate import annotate_runs
@@ -74,7 +75,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
     if as_json:
         click.echo(json.dumps(to_json(result), indent=2))
     else:
-        click.echo(to_text(result))
+        click.echo(to_text(result, in_flags))
 
 
 @cli.command()
@@ -103,7 +104,7 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
         for outcome in outcomes:
             for line in outcome.planned:
                 click.echo(f"{outcome.run.ref}: would write {line}")
-        click.echo(runs_table(rows))
+        click.echo(runs_table(rows, in_flags))
     return 1 if any(o.failed for o in outcomes) else 0
 
 
@@ -179,7 +180,7 @@ def backtest(
         default_sources(sources, reading), reading, config,
         fit_fractions=fit_fractions, target_quantiles=target_quantiles, models=models, plan=plan,
     )
-    click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result))
+    click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
     return 1 if result.skipped else 0
 
 
@@ -266,5 +267,5 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     else:
         click.echo(f"stopping after {last.number} passes (--max-cycles)", err=True)
     rows = outcome_rows(last.outcomes)
-    click.echo(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows))
+    click.echo(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
     return 1 if last.failed else 0

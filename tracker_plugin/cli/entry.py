@@ -14,6 +14,7 @@ import click
 
 from tracker_plugin.cli.argv import expand_multi_value
 from tracker_plugin.cli.commands import cli
+from tracker_plugin.cli.words import in_flags
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 
 __all__ = ["EXIT_BAD_INPUT", "entry_point", "main"]
@@ -38,11 +39,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TrackerPluginError, ConfigError) as exc:
         if os.environ.get("TRACKER_PLUGIN_DEBUG"):
             raise
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {_message(exc)}", err=True)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
     return result if isinstance(result, int) else 0
+
+
+def _message(exc: TrackerPluginError) -> str:
+    """The error as the command line says it: the settings it names as flags, the run as given."""
+    return f"{exc.run}: {in_flags(exc.problem)}" if exc.run else in_flags(str(exc))
 
 
 def entry_point() -> None:

@@ -116,8 +116,7 @@ class AnalysisConfig:
 
 def _positive(name: str, value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        flag = "--" + name.replace("_", "-")
-        raise ConfigError(f"{name} ({flag}) must be a positive number, got {value!r}")
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -367,11 +366,11 @@ def _law_result(
 
 def _fit_start(history: History, stages: Sequence[BatchStage], config: AnalysisConfig) -> tuple[int, str]:
     if config.fit_start_step is not None:
-        start, reason = config.fit_start_step, "--fit-start-step"
+        start, reason = config.fit_start_step, "fit_start_step"
     else:
         start, reason = _warmup_end(history, stages[0])
     if config.fit_last_stage and stages[-1].first_step > start:
-        start, reason = stages[-1].first_step, "start of the last batch stage (--fit-last-stage)"
+        start, reason = stages[-1].first_step, "start of the last batch stage (fit_last_stage)"
     return int(start), reason
 
 
@@ -464,7 +463,7 @@ def _step_at(tokens: float, history: History, config: AnalysisConfig) -> float:
 def _batch_note(stages: Sequence[BatchStage], config: AnalysisConfig) -> str | None:
     """What a forecast step assumes of a dynamic batch when no batch schedule says more."""
     if len(stages) > 1 and config.batch_schedule is None:
-        return f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
+        return f"step assumes the batch stays {stages[-1].batch:,.0f}; pass batch_schedule"
     return None
 
 

@@ -9,7 +9,7 @@ The protocol, for each finished run, each fit fraction ``f`` and each target qua
 5. score ``ln(predicted / true tokens)``: 0 is perfect, 0.1 is 10% off.
 
 The lr plan a forecast may use (``plan``): ``log`` hands it the finished run's logged lr, as
-a user hands a planned schedule with ``--lr-schedule``; ``infer`` gives it only the cut, so
+a user hands a planned schedule (``lr_schedule``); ``infer`` gives it only the cut, so
 it infers what it can from the lr logged so far.
 
 Pure: histories and settings in, frozen dataclasses out. The command line and the

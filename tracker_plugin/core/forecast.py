@@ -116,7 +116,7 @@ class TargetForecast:
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
-    """The plan given (``--lr-schedule``, ``--lr-spec``), else the run's own (its params, as a
+    """The plan given (the ``lr_schedule`` setting), else the run's own (its params, as a
     source put it in ``history.lr_plan``), else what the logged lr shows."""
     given = given if given is not None else history.lr_plan
     if given is not None:
@@ -185,7 +185,7 @@ def choose_law(
         if score is not None and best is not None and score < best - SELECTION_MARGIN:
             chosen = name
     if model != AUTO:
-        method = "--model"
+        method = "named by the model setting"
     elif len(names) == 1:
         method = (
             f"auto: the lr has fallen by less than {MIN_SEEN_DECAY:.0%} of its peak in the log, "

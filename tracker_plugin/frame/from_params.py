@@ -21,7 +21,7 @@ def with_config_batch(history: History, where: str) -> History:
     if float(history.batch.min()) < FEW_TOKENS:
         note = (
             f"the batch {float(history.batch.min()):,.0f} from {where} is read as tokens per step; "
-            "if it counts sequences, pass --batch-size with the tokens per step (the token axis "
+            "if it counts sequences, pass batch_size with the tokens per step (the token axis "
             "and the EMA window depend on it)"
         )
         notes += (note,)

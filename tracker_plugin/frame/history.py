@@ -259,9 +259,8 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) 
         return found
     wanted = candidates[0] if len(candidates) == 1 else " or ".join(f"'{c}'" for c in candidates)
     wanted = f"'{wanted}'" if len(candidates) == 1 else wanted
-    option = "--step-col" if role == "step" else "--loss-col"
     raise DataError(
-        f"no {role} column {wanted}; columns are {list(map(str, data.columns))} (choose one with {option})",
+        f"no {role} column {wanted}; columns are {list(map(str, data.columns))} (choose one with columns.{role})",
         run=run,
     )
 
@@ -345,14 +344,14 @@ def _batch(
         source = f"column '{column}'"
     else:
         given = batch_size
-        source = "--batch-size"
+        source = "batch_size"
         if given is None:
             given = batch_from_name(run)
             source = "run name"
         if given is None:
             raise DataError(
-                "no such column and no batch size given; pass --batch-size (tokens per step), "
-                "name the batch column with --batch-col, or put the size in the name (_1Mbs)",
+                "no such column and no batch size given; pass batch_size (tokens per step), "
+                "name the batch column with columns.batch, or put the size in the name (_1Mbs)",
                 run=run,
                 column="global_batch" if column is None else column,
             )

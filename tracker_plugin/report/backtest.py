@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any
 
 from tracker_plugin.core.backtest import Backtest, BacktestCase, BacktestSummary
+from tracker_plugin.report.render import Wording, as_written
 from tracker_plugin.report.tables import json_row, json_value, text_table
 
 __all__ = ["backtest_json", "backtest_text"]
@@ -65,7 +65,7 @@ def _case_json(c: BacktestCase) -> dict[str, Any]:
     }
 
 
-def backtest_text(backtest: Backtest, wording: Callable[[str], str] = str) -> str:
+def backtest_text(backtest: Backtest, wording: Wording = as_written) -> str:
     """The backtest table: one row per model, fit fraction and target quantile.
 
     ``wording`` rewords the skipped runs' errors for the reader.

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT
 from tracker_plugin.core.status import Status, Verdict
 
-__all__ = ["format_tokens", "to_json", "to_text", "upper_tokens"]
+__all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
+
+# Rewords a message for its reader: see ``tracker_plugin.cli.words``.
+Wording = Callable[[str], str]
 
 _RULE = "-" * 100
 
@@ -119,8 +124,18 @@ def _pair(pair: tuple[float, float] | None) -> list[float | None] | None:
     return None if pair is None else [_num(pair[0]), _num(pair[1])]
 
 
-def to_text(analysis: Analysis) -> str:
-    """The human report: settings, batch stages, one line per target, sweeps and verdicts."""
+def as_written(text: str) -> str:
+    """The wording that keeps a message as the analysis wrote it."""
+    return text
+
+
+def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
+    """The human report: settings, batch stages, one line per target, sweeps and verdicts.
+
+    ``wording`` rewords the analysis's messages for the reader (the command line says the
+    settings they name as its flags).
+    """
+    analysis = _reworded(analysis, wording)
     lines = [f"run: {analysis.run}", _header(analysis)]
     if analysis.selection is not None:
         lines.append(_model_line(analysis))
@@ -131,6 +146,20 @@ def to_text(analysis: Analysis) -> str:
     for result in analysis.targets:
         lines += _target_lines(analysis, result)
     return "\n".join(lines)
+
+
+def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
+    """The analysis with the messages the report shows in ``wording``."""
+    if wording is as_written:
+        return analysis
+    targets = tuple(replace(t, note=wording(t.note)) if t.note else t for t in analysis.targets)
+    return replace(
+        analysis,
+        fit_start_reason=wording(analysis.fit_start_reason),
+        batch_source=wording(analysis.batch_source),
+        notes=tuple(wording(note) for note in analysis.notes),
+        targets=targets,
+    )
 
 
 def _header(analysis: Analysis) -> str:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from tracker_plugin.core.status import Status
-from tracker_plugin.report.render import format_tokens, upper_tokens
+from tracker_plugin.report.render import Wording, as_written, format_tokens, upper_tokens
 from tracker_plugin.report.tables import json_row, text_table
 
 __all__ = ["RunRow", "runs_json", "runs_table"]
@@ -44,7 +44,7 @@ def runs_json(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     return [row.json() for row in rows]
 
 
-def runs_table(rows: Sequence[RunRow], wording: Callable[[str], str] = str) -> str:
+def runs_table(rows: Sequence[RunRow], wording: Wording = as_written) -> str:
     """The summary as text: run, target, status, tokens, step, interval, note.
 
     ``wording`` rewords the notes for the reader (the command line names its flags).
@@ -52,7 +52,7 @@ def runs_table(rows: Sequence[RunRow], wording: Callable[[str], str] = str) -> s
     return "\n".join(text_table(_HEADER, [_cells(row, wording) for row in rows]))
 
 
-def _cells(row: RunRow, wording: Callable[[str], str]) -> tuple[str, ...]:
+def _cells(row: RunRow, wording: Wording) -> tuple[str, ...]:
     interval = row.tokens_interval
     return (
         row.run,
