@@ -72,7 +72,7 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def default_of(name: str) -> Any:
+def _default_of(name: str) -> Any:
     """An AnalysisConfig field's default, as the dataclass gives it."""
     default = _FIELDS[name].default
     if default is MISSING:
@@ -91,7 +91,7 @@ def _value_type(name: str) -> Any:
 
 def _setting_option(name: str) -> Decorator:
     """The option of one plain setting: a flag for a bool, else a value with its default."""
-    default = default_of(name)
+    default = _default_of(name)
     if _HINTS[name] is bool:
         return click.option(flag_of(name), is_flag=True, default=default, help=SETTINGS[name])
     return click.option(
@@ -146,7 +146,7 @@ _TARGET_OPTION = click.option(
 _MODEL_OPTION = click.option(
     "--model",
     type=_value_type("model"),
-    default=default_of("model"),
+    default=_default_of("model"),
     show_default=True,
     help="Loss-curve model: auto picks the schedule-aware law that best forecasts the run's own "
     "later history; power-law is the original script's power law in tokens.",
