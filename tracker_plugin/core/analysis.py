@@ -47,7 +47,7 @@ __all__ = [
 
 Fit = PowerLaw | LawFit
 # Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
-Fitter = Callable[[int, int, "Fit | None"], "Fit | FitFailure"]
+Fitter = Callable[[int, int, Fit | None], Fit | FitFailure]
 MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
