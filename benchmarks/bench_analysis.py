@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from tracker_plugin.report.tables import text_table
 from tracker_plugin.testing import synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -100,10 +101,7 @@ def main() -> None:
              f"pandas read alone: {pandas_mem:.0f} MB", "< 300 MB", ours_mem < 300),
         ]
     header = ("figure", "ours", "reference", "comparison", "target", "met")
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(5)]
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)) + "  met")
-    for row in rows:
-        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)) + f"  {'yes' if row[5] else 'NO'}")
+    print("\n".join(text_table(header, [(*map(str, row[:5]), "yes" if row[5] else "NO") for row in rows])))
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ import tracker_plugin as tp
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.core.backtest import BacktestCase, backtest_run, summarize
 from tracker_plugin.errors import DataError
+from tracker_plugin.report.tables import text_table
 
 ROOT = Path(__file__).resolve().parents[1]
 # The shared runs sit beside the checkout (../shared), or beside the folder of worktrees.
@@ -85,7 +86,7 @@ def parity() -> str:
         for expected, result in zip(run["targets_result"], analysis.targets):
             if expected["status"] != result.status:
                 return f"CHANGED: target {expected['target']} is {result.status}, was {expected['status']}"
-            if expected["status"] in ("reached", "extrapolated"):
+            if result.status.located:
                 worst = max(worst, abs(result.tokens / expected["tokens"] - 1))
                 checked += 1
     return f"unchanged ({checked} forecasts, largest relative difference {worst:.1e})"
@@ -132,20 +133,23 @@ def show_requirements(cases: list[BacktestCase], level: float) -> None:
         shown = ["-" if v is None else (f"{v:.0f}" if "without" in label else f"{v:.3f}") for v in values]
         met = "-" if test is None or values[0] is None else ("yes" if test(values[0]) else "NO")
         lines.append((label, *shown, target, met))
-    widths = [max(len(str(r[i])) for r in [header, *lines]) for i in range(len(header))]
-    for r in [header, *lines]:
-        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+    print("\n".join(text_table(header, lines)))
     print(f"--model power-law parity with the original script: {parity()}")
 
 
 def show_table(cases: list[BacktestCase]) -> None:
-    print(f"\n{'model':13} {'f':>5} {'q':>5} {'cases':>5} {'no fcst':>7} {'median':>7} {'p90':>7} {'bias':>7} "
-          f"{'cover':>6} {'width':>6}")
-    for s in summarize(cases):
-        cover = "-" if s.coverage is None else f"{s.coverage:.2f}"
-        width = "-" if s.median_width is None else f"{s.median_width:.2f}"
-        print(f"{s.model:13} {s.fit_fraction:>5g} {s.target_quantile:>5g} {s.cases:>5} {s.failures:>7} "
-              f"{s.median_abs:>7.3f} {s.p90_abs:>7.3f} {s.bias:>+7.3f} {cover:>6} {width:>6}")
+    header = ("model", "f", "q", "cases", "no fcst", "median", "p90", "bias", "cover", "width")
+    rows = [
+        (s.model, f"{s.fit_fraction:g}", f"{s.target_quantile:g}", str(s.cases), str(s.failures), _fixed(s.median_abs),
+         _fixed(s.p90_abs), _fixed(s.bias, "+.3f"), _fixed(s.coverage, ".2f"), _fixed(s.median_width, ".2f"))
+        for s in summarize(cases)
+    ]
+    print()
+    print("\n".join(text_table(header, rows, align="<" + ">" * (len(header) - 1))))
+
+
+def _fixed(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def show_families(cases: list[BacktestCase]) -> None:

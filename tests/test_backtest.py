@@ -13,13 +13,14 @@ from tracker_plugin.cli import expand_multi_value, main
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run, logged_plan, summarize
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status
 from tracker_plugin.testing import synthetic_run
 
 
 def _case(error: float | None, interval: tuple[float, float] | None = None, model: str = "auto") -> BacktestCase:
     truth = 1e9
     tokens = None if error is None else truth * math.exp(error)
-    status = "failed" if error is None else "extrapolated"
+    status = Status.FAILED if error is None else Status.EXTRAPOLATED
     return BacktestCase("run", model, 0.5, 0.8, 3.0, truth, status, tokens=tokens, interval=interval)
 
 

@@ -263,3 +263,27 @@ def test_an_unbounded_interval_is_null_in_every_json(capsys, data_dir, tmp_path)
     assert (tmp_path / "compare.png").stat().st_size > 10_000
     code, out, _ = run_cli(capsys, "annotate", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
     assert code == 0 and _strict(out)[0]["tokens_interval"][1] is None
+
+
+def test_settings_options_are_the_config_fields_with_their_defaults():
+    """A default is written once, in AnalysisConfig; every command shows the same."""
+    from dataclasses import fields
+
+    from tracker_plugin.cli import cli
+    from tracker_plugin.cli.options import SETTINGS
+
+    config_fields = {f.name: f.default for f in fields(tp.AnalysisConfig)}
+    for name in ("analyze", "annotate", "compare", "watch", "backtest"):
+        params = {p.name: p for p in cli.commands[name].params}
+        for setting in set(SETTINGS) - {"batch_schedule", "lr_schedule"}:
+            assert params[setting].default == config_fields[setting], (name, setting)
+        if name != "backtest":
+            assert params["model"].default == config_fields["model"]
+
+
+def test_the_package_exports_every_name_it_loads_on_first_use():
+    import tracker_plugin
+
+    assert sorted(tracker_plugin.__all__) == sorted([*tracker_plugin._EXPORTS, "__version__"])
+    for name in tracker_plugin.__all__:
+        assert getattr(tracker_plugin, name) is not None

@@ -87,7 +87,7 @@ def test_batch_from_its_column_then_the_option_then_the_name(tmp_path):
     text = "step,train_loss\n0,5\n1,4\n2,3\n"
     plain = _write(tmp_path, "run.csv", text)
     named = _write(tmp_path, "run_0.5Mbs.csv", text)
-    assert tp.load_csv(plain, batch_size=64).batch_source == "--batch-size"
+    assert tp.load_csv(plain, batch_size=64).batch_source == "batch_size"
     history = tp.load_csv(named)
     assert history.batch_source == "run name"
     assert history.batch[0] == 500_000

@@ -205,7 +205,7 @@ def test_a_batch_param_that_looks_like_sequences_gets_a_note(local):
     plain = local.log(frame, params={"batch_size": 8})
     source = local.source(f"mlflow:{plain}", batch_size=2048.0 * 512)
     history = source.read(source.runs()[0])
-    assert history.batch_source == "--batch-size" and not any("sequences" in n for n in history.notes)
+    assert history.batch_source == "batch_size" and not any("sequences" in n for n in history.notes)
 
 
 def test_planned_lr_schedule_is_read_from_params(local):

@@ -51,7 +51,7 @@ def test_spec_peak_scales_and_total_is_the_plan_end():
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, problem):
-    with pytest.raises(ConfigError, match="--lr-spec") as error:
+    with pytest.raises(ConfigError, match="lr_spec") as error:
         LrSchedule.parse_spec(spec)
     assert problem in str(error.value)
 
@@ -130,7 +130,7 @@ def test_without_a_decay_the_assumption_is_said():
     steps = np.arange(0, 5000, 100.0)
     held = infer_lr_schedule(steps, np.minimum(1.0, steps / 1000))
     assert held.schedule is None
-    assert "stays there" in held.note and "--lr-schedule" in held.note
+    assert "stays there" in held.note and "lr_schedule" in held.note
     assert "constant lr" in infer_lr_schedule(steps, None).note
 
 

@@ -134,7 +134,7 @@ def test_batch_comes_from_a_metric_then_the_config_then_the_flag(wandb_server):
     _, by_metric, _ = read_one("wandb:ent/proj/metric", batch_size=7.0)
     assert by_metric.batch_source == "column 'global_batch'"
     _, by_flag, _ = read_one("wandb:ent/proj/flag", batch_size=7.0)
-    assert by_flag.batch_source == "--batch-size" and by_flag.batch[0] == 7.0
+    assert by_flag.batch_source == "batch_size" and by_flag.batch[0] == 7.0
 
 
 def test_planned_lr_schedule_is_read_from_the_config(wandb_server):

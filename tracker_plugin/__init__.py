@@ -24,6 +24,8 @@ _EXPORTS = {
     "SweepRow": "tracker_plugin.core.analysis",
     "TargetResult": "tracker_plugin.core.analysis",
     "analyze": "tracker_plugin.core.analysis",
+    "Status": "tracker_plugin.core.status",
+    "Verdict": "tracker_plugin.core.status",
     "FitFailure": "tracker_plugin.core.models",
     "PowerLaw": "tracker_plugin.core.models",
     "AuthError": "tracker_plugin.errors",
@@ -46,11 +48,42 @@ _EXPORTS = {
 }
 _RENAMED = {"load_csv": "read_csv"}
 
-__all__ = sorted([*_EXPORTS, "__version__"])
+# Every name of _EXPORTS, written out so that tools see what the package exports.
+__all__ = [
+    "Analysis",
+    "AnalysisConfig",
+    "AuthError",
+    "BatchSchedule",
+    "BatchStage",
+    "Columns",
+    "ConfigError",
+    "DataError",
+    "FitFailure",
+    "History",
+    "LrSchedule",
+    "MissingDependency",
+    "PowerLaw",
+    "RunNotFound",
+    "SourceError",
+    "Status",
+    "Sweep",
+    "SweepRow",
+    "TargetResult",
+    "TrackerPluginError",
+    "TrackerUnavailable",
+    "Verdict",
+    "__version__",
+    "analyze",
+    "build_history",
+    "load_csv",
+    "to_json",
+    "to_text",
+]
 
 if TYPE_CHECKING:
     from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze
     from tracker_plugin.core.models import FitFailure, PowerLaw
+    from tracker_plugin.core.status import Status, Verdict
     from tracker_plugin.errors import (
         AuthError,
         ConfigError,

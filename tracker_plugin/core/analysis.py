@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, build_timeline, tokens_to_step
+from tracker_plugin.core.clock import CLOCKS, Timeline, build_timeline, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
     Selection,
@@ -28,6 +28,7 @@ from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Powe
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
@@ -35,20 +36,19 @@ from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
 __all__ = [
     "Analysis",
     "AnalysisConfig",
+    "Status",
     "Sweep",
     "SweepRow",
     "TargetResult",
+    "Verdict",
     "analyze",
     "run_analysis",
 ]
 
 Fit = PowerLaw | LawFit
+# Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
+Fitter = Callable[[int, int, Fit | None], Fit | FitFailure]
 MODELS = (AUTO, "power-law", *LAWS)
-
-REACHED = "reached"
-EXTRAPOLATED = "extrapolated"
-UNREACHABLE = "unreachable"
-FAILED = "failed"
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
 # law's limit is the original script's; a schedule-aware law needs two more rows than its
@@ -116,8 +116,7 @@ class AnalysisConfig:
 
 def _positive(name: str, value: float) -> None:
     if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-        flag = "--" + name.replace("_", "-")
-        raise ConfigError(f"{name} ({flag}) must be a positive number, got {value!r}")
+        raise ConfigError(f"{name} must be a positive number, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -137,7 +136,7 @@ class Sweep:
     """Refits on growing windows, and whether the forecast has settled."""
 
     rows: tuple[SweepRow, ...]
-    verdict: str  # "converged" | "not_converged" | "not_enough_data"
+    verdict: Verdict
     changes: tuple[float, float] | None
     tolerance: float
 
@@ -147,7 +146,7 @@ class TargetResult:
     """What the analysis says about one target loss."""
 
     target: float
-    status: str  # "reached" | "extrapolated" | "unreachable" | "failed"
+    status: Status
     tokens: float | None = None
     step: float | None = None
     tokens_interval: tuple[float, float] | None = None
@@ -162,7 +161,11 @@ class TargetResult:
 
 @dataclass(frozen=True)
 class Analysis:
-    """The full result for one run."""
+    """The full result for one run.
+
+    ``history`` and ``smoothed`` are the analysed rows and their smoothed loss, which the
+    plots draw; they are left out of comparisons and the repr.
+    """
 
     run: str
     loss_key: str
@@ -174,12 +177,12 @@ class Analysis:
     stages: tuple[BatchStage, ...]
     batch_source: str
     targets: tuple[TargetResult, ...]
+    history: History = field(repr=False, compare=False)
+    smoothed: np.ndarray = field(repr=False, compare=False)
     notes: tuple[str, ...] = ()
     fit: Fit | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
-    history: History = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    smoothed: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
 
     @property
     def dynamic_batch(self) -> bool:
@@ -214,19 +217,18 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         if crossing is not None:
             reached = None if power_law else 1.0
             results[target] = TargetResult(
-                target, REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
+                target, Status.REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
             )
         elif len(window) < min_rows:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
-            results[target] = TargetResult(target, FAILED, note=note)
+            results[target] = TargetResult(target, Status.FAILED, note=note)
         else:
             open_targets.append(target)
-    extra: dict[str, Any] = {}
+    forecasts = _Forecasts()
     if open_targets:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, notes)
-        forecasts, extra = forecast(prepared, open_targets)
-        results.update(forecasts)
+        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
+        results.update(forecasts.results)
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -238,10 +240,12 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         stages=stages,
         batch_source=history.batch_source,
         targets=tuple(results[t] for t in config.targets),
-        notes=tuple(notes),
         history=history,
         smoothed=smoothed,
-        **extra,
+        notes=(*notes, *forecasts.notes),
+        fit=forecasts.fit,
+        selection=forecasts.selection,
+        plan=forecasts.plan,
     )
 
 
@@ -255,12 +259,21 @@ class _Prepared:
     smoothed: np.ndarray
     fit_start: int
     window: np.ndarray
-    notes: list[str]  # the forecast adds its own
 
 
-def _power_law_forecasts(
-    run: _Prepared, targets: list[float]
-) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+@dataclass(frozen=True)
+class _Forecasts:
+    """What a model's forecast adds to the analysis: the open targets' results, the fit,
+    how the law was chosen, the lr plan, and the notes the forecast has to say."""
+
+    results: Mapping[float, TargetResult] = field(default_factory=dict)
+    fit: Fit | FitFailure | None = None
+    selection: Selection | None = None
+    plan: Plan | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
     history, config, smoothed = run.history, run.config, run.smoothed
     fit = _fit(history, smoothed, run.window, config)
@@ -271,18 +284,15 @@ def _power_law_forecasts(
         if sweep_rows is not None:
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
         results[target] = _forecast(fit, target, history, run.stages, config, sweep)
-    return results, {"fit": fit}
+    return _Forecasts(results, fit)
 
 
-def _schedule_forecasts(
-    run: _Prepared, targets: list[float]
-) -> tuple[dict[float, TargetResult], dict[str, Any]]:
+def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """A schedule-aware law (``auto``, ``lr-annealing``, ``multi-power``) on the planned lr."""
     history, config, smoothed = run.history, run.config, run.smoothed
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(run.window[0])
     plan = resolve_plan(history, config.lr_schedule)
-    run.notes.append(plan.note)
     timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
@@ -290,7 +300,7 @@ def _schedule_forecasts(
         rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
         sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
     results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
-    return results, {"fit": fit, "selection": selection, "plan": plan}
+    return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
 
 
 def _law_forecasts(
@@ -304,7 +314,7 @@ def _law_forecasts(
     sweeps: dict[float, Sweep | None],
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
-        return {t: TargetResult(t, FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+        return {t: TargetResult(t, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
     found = forecast_targets(
         fit, targets, history, first, level=config.interval,
         error_scale=selection.error_scale, error_dof=selection.error_count,
@@ -329,23 +339,22 @@ def _law_result(
             f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan)
+        return TargetResult(
+            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan
+        )
     factor = found.tokens / history.last_tokens
-    notes = [n for n in (found.note,) if n]
-    if len(stages) > 1 and config.batch_schedule is None:
-        notes.append(f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule")
+    notes = [n for n in (found.note, _batch_note(stages, config)) if n]
     step_interval = None
     if found.interval is not None:
-        step_interval = tuple(
-            math.inf if not math.isfinite(t) else tokens_to_step(t, history, config.batch_schedule) for t in found.interval
-        )
+        low, high = (_step_at(t, history, config) for t in found.interval)
+        step_interval = (low, high)
     return TargetResult(
         target,
-        EXTRAPOLATED,
+        Status.EXTRAPOLATED,
         tokens=found.tokens,
         step=tokens_to_step(found.tokens, history, config.batch_schedule),
         tokens_interval=found.interval,
-        step_interval=step_interval,  # type: ignore[arg-type]
+        step_interval=step_interval,
         fit=fit,
         extrapolation_factor=factor,
         note="; ".join(notes) or None,
@@ -357,11 +366,11 @@ def _law_result(
 
 def _fit_start(history: History, stages: Sequence[BatchStage], config: AnalysisConfig) -> tuple[int, str]:
     if config.fit_start_step is not None:
-        start, reason = config.fit_start_step, "--fit-start-step"
+        start, reason = config.fit_start_step, "fit_start_step"
     else:
         start, reason = _warmup_end(history, stages[0])
     if config.fit_last_stage and stages[-1].first_step > start:
-        start, reason = stages[-1].first_step, "start of the last batch stage (--fit-last-stage)"
+        start, reason = stages[-1].first_step, "start of the last batch stage (fit_last_stage)"
     return int(start), reason
 
 
@@ -424,29 +433,38 @@ def _forecast(
     sweep: Sweep | None,
 ) -> TargetResult:
     if isinstance(fit, FitFailure):
-        return TargetResult(target, FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
+        return TargetResult(target, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
     tokens = fit.solve(target)
     if tokens is None:
         note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     if not math.isfinite(tokens):
         note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
-        return TargetResult(target, UNREACHABLE, fit=fit, note=note, sweep=sweep)
+        return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
-    note = None
-    if len(stages) > 1 and config.batch_schedule is None:
-        note = f"step assumes the batch stays {stages[-1].batch:,.0f}; pass --batch-schedule"
     return TargetResult(
         target,
-        EXTRAPOLATED,
+        Status.EXTRAPOLATED,
         tokens=tokens,
         step=tokens_to_step(tokens, history, config.batch_schedule),
         fit=fit,
         extrapolation_factor=factor,
-        note=note,
+        note=_batch_note(stages, config),
         beyond_warn_factor=factor > config.extrapolation_warn_factor,
         sweep=sweep,
     )
+
+
+def _step_at(tokens: float, history: History, config: AnalysisConfig) -> float:
+    """The step where ``tokens`` are reached; an unbounded interval end stays unbounded."""
+    return tokens_to_step(tokens, history, config.batch_schedule) if math.isfinite(tokens) else math.inf
+
+
+def _batch_note(stages: Sequence[BatchStage], config: AnalysisConfig) -> str | None:
+    """What a forecast step assumes of a dynamic batch when no batch schedule says more."""
+    if len(stages) > 1 and config.batch_schedule is None:
+        return f"step assumes the batch stays {stages[-1].batch:,.0f}; pass batch_schedule"
+    return None
 
 
 def sweep_checkpoints(fit_start: int, last_step: int, every: int, min_window: int) -> list[int]:
@@ -469,7 +487,7 @@ def _law_sweep(
     config: AnalysisConfig,
     fit: LawFit | FitFailure,
     chosen: str,
-    timeline: Any,
+    timeline: Timeline,
     prior: GainPrior | None,
 ) -> tuple[SweepRow, ...]:
     """The stability sweep with a schedule-aware law.
@@ -481,8 +499,10 @@ def _law_sweep(
 
     def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
         like = None if isinstance(fit, FitFailure) else fit
+        # The windows before are fitted with this law too: a hint is always one of its fits.
+        law_hint = hint if isinstance(hint, LawFit) else None
         return fit_window(
-            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+            chosen, history, start, end, timeline, config.ema_token_window, prior, law_hint, smoothed, rounds=1, like=like
         )
 
     if isinstance(fit, FitFailure):
@@ -509,14 +529,16 @@ def _sweep_fits(
     smoothed: np.ndarray,
     fit_start: int,
     config: AnalysisConfig,
-    fitter: Any = None,
+    fitter: Fitter | None = None,
 ) -> tuple[SweepRow, ...]:
     """Fits on windows ending every sweep step; ``fitter(first, end, hint)`` makes each fit
     (default: the power law on the smoothed loss)."""
     if fitter is None:
 
-        def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        def power_law(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
             return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+
+        fitter = power_law
 
     rows = []
     first = int(np.searchsorted(history.step, fit_start))
@@ -559,10 +581,10 @@ def _judge(rows: tuple[SweepRow, ...], tolerance: float) -> Sweep:
     """Converged when the last two window-to-window changes in predicted tokens are within tolerance."""
     valid = [row.tokens for row in rows if row.tokens is not None]
     if len(valid) < 3:
-        return Sweep(rows, "not_enough_data", None, tolerance)
+        return Sweep(rows, Verdict.NOT_ENOUGH_DATA, None, tolerance)
     t2, t1, t0 = valid[-3:]
     changes = (abs(t1 - t2) / t2, abs(t0 - t1) / t1)
-    verdict = "converged" if all(c <= tolerance for c in changes) else "not_converged"
+    verdict = Verdict.CONVERGED if all(c <= tolerance for c in changes) else Verdict.NOT_CONVERGED
     return Sweep(rows, verdict, changes, tolerance)
 
 
@@ -604,8 +626,8 @@ def analyze(
     DataError
         The dataframe cannot be analysed; the message names the run and column.
     """
-    if isinstance(targets, (int, float)) and not isinstance(targets, bool):
-        targets = (targets,)
+    # One number is one target (a bool too, which the config then refuses by name).
+    wanted = (targets,) if isinstance(targets, (int, float)) else tuple(targets)
     unknown = set(options) - {f.name for f in fields(AnalysisConfig)}
     if unknown:
         raise ConfigError(f"unknown analysis option(s): {', '.join(sorted(unknown))}")
@@ -613,7 +635,7 @@ def analyze(
         options["batch_schedule"] = BatchSchedule.parse(options["batch_schedule"])
     if isinstance(options.get("lr_schedule"), str):
         options["lr_schedule"] = LrSchedule.parse_spec(options["lr_schedule"])
-    config = AnalysisConfig(targets=tuple(targets), **options)
+    config = AnalysisConfig(targets=wanted, **options)
     if isinstance(data, History):
         history = data
     elif isinstance(data, pd.DataFrame):

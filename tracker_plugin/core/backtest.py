@@ -9,7 +9,7 @@ The protocol, for each finished run, each fit fraction ``f`` and each target qua
 5. score ``ln(predicted / true tokens)``: 0 is perfect, 0.1 is 10% off.
 
 The lr plan a forecast may use (``plan``): ``log`` hands it the finished run's logged lr, as
-a user hands a planned schedule with ``--lr-schedule``; ``infer`` gives it only the cut, so
+a user hands a planned schedule (``lr_schedule``); ``infer`` gives it only the cut, so
 it infers what it can from the lr logged so far.
 
 Pure: histories and settings in, frozen dataclasses out. The command line and the
@@ -19,17 +19,19 @@ benchmark share it.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
-from tracker_plugin.core.analysis import EXTRAPOLATED, REACHED, AnalysisConfig, _crossing, run_analysis
+from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["PLANS", "BacktestCase", "BacktestSummary", "backtest_run", "logged_plan", "summarize"]
+__all__ = ["PLANS", "Backtest", "BacktestCase", "BacktestSummary", "Skipped", "backtest_run", "logged_plan", "summarize"]
 
 PLANS = ("log", "infer")
 
@@ -44,7 +46,7 @@ class BacktestCase:
     target_quantile: float
     target: float
     true_tokens: float
-    status: str  # reached | extrapolated | unreachable | failed
+    status: Status
     chosen: str | None = None  # the law auto chose
     tokens: float | None = None
     interval: tuple[float, float] | None = None
@@ -53,7 +55,7 @@ class BacktestCase:
     @property
     def forecast(self) -> bool:
         """Whether the cut produced a forecast (a crossing or an extrapolation)."""
-        return self.tokens is not None and self.status in (REACHED, EXTRAPOLATED)
+        return self.tokens is not None and self.status.located
 
     @property
     def error(self) -> float | None:
@@ -85,6 +87,25 @@ class BacktestSummary:
     coverage: float | None  # share of intervals holding the truth
     intervals: int
     median_width: float | None  # median high / low of the intervals
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run the backtest could not score, and why (it could not be read)."""
+
+    run: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Backtest:
+    """A backtest over many runs: its settings, every case, the figures, the runs skipped."""
+
+    plan: str
+    config: AnalysisConfig
+    cases: tuple[BacktestCase, ...]
+    summaries: tuple[BacktestSummary, ...]
+    skipped: tuple[Skipped, ...] = ()
 
 
 def logged_plan(history: History) -> LrSchedule | None:
@@ -136,12 +157,9 @@ def _cut(
     config: AnalysisConfig,
     schedule: LrSchedule | None,
 ) -> list[BacktestCase]:
-    def case(q: float, target: float, truth: float, status: str, **more: object) -> BacktestCase:
-        return BacktestCase(history.run, model, fraction, q, target, truth, status, **more)  # type: ignore[arg-type]
-
     if rows < 2:
         note = f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)"
-        return [case(q, t, truth, "failed", note=note) for q, t, truth in targets]
+        return [BacktestCase(history.run, model, fraction, q, t, truth, Status.FAILED, note=note) for q, t, truth in targets]
     settings = replace(
         config,
         model=model,
@@ -151,19 +169,21 @@ def _cut(
     )
     analysis = run_analysis(history.head(rows), settings)
     chosen = analysis.selection.chosen if analysis.selection is not None else None
+    if model == "power-law":
+        chosen = model
     return [
-        case(
-            q,
-            target,
-            truth,
-            result.status,
-            chosen=chosen if model != "power-law" else "power-law",
-            tokens=result.tokens,
-            interval=result.tokens_interval,
-            note=result.note,
-        )
+        _scored(history.run, model, fraction, q, target, truth, result, chosen)
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
+
+
+def _scored(
+    run: str, model: str, fraction: float, q: float, target: float, truth: float, result: TargetResult, chosen: str | None
+) -> BacktestCase:
+    return BacktestCase(
+        run, model, fraction, q, target, truth, result.status,
+        chosen=chosen, tokens=result.tokens, interval=result.tokens_interval, note=result.note,
+    )
 
 
 def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
@@ -177,10 +197,14 @@ def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
 def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> BacktestSummary:
     errors = np.array([c.error for c in group if c.error is not None])
     covered = [c.covered for c in group if c.covered is not None]
-    widths = [c.interval[1] / c.interval[0] for c in group if c.covered is not None and c.interval[0] > 0]  # type: ignore[index]
+    widths = [
+        c.interval[1] / c.interval[0]
+        for c in group
+        if c.interval is not None and c.covered is not None and c.interval[0] > 0
+    ]
 
-    def stat(values: np.ndarray, fn: object) -> float | None:
-        return float(fn(values)) if len(values) else None  # type: ignore[operator]
+    def stat(values: np.ndarray, fn: Callable[[np.ndarray], Any]) -> float | None:
+        return float(fn(values)) if len(values) else None
 
     return BacktestSummary(
         model=key[0],

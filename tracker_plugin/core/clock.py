@@ -173,10 +173,11 @@ def build_timeline(
 
 def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:
     steps = history.step.astype(float)
-    logged = None if history.lr is None else np.isfinite(history.lr) & (history.lr >= 0)
-    if logged is not None and logged.any():
-        peak = float(np.max(history.lr[logged]))
-        s, v = steps[logged], history.lr[logged] / (peak if peak > 0 else 1.0)
+    lr = history.lr
+    logged = np.zeros(len(steps), bool) if lr is None else np.isfinite(lr) & (lr >= 0)
+    if lr is not None and logged.any():
+        peak = float(np.max(lr[logged]))
+        s, v = steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
         if plan is not None:
             # The plan takes over one step after the last logged lr.
             join = s[-1] + 1.0

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.status import Status
 
 __all__ = ["Compared", "ComparisonRow", "compare"]
 
@@ -23,7 +24,7 @@ class ComparisonRow:
     batch_first: float | None  # tokens per step in the first and last batch stage
     batch_last: float | None
     dynamic: bool
-    status: str
+    status: Status
     tokens: float | None
     step: float | None
     tokens_low: float | None
@@ -56,7 +57,7 @@ def compare(runs: Sequence[Compared], targets: Sequence[float]) -> list[Comparis
 
 def _row(run: Compared, target: float) -> ComparisonRow:
     if run.analysis is None:
-        return ComparisonRow(target, run.name, run.ref, None, None, False, "failed", None, None, None, None, None, run.error)
+        return ComparisonRow(target, run.name, run.ref, None, None, False, Status.FAILED, None, None, None, None, None, run.error)
     result = next(t for t in run.analysis.targets if t.target == target)
     low, high = result.tokens_interval or (None, None)
     return ComparisonRow(

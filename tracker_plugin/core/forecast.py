@@ -40,7 +40,7 @@ from tracker_plugin.core.models import (
     observations,
 )
 from tracker_plugin.core.models.replicates import refit_many
-from tracker_plugin.core.models.schedule_law import crossing_tokens, smooth_after
+from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule, Plan, infer_lr_schedule
@@ -116,7 +116,7 @@ class TargetForecast:
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
-    """The plan given (``--lr-schedule``, ``--lr-spec``), else the run's own (its params, as a
+    """The plan given (the ``lr_schedule`` setting), else the run's own (its params, as a
     source put it in ``history.lr_plan``), else what the logged lr shows."""
     given = given if given is not None else history.lr_plan
     if given is not None:
@@ -134,7 +134,7 @@ def fit_window(
     prior: GainPrior | None,
     hint: LawFit | None = None,
     smoothed: np.ndarray | None = None,
-    rounds: int | None = None,
+    rounds: int = IRLS_ROUNDS,
     like: LawFit | None = None,
 ) -> LawFit | FitFailure:
     """Fit a law to the raw loss of rows ``first:end`` of ``history``.
@@ -152,8 +152,8 @@ def fit_window(
         start=None if hint is None else hint.theta,
         smoothed_start=None if smoothed is None else float(smoothed[first]),
         cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
-        **({} if rounds is None else {"rounds": rounds}),
-        **({} if like is None else {"strength": like.strength}),
+        rounds=rounds,
+        strength=0.0 if like is None else like.strength,
     )
 
 
@@ -181,10 +181,11 @@ def choose_law(
     scores = {name: (float(np.mean([abs(e) for e, _ in errs])) if errs else None) for name, errs in inner.items()}
     chosen = names[0]
     for name in names[1:]:
-        if scores[name] is not None and scores[chosen] is not None and scores[name] < scores[chosen] - SELECTION_MARGIN:
+        score, best = scores[name], scores[chosen]
+        if score is not None and best is not None and score < best - SELECTION_MARGIN:
             chosen = name
     if model != AUTO:
-        method = "--model"
+        method = "named by the model setting"
     elif len(names) == 1:
         method = (
             f"auto: the lr has fallen by less than {MIN_SEEN_DECAY:.0%} of its peak in the log, "
@@ -334,7 +335,7 @@ def forecast_targets(
 def _seed(history: History) -> int:
     """A seed from the run's data: the same run gives the same forecast and interval."""
     # crc32(b, crc32(a)) == crc32(a + b), without copying a long log's arrays.
-    return zlib.crc32(np.ascontiguousarray(history.step), zlib.crc32(np.ascontiguousarray(history.loss)))
+    return zlib.crc32(np.ascontiguousarray(history.step).data, zlib.crc32(np.ascontiguousarray(history.loss).data))
 
 
 def _block_length(values: np.ndarray) -> int:

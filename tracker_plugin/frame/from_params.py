@@ -17,14 +17,15 @@ __all__ = ["with_config_batch", "with_planned_lr"]
 def with_config_batch(history: History, where: str) -> History:
     """``history`` with its batch's source named, and a note when the batch looks like a
     count of sequences: a config key's unit is not written down anywhere."""
-    note = ()
+    notes = history.notes
     if float(history.batch.min()) < FEW_TOKENS:
         note = (
             f"the batch {float(history.batch.min()):,.0f} from {where} is read as tokens per step; "
-            "if it counts sequences, pass --batch-size with the tokens per step (the token axis "
-            "and the EMA window depend on it)",
+            "if it counts sequences, pass batch_size with the tokens per step (the token axis "
+            "and the EMA window depend on it)"
         )
-    return replace(history, batch_source=where, notes=history.notes + note)
+        notes += (note,)
+    return replace(history, batch_source=where, notes=notes)
 
 
 def with_planned_lr(history: History, params: Mapping[str, Any]) -> History:

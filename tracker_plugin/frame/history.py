@@ -179,14 +179,15 @@ def build_history(
     columns = columns or Columns()
     if len(data.columns) == 0:
         raise DataError("the file is empty", run=run)
+    step_key, loss_key = _pick(data, columns.step, "step", run), _pick(data, columns.loss, "loss", run)
     names = {
-        "step": _pick(data, columns.step, "step", run),
-        "loss": _pick(data, columns.loss, "loss", run),
-        "tokens": _pick(data, columns.tokens, "tokens", run, required=False),
-        "batch": _pick(data, columns.batch, "batch", run, required=False),
-        "lr": _pick(data, columns.lr, "lr", run, required=False),
+        "step": step_key,
+        "loss": loss_key,
+        "tokens": _find(data, columns.tokens),
+        "batch": _find(data, columns.batch),
+        "lr": _find(data, columns.lr),
     }
-    nan_loss = _spelled_nan(data[names["loss"]])
+    nan_loss = _spelled_nan(data[loss_key])
     if logged_nan_loss is not None:
         nan_loss |= np.asarray(logged_nan_loss, bool)
     cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None}
@@ -195,11 +196,11 @@ def build_history(
     logged = ~np.isnan(cols["loss"]) | nan_loss
     if (logged & ~has_step).any():
         row = int(np.flatnonzero(logged & ~has_step)[0])
-        raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=names["step"])
+        raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=step_key)
     if not has_step.all():  # blank rows
         cols = {key: values[has_step] for key, values in cols.items()}
     cols, notes = _resolve_steps(cols)
-    step = _integer_steps(cols["step"], names["step"], run)
+    step = _integer_steps(cols["step"], step_key, run)
 
     loss = cols["loss"]
     finite = np.isfinite(loss)
@@ -207,7 +208,7 @@ def build_history(
     keep = finite & ~cols["nan_loss"]
     if keep.sum() < 2:
         what = "no finite values" if not keep.any() else "only one finite value"
-        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=names["loss"])
+        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=loss_key)
     if bad.any():
         notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
 
@@ -218,7 +219,7 @@ def build_history(
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
     return History(
         run=run,
-        loss_key=names["loss"],
+        loss_key=loss_key,
         step=step,
         tokens=tokens,
         batch=batch,
@@ -246,17 +247,20 @@ def batch_stages(history: History) -> tuple[BatchStage, ...]:
     )
 
 
-def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str, *, required: bool = True) -> str | None:
-    for name in candidates:
-        if name in data.columns:
-            return name
-    if not required:
-        return None
+def _find(data: pd.DataFrame, candidates: tuple[str, ...]) -> str | None:
+    """The first of ``candidates`` the data has, or None."""
+    return next((name for name in candidates if name in data.columns), None)
+
+
+def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) -> str:
+    """The first of ``candidates`` the data has; a column the analysis cannot do without."""
+    found = _find(data, candidates)
+    if found is not None:
+        return found
     wanted = candidates[0] if len(candidates) == 1 else " or ".join(f"'{c}'" for c in candidates)
     wanted = f"'{wanted}'" if len(candidates) == 1 else wanted
-    option = "--step-col" if role == "step" else "--loss-col"
     raise DataError(
-        f"no {role} column {wanted}; columns are {list(map(str, data.columns))} (choose one with {option})",
+        f"no {role} column {wanted}; columns are {list(map(str, data.columns))} (choose one with columns.{role})",
         run=run,
     )
 
@@ -340,14 +344,14 @@ def _batch(
         source = f"column '{column}'"
     else:
         given = batch_size
-        source = "--batch-size"
+        source = "batch_size"
         if given is None:
             given = batch_from_name(run)
             source = "run name"
         if given is None:
             raise DataError(
-                "no such column and no batch size given; pass --batch-size (tokens per step), "
-                "name the batch column with --batch-col, or put the size in the name (_1Mbs)",
+                "no such column and no batch size given; pass batch_size (tokens per step), "
+                "name the batch column with columns.batch, or put the size in the name (_1Mbs)",
                 run=run,
                 column="global_batch" if column is None else column,
             )

@@ -65,7 +65,7 @@ def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str
     }
     for result in analysis.targets:
         prefix = f"{NAMESPACE}/{target_slug(result.target)}"
-        labels[f"{prefix}/status"] = result.status
+        labels[f"{prefix}/status"] = str(result.status)
         low_high = result.tokens_interval or (None, None)
         step_low_high = result.step_interval or (None, None)
         values = (result.tokens, result.step, *low_high, *step_low_high, result.extrapolation_factor)

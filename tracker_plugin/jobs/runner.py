@@ -7,25 +7,34 @@ finish; nothing here raises for a single run's trouble.
 
 from __future__ import annotations
 
-import math
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import Previous, RunInfo, Source
 
-__all__ = ["Outcome", "outcome_rows", "process_runs"]
+__all__ = ["Action", "Outcome", "outcome_rows", "process_runs"]
 
-ANNOTATED = "annotated"
-UNCHANGED = "unchanged"
-DRY_RUN = "dry run"
-ANALYSED = "analysed"
-FAILED = "failed"
+
+class Action(str, Enum):
+    """What a job did to a run; the word the summary table and its JSON show."""
+
+    ANNOTATED = "annotated"  # analysed and written back
+    UNCHANGED = "unchanged"  # its annotation was current: nothing written
+    DRY_RUN = "dry run"  # analysed; what would be written was listed, not written
+    ANALYSED = "analysed"  # analysed only (compare)
+    FAILED = "failed"  # could not be read, analysed or written; the error says why
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -33,14 +42,14 @@ class Outcome:
     """What happened to one run."""
 
     run: RunInfo
-    action: str  # annotated | unchanged | dry run | analysed | failed
+    action: Action
     analysis: Analysis | None = None
     error: str | None = None
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
 
     @property
     def failed(self) -> bool:
-        return self.action == FAILED
+        return self.action == Action.FAILED
 
 
 def process_runs(
@@ -68,9 +77,9 @@ def process_runs(
         try:
             return _one(source, run, config, settings, fingerprint, write=write, force=force, dry_run=dry_run)
         except TrackerPluginError as exc:
-            return Outcome(run, FAILED, error=exc.problem if exc.run == run.ref else str(exc))
+            return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
         except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
-            return Outcome(run, FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+            return Outcome(run, Action.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
 
     results: dict[int, Outcome] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:
@@ -94,62 +103,48 @@ def _one(
     dry_run: bool,
 ) -> Outcome:
     if write and not force and run.progress is not None and run.previous == Previous(fingerprint, run.progress):
-        return Outcome(run, UNCHANGED)
+        return Outcome(run, Action.UNCHANGED)
     analysis = run_analysis(source.read(run), config)
     if not write:
-        return Outcome(run, ANALYSED, analysis)
+        return Outcome(run, Action.ANALYSED, analysis)
     annotation = build_annotation(analysis, settings, progress=run.progress)
     if not force and annotation.is_current(run.previous):
-        return Outcome(run, UNCHANGED, analysis)
+        return Outcome(run, Action.UNCHANGED, analysis)
     if dry_run:
-        return Outcome(run, DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
+        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
     source.write(run, annotation)
-    return Outcome(run, ANNOTATED, analysis)
+    return Outcome(run, Action.ANNOTATED, analysis)
 
 
 class _NoBar:
-    def __enter__(self) -> _NoBar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+    """Stands in for the progress bar where none is shown."""
 
     def update(self, n: int) -> None:
         return None
 
 
-def _progress_bar(length: int, label: str, enabled: bool) -> Any:
+def _progress_bar(length: int, label: str, enabled: bool) -> AbstractContextManager[Any]:
     """A progress bar on stderr, when stderr is a terminal (not in cron logs)."""
     if not enabled or length < 2 or not sys.stderr.isatty():
-        return _NoBar()
+        return nullcontext(_NoBar())
     import click
 
     return click.progressbar(length=length, label=label, file=sys.stderr, show_pos=True)
 
 
-def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
+def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
     """One row per run and target: the summary table's content, also its JSON form."""
     rows = []
     for outcome in outcomes:
-        base = {"run": outcome.run.name, "ref": outcome.run.ref, "action": outcome.action}
+        run = outcome.run
         if outcome.analysis is None:
-            rows.append(base | {"target": None, "status": outcome.action, "tokens": None, "step": None,
-                                "tokens_interval": None, "note": outcome.error})
+            rows.append(RunRow(run.name, run.ref, outcome.action, note=outcome.error))
             continue
         for result in outcome.analysis.targets:
             rows.append(
-                base
-                | {
-                    "target": result.target,
-                    "status": result.status,
-                    "tokens": result.tokens,
-                    "step": result.step,
-                    # an unbounded end (no replicate reached the target) is null, as in the report
-                    "tokens_interval": [v if math.isfinite(v) else None for v in result.tokens_interval]
-                    if result.tokens_interval
-                    else None,
-                    "note": result.note,
-                }
+                RunRow(
+                    run.name, run.ref, outcome.action, result.target, result.status, result.tokens, result.step,
+                    result.tokens_interval, result.note,
+                )
             )
     return rows
-

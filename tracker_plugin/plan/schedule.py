@@ -1,8 +1,8 @@
 """Planned schedules beyond the logged range.
 
 - :class:`BatchSchedule`: how the batch changes after the log ends.
-- :class:`LrSchedule`: the planned learning rate, from a ``step,lr`` table (``--lr-schedule``),
-  a spec (``--lr-spec cosine:warmup=2000,total=50000,final=0.1``), a run's hyperparameters
+- :class:`LrSchedule`: the planned learning rate, from a ``step,lr`` table (a file), a spec
+  (``cosine:warmup=2000,total=50000,final=0.1``), a run's hyperparameters
   (:meth:`LrSchedule.from_params`, for tracker adapters), or inferred from the logged lr
   (:func:`infer_lr_schedule`).
 """
@@ -43,13 +43,13 @@ class BatchSchedule:
                 start, batch = (float(part) for part in item.split(":"))
             except ValueError:
                 raise ConfigError(
-                    f"--batch-schedule takes TOKENS:BATCH pairs such as 0:589824, got {item!r}"
+                    f"batch_schedule takes TOKENS:BATCH pairs such as 0:589824, got {item!r}"
                 ) from None
             if not (math.isfinite(start) and math.isfinite(batch)) or batch <= 0 or start < 0:
-                raise ConfigError(f"--batch-schedule: {item!r} needs tokens >= 0 and a batch > 0")
+                raise ConfigError(f"batch_schedule pair {item!r} needs tokens >= 0 and a batch > 0")
             stages.append((start, batch))
         if not stages:
-            raise ConfigError("--batch-schedule needs at least one TOKENS:BATCH pair")
+            raise ConfigError("batch_schedule needs at least one TOKENS:BATCH pair")
         return cls(tuple(sorted(stages)))
 
     def __str__(self) -> str:
@@ -108,7 +108,7 @@ class LrSchedule:
 
     @classmethod
     def from_table(cls, steps: Sequence[float], lr: Sequence[float], *, source: str = "file", name: str = "") -> LrSchedule:
-        """A schedule from ``step, lr`` pairs, such as the rows of a ``--lr-schedule`` CSV.
+        """A schedule from ``step, lr`` pairs, such as the rows of a planned-lr CSV file.
 
         Raises
         ------
@@ -161,16 +161,16 @@ class LrSchedule:
         shape, _, rest = text.partition(":")
         shape = shape.strip().lower()
         if shape not in SHAPES:
-            raise ConfigError(f"--lr-spec {spec!r}: unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
+            raise ConfigError(f"lr_spec {spec!r}: unknown shape {shape!r}; choose from {', '.join(SHAPES)}")
         values: dict[str, str] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = item.partition("=")
             key = key.strip().lower()
             if not eq or key not in _SPEC_KEYS[shape]:
                 allowed = ", ".join(sorted(_SPEC_KEYS[shape]))
-                raise ConfigError(f"--lr-spec {spec!r}: {item!r} is not KEY=VALUE with KEY one of {allowed}")
+                raise ConfigError(f"lr_spec {spec!r}: {item!r} is not KEY=VALUE with KEY one of {allowed}")
             values[key] = value.strip()
-        return _build_spec(shape, values, spec, f"--lr-spec {spec}", "spec")
+        return _build_spec(shape, values, spec, f"lr_spec {spec}", "spec")
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> LrSchedule | None:
@@ -303,7 +303,7 @@ def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, s
             return default
         number = _number(values[key])
         if number is None:
-            raise ConfigError(f"--lr-spec {spec!r}: {key}={values[key]!r} is not a number")
+            raise ConfigError(f"lr_spec {spec!r}: {key}={values[key]!r} is not a number")
         return number
 
     warmup = num("warmup", 0.0)
@@ -312,13 +312,13 @@ def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, s
     final = num("final", 0.0)
     assert warmup is not None and peak is not None and final is not None
     if warmup < 0 or peak <= 0:
-        raise ConfigError(f"--lr-spec {spec!r}: needs warmup >= 0 and peak > 0")
+        raise ConfigError(f"lr_spec {spec!r}: needs warmup >= 0 and peak > 0")
     if not 0 <= final <= 1:
-        raise ConfigError(f"--lr-spec {spec!r}: final is the end lr as a fraction of the peak, in [0, 1]; got {final:g}")
+        raise ConfigError(f"lr_spec {spec!r}: final is the end lr as a fraction of the peak, in [0, 1]; got {final:g}")
     if shape != "constant" and total is None:
-        raise ConfigError(f"--lr-spec {spec!r}: {shape} needs total=STEPS (the planned last step)")
+        raise ConfigError(f"lr_spec {spec!r}: {shape} needs total=STEPS (the planned last step)")
     if total is not None and total <= warmup:
-        raise ConfigError(f"--lr-spec {spec!r}: total ({total:g}) must come after the warmup ({warmup:g})")
+        raise ConfigError(f"lr_spec {spec!r}: total ({total:g}) must come after the warmup ({warmup:g})")
     knots: list[tuple[float, float]] = [(0.0, 0.0)] if warmup > 0 else []
     knots.append((warmup, 1.0))
     if shape == "constant":
@@ -335,23 +335,23 @@ def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, s
         assert decay is not None
         decay_steps = decay * total if 0 < decay < 1 else decay
         if not 0 < decay_steps <= total - warmup:
-            raise ConfigError(f"--lr-spec {spec!r}: decay must be a fraction in (0, 1) or steps within the run")
+            raise ConfigError(f"lr_spec {spec!r}: decay must be a fraction in (0, 1) or steps within the run")
         decay_shape = values.get("decay_shape", "linear").lower()
         if decay_shape not in ("linear", "cosine"):
-            raise ConfigError(f"--lr-spec {spec!r}: decay_shape is linear or cosine, got {decay_shape!r}")
+            raise ConfigError(f"lr_spec {spec!r}: decay_shape is linear or cosine, got {decay_shape!r}")
         knots += _decay(total - decay_steps, total, final, decay_shape)
         words = f"constant, then a {decay_shape} decay over the last {decay_steps:,.0f} steps to {final:g}x at step {total:,.0f}"
     else:  # step
         factor = num("factor", 0.1)
         assert factor is not None
         if not 0 < factor <= 1:
-            raise ConfigError(f"--lr-spec {spec!r}: factor is the multiplier at each step, in (0, 1]")
+            raise ConfigError(f"lr_spec {spec!r}: factor is the multiplier at each step, in (0, 1]")
         try:
             at = sorted(float(a) for a in values.get("at", "").split("/") if a.strip())
         except ValueError:
-            raise ConfigError(f"--lr-spec {spec!r}: at takes step numbers joined by '/'") from None
+            raise ConfigError(f"lr_spec {spec!r}: at takes step numbers joined by '/'") from None
         if not at or at[0] <= warmup:
-            raise ConfigError(f"--lr-spec {spec!r}: step needs at=STEP[/STEP...] after the warmup")
+            raise ConfigError(f"lr_spec {spec!r}: step needs at=STEP[/STEP...] after the warmup")
         level = 1.0
         for a in at:
             knots += [(a, level), (a + 1.0, level * factor)]
@@ -432,7 +432,7 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
         return Plan(
             None,
             f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
-            "stays there; a planned decay would reach targets sooner (pass --lr-schedule or --lr-spec)",
+            "stays there; a planned decay would reach targets sooner (pass lr_schedule)",
         )
     decayed = (peak - last) / peak
     best = None
@@ -448,7 +448,7 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
         return Plan(
             None,
             f"the planned lr after step {s[-1]:,.0f} is unknown: the forecast assumes the last logged lr "
-            f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass --lr-schedule or --lr-spec)",
+            f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass lr_schedule)",
         )
     _, shape, total, final, start = best
     warmup = float(s[at_peak[0]])

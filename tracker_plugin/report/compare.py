@@ -6,11 +6,13 @@ import csv
 import io
 import math
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, fields
+from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.compare import ComparisonRow
 from tracker_plugin.report.render import format_tokens
+from tracker_plugin.report.tables import json_row, text_table
 
 __all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "render_text", "spreadsheet_safe"]
 
@@ -37,7 +39,7 @@ def _cells(row: ComparisonRow) -> tuple[str, ...]:
         f"{row.target:g}",
         row.run,
         batch_label(row),
-        row.status,
+        str(row.status),
         format_tokens(row.tokens),
         "-" if row.step is None else f"{row.step:,.0f}",
         interval,
@@ -56,11 +58,7 @@ def render_text(rows: Sequence[ComparisonRow]) -> str:
     blocks = []
     for target in dict.fromkeys(r.target for r in rows):
         cells = [_cells(r)[1:] for r in rows if r.target == target]
-        header = _HEADER[1:]
-        widths = [max(len(c[i]) for c in [header, *cells]) for i in range(len(header))]
-        lines = [f"target {target:g}"]
-        lines += ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *cells]]
-        blocks.append("\n".join(lines))
+        blocks.append("\n".join([f"target {target:g}", *text_table(_HEADER[1:], cells)]))
     return "\n\n".join(blocks)
 
 
@@ -94,22 +92,21 @@ def spreadsheet_safe(value: Any) -> Any:
 def render_csv(rows: Sequence[ComparisonRow]) -> str:
     """Machine-readable rows with raw numbers, safe to open in a spreadsheet."""
     buffer = io.StringIO()
-    fields = list(asdict(rows[0])) if rows else list(ComparisonRow.__dataclass_fields__)
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=[f.name for f in fields(ComparisonRow)], lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({k: spreadsheet_safe("" if v is None else v) for k, v in asdict(row).items()})
+        writer.writerow({k: spreadsheet_safe("" if v is None else v) for k, v in _csv_values(row).items()})
     return buffer.getvalue()
+
+
+def _csv_values(row: ComparisonRow) -> dict[str, Any]:
+    """The row's fields as a spreadsheet reads them: enums as their words, numbers raw."""
+    return {name: value.value if isinstance(value, Enum) else value for name, value in asdict(row).items()}
 
 
 def render_json(rows: Sequence[ComparisonRow]) -> list[dict[str, Any]]:
     """Rows as plain dicts, grouped by target."""
     return [
-        {"target": target, "rows": [_finite_values(asdict(r)) for r in rows if r.target == target]}
+        {"target": target, "rows": [json_row(r) for r in rows if r.target == target]}
         for target in dict.fromkeys(r.target for r in rows)
     ]
-
-
-def _finite_values(row: dict[str, Any]) -> dict[str, Any]:
-    """JSON has no infinity: an unbounded interval end becomes null."""
-    return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()}

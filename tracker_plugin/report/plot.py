@@ -10,6 +10,8 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.models import FitFailure
+from tracker_plugin.core.status import Status
 
 __all__ = ["plot_analysis", "plot_comparison"]
 
@@ -104,10 +106,10 @@ def _stages(ax: Any, analysis: Analysis, x_min: float) -> None:
 def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray, start: float) -> float:
     """Draw the fitted law over its window and on to the furthest forecast; return that x."""
     fit = analysis.fit
-    forecasts = [t.tokens for t in analysis.targets if t.status == "extrapolated" and t.tokens]
+    forecasts = [t.tokens for t in analysis.targets if t.status == Status.EXTRAPOLATED and t.tokens]
     highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval and np.isfinite(t.tokens_interval[1])]
     x_max = max([tokens[-1], *forecasts, *highs])
-    if fit is None or not hasattr(fit, "predict"):
+    if fit is None or isinstance(fit, FitFailure):
         return x_max
     inside = np.geomspace(start, tokens[-1], 200)
     beyond = np.geomspace(tokens[-1], x_max * 1.1, 200)
@@ -132,7 +134,7 @@ def _targets(ax: Any, analysis: Analysis) -> None:
                 color=color,
             )
             continue
-        marker = "o" if result.status == "reached" else "D"
+        marker = "o" if result.status == Status.REACHED else "D"
         ax.plot([result.tokens], [result.target], marker=marker, color=color, ms=7, ls="none")
         if result.tokens_interval is not None:
             lo, hi = result.tokens_interval
@@ -194,16 +196,16 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         x_hi.append(tokens[-1])
         lows.append(float(np.min(analysis.smoothed[start:])))
         highs.append(float(np.percentile(analysis.smoothed[start:], 95)))
-        forecasts = [t for t in analysis.targets if t.status == "extrapolated" and t.tokens]
+        forecasts = [t.tokens for t in analysis.targets if t.status == Status.EXTRAPOLATED and t.tokens]
         fit = analysis.fit
-        if forecasts and fit is not None and hasattr(fit, "predict"):
-            end = max(t.tokens for t in forecasts)
+        if forecasts and fit is not None and not isinstance(fit, FitFailure):
+            end = max(forecasts)
             beyond = np.geomspace(tokens[-1], end, 100)
             ax.plot(beyond, fit.predict(beyond), color=color, lw=1.2, ls="--")
         for result in analysis.targets:
             if result.tokens is None:
                 continue
-            filled = result.status == "reached"
+            filled = result.status == Status.REACHED
             ax.plot([result.tokens], [result.target], marker="o", ms=7, ls="none", color=color,
                     markerfacecolor=color if filled else "white", markeredgewidth=1.5, zorder=3)
             x_hi.append(result.tokens)

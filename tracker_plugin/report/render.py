@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, TargetResult
-from tracker_plugin.core.backtest import BacktestCase, BacktestSummary
+from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT
+from tracker_plugin.core.status import Status, Verdict
 
-__all__ = ["backtest_json", "backtest_text", "format_tokens", "runs_table", "to_json", "to_text"]
+__all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
+
+# Rewords a message for its reader: see ``tracker_plugin.cli.words``.
+Wording = Callable[[str], str]
 
 _RULE = "-" * 100
 
@@ -76,7 +81,7 @@ def _plan_json(analysis: Analysis) -> dict[str, Any] | None:
 def _target_json(result: TargetResult) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "target": result.target,
-        "status": result.status,
+        "status": str(result.status),
         "tokens": _num(result.tokens),
         "step": _num(result.step),
         "tokens_interval": _pair(result.tokens_interval),
@@ -94,7 +99,7 @@ def _target_json(result: TargetResult) -> dict[str, Any]:
 
 def _sweep_json(sweep: Sweep) -> dict[str, Any]:
     return {
-        "verdict": sweep.verdict,
+        "verdict": str(sweep.verdict),
         "changes": None if sweep.changes is None else list(sweep.changes),
         "tolerance": sweep.tolerance,
         "rows": [
@@ -119,8 +124,18 @@ def _pair(pair: tuple[float, float] | None) -> list[float | None] | None:
     return None if pair is None else [_num(pair[0]), _num(pair[1])]
 
 
-def to_text(analysis: Analysis) -> str:
-    """The human report: settings, batch stages, one line per target, sweeps and verdicts."""
+def as_written(text: str) -> str:
+    """The wording that keeps a message as the analysis wrote it."""
+    return text
+
+
+def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
+    """The human report: settings, batch stages, one line per target, sweeps and verdicts.
+
+    ``wording`` rewords the analysis's messages for the reader (the command line says the
+    settings they name as its flags).
+    """
+    analysis = _reworded(analysis, wording)
     lines = [f"run: {analysis.run}", _header(analysis)]
     if analysis.selection is not None:
         lines.append(_model_line(analysis))
@@ -131,6 +146,20 @@ def to_text(analysis: Analysis) -> str:
     for result in analysis.targets:
         lines += _target_lines(analysis, result)
     return "\n".join(lines)
+
+
+def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
+    """The analysis with the messages the report shows in ``wording``."""
+    if wording is as_written:
+        return analysis
+    targets = tuple(replace(t, note=wording(t.note)) if t.note else t for t in analysis.targets)
+    return replace(
+        analysis,
+        fit_start_reason=wording(analysis.fit_start_reason),
+        batch_source=wording(analysis.batch_source),
+        notes=tuple(wording(note) for note in analysis.notes),
+        targets=targets,
+    )
 
 
 def _header(analysis: Analysis) -> str:
@@ -174,10 +203,10 @@ def _stage_table(analysis: Analysis) -> list[str]:
 
 def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     head = f"target={result.target:<8g}"
-    if result.status == "reached":
+    if result.status == Status.REACHED:
         return [f"{head} REACHED (interpolated): step={result.step:,.1f} tokens={result.tokens:,.0f}"]
     lines = []
-    if result.status == "extrapolated":
+    if result.status == Status.EXTRAPOLATED:
         flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
         interval = ""
         if result.tokens_interval is not None:
@@ -241,7 +270,7 @@ def _verdict(sweep: Sweep) -> str:
     if sweep.changes is None:
         return "verdict: NOT ENOUGH DATA to judge convergence yet (need >=3 valid windows)"
     a, b = sweep.changes
-    if sweep.verdict == "converged":
+    if sweep.verdict == Verdict.CONVERGED:
         return (
             f"verdict: CONVERGED -- last two window-to-window changes ({a:.1%}, {b:.1%}) "
             f"both within tolerance {sweep.tolerance:.0%}"
@@ -262,126 +291,6 @@ def format_tokens(value: float | None) -> str:
     return f"{value:.0f}"
 
 
-def _upper(value: float | None) -> str:
+def upper_tokens(value: float | None) -> str:
     """An interval's upper end; none (no replicate got there) reads as inf."""
     return "inf" if value is None or not math.isfinite(value) else format_tokens(value)
-
-
-def runs_table(rows: list[dict[str, Any]]) -> str:
-    """The summary table of a many-run command: run, target, status, tokens, step, interval."""
-    header = ("run", "target", "status", "tokens", "step", "interval", "note")
-    lines = []
-    for row in rows:
-        interval = row.get("tokens_interval")
-        lines.append(
-            (
-                str(row["run"]),
-                "-" if row["target"] is None else f"{row['target']:g}",
-                str(row["status"]),
-                format_tokens(row["tokens"]),
-                "-" if row["step"] is None else f"{row['step']:,.0f}",
-                "-" if not interval else f"{format_tokens(interval[0])}-{_upper(interval[1])}",
-                row.get("note") or "",
-            )
-        )
-    widths = [max(len(r[i]) for r in [header, *lines]) for i in range(len(header) - 1)]
-    out = []
-    for r in [header, *lines]:
-        out.append("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    return "\n".join(line.rstrip() for line in out)
-
-
-def backtest_json(
-    cases: list[BacktestCase],
-    summaries: list[BacktestSummary],
-    skipped: list[dict[str, str]],
-    plan: str,
-    config: AnalysisConfig,
-) -> dict[str, Any]:
-    """The backtest as one JSON document: settings, per-model summaries, every case."""
-    return {
-        "protocol": "cut at fit_fraction of the final tokens; target = the full run's smoothed loss at "
-        "target_quantile of its tokens; truth = its first crossing; error = ln(predicted / true tokens)",
-        "plan": plan,
-        "ema_token_window": config.ema_token_window,
-        "interval_level": config.interval,
-        "summaries": [
-            {
-                "model": x.model,
-                "fit_fraction": x.fit_fraction,
-                "target_quantile": x.target_quantile,
-                "cases": x.cases,
-                "no_forecast": x.failures,
-                "median_abs_log_error": _num(x.median_abs),
-                "p90_abs_log_error": _num(x.p90_abs),
-                "bias": _num(x.bias),
-                "interval_coverage": _num(x.coverage),
-                "intervals": x.intervals,
-                "median_interval_width": _num(x.median_width),
-            }
-            for x in summaries
-        ],
-        "cases": [
-            {
-                "run": c.run,
-                "model": c.model,
-                "chosen": c.chosen,
-                "fit_fraction": c.fit_fraction,
-                "target_quantile": c.target_quantile,
-                "target": c.target,
-                "true_tokens": c.true_tokens,
-                "status": c.status,
-                "tokens": _num(c.tokens),
-                "tokens_interval": _pair(c.interval),
-                "log_error": _num(c.error),
-                "covered": c.covered,
-                "note": c.note,
-            }
-            for c in cases
-        ],
-        "skipped": skipped,
-    }
-
-
-def backtest_text(
-    cases: list[BacktestCase],
-    summaries: list[BacktestSummary],
-    skipped: list[dict[str, str]],
-    plan: str,
-    level: float,
-) -> str:
-    """The backtest table: one row per model, fit fraction and target quantile."""
-    runs = len({c.run for c in cases})
-    given = "the finished run's logged lr as the planned schedule" if plan == "log" else "only the lr logged up to the cut"
-    lines = [
-        f"backtest of {runs} run(s); each forecast had {given}",
-        "error = ln(predicted / true tokens); truth = where the full run's smoothed loss first reached the target",
-    ]
-    header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
-              f"{level:.0%} coverage", "width (hi/lo)")
-    rows = [
-        (
-            x.model,
-            f"{x.fit_fraction:g}",
-            f"{x.target_quantile:g}",
-            str(x.cases),
-            str(x.failures),
-            _fmt(x.median_abs),
-            _fmt(x.p90_abs),
-            _fmt(x.bias, signed=True),
-            "-" if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
-            _fmt(x.median_width, digits=2),
-        )
-        for x in summaries
-    ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-    lines += [f"skipped {item['run']}: {item['error']}" for item in skipped]
-    return "\n".join(lines)
-
-
-def _fmt(value: float | None, *, signed: bool = False, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "-"
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"

@@ -34,7 +34,10 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["MlflowServer", "free_port"]
 
@@ -62,7 +65,7 @@ class MlflowServer:
         self.log_path = self.root / "server.log"
         self._process: subprocess.Popen[bytes] | None = None
 
-    def start(self, timeout: float = 90.0, *, wait: bool = True) -> MlflowServer:
+    def start(self, timeout: float = 90.0, *, wait: bool = True) -> Self:
         """Start the server and wait until ``/health`` answers (``wait=False``: see :meth:`wait_ready`)."""
         if self._process is not None and self._process.poll() is None:
             return self.wait_ready(timeout) if wait else self
@@ -86,7 +89,7 @@ class MlflowServer:
             )
         return self.wait_ready(timeout) if wait else self
 
-    def wait_ready(self, timeout: float = 90.0) -> MlflowServer:
+    def wait_ready(self, timeout: float = 90.0) -> Self:
         """Wait until a started server answers ``/health``."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -125,7 +128,8 @@ class MlflowServer:
     @property
     def pid(self) -> int | None:
         """The server's process id, also its process group's id (None when stopped)."""
-        return self._process.pid if self.running else None
+        process = self._process
+        return process.pid if process is not None and process.poll() is None else None
 
     @property
     def running(self) -> bool:
@@ -170,7 +174,7 @@ class MlflowServer:
         with urllib.request.urlopen(f"{self.uri}{path}", timeout=timeout) as response:
             return int(response.status)
 
-    def __enter__(self) -> MlflowServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

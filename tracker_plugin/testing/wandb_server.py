@@ -56,8 +56,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["Failure", "FakeRun", "Request", "WandbServer"]
 
@@ -192,7 +195,7 @@ class WandbServer:
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
-    def start(self) -> WandbServer:
+    def start(self) -> Self:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
@@ -206,7 +209,7 @@ class WandbServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> WandbServer:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -217,7 +220,8 @@ class WandbServer:
         if self._httpd is None:
             raise RuntimeError("the server is not started")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        # An AF_INET server's host is text; the type allows bytes only for other families.
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def env(self) -> dict[str, str]:
         """The environment variables that point ``wandb`` at this server."""
@@ -320,7 +324,7 @@ class WandbServer:
         if not header or not header.startswith("Basic "):
             return False
         try:
-            user, _, key = base64.b64decode(header[6:]).decode().partition(":")
+            _, _, key = base64.b64decode(header[6:]).decode().partition(":")
         except ValueError:
             return False
         return key == self.api_key
@@ -343,7 +347,12 @@ class WandbServer:
         entity = variables.get("entity")
         project = variables.get("project")
         exists = any(e == entity and p == project for (e, p, _) in self.runs)
-        return exists, self.runs.get((entity, project, variables.get(name_key)))
+        return exists, self._run_at(entity, project, variables.get(name_key))
+
+    def _run_at(self, entity: Any, project: Any, name: Any) -> FakeRun | None:
+        """The run a request names by entity, project and name; None when one is missing."""
+        key = (entity, project, name)
+        return self.runs.get(key) if all(isinstance(part, str) for part in key) else None
 
     def _run_field(self, variables: dict[str, Any], name_key: str, value: Any) -> dict[str, Any]:
         exists, run = self._find(variables, name_key)
@@ -351,7 +360,7 @@ class WandbServer:
             return {"project": None}
         return {"project": {"internalId": "1", "run": None if run is None else value(run)}}
 
-    def _op_Viewer(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_Viewer(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         viewer = {
             "id": "VXNlcjox",
             "entity": self.viewer_entity,
@@ -363,14 +372,14 @@ class WandbServer:
         }
         return {"viewer": viewer}
 
-    def _op_GetDefaultEntity(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_GetDefaultEntity(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         return {"viewer": {"id": "VXNlcjox", "entity": self.viewer_entity}}
 
-    def _op_ServerFeaturesQuery(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_ServerFeaturesQuery(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         features = [{"name": name, "isEnabled": on} for name, on in self.features.items()]
         return {"serverInfo": {"features": features}}
 
-    def _op_Runs(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_Runs(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         runs = self._project_runs(variables)
         if runs is None:
             return {"project": None}
@@ -395,19 +404,19 @@ class WandbServer:
             }
         }
 
-    def _op_Run(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_Run(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         return self._run_field(variables, "name", FakeRun.node)
 
-    def _op_RunHistoryKeys(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_RunHistoryKeys(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         return self._run_field(variables, "name", lambda r: {"historyKeys": r.history_keys()})
 
-    def _op_RunParquetHistory(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_RunParquetHistory(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         # No exported parquet files: wandb-core reads every step through HistoryPage.
         return self._run_field(
             variables, "runName", lambda r: {"parquetHistory": {"parquetUrls": [], "liveData": []}}
         )
 
-    def _op_HistoryPage(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_HistoryPage(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         low, high = int(variables["minStep"]), int(variables["maxStep"])
         size = int(variables.get("pageSize") or 1000)
 
@@ -417,7 +426,7 @@ class WandbServer:
 
         return self._run_field(variables, "run", page)
 
-    def _op_SampledHistoryPage(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_SampledHistoryPage(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         # scan_history(keys=...) pages: the rows holding every key, steps minStep..maxStep
         # (both ends included, as wandb-core asks for them), only the keys asked for.
         spec = json.loads(variables["spec"])
@@ -435,7 +444,7 @@ class WandbServer:
 
         return self._run_field(variables, "run", page)
 
-    def _op_RunFiles(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_RunFiles(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         def files(run: FakeRun) -> dict[str, Any]:
             names = variables.get("fileNames") or list(run.files)
             found = [n for n in names if n in run.files]
@@ -463,20 +472,20 @@ class WandbServer:
     def _file_url(self, run: FakeRun, name: str) -> str:
         return f"{self.url}/files/{quote(run.entity)}/{quote(run.project)}/{quote(run.run_id)}/{quote(name)}"
 
-    def _op_CreateRunFiles(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
-        run = self.runs.get((variables.get("entity"), variables.get("project"), variables.get("run")))
+    def _op_CreateRunFiles(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
+        run = self._run_at(variables.get("entity"), variables.get("project"), variables.get("run"))
         if run is None:
             return {"createRunFiles": {"runID": None, "uploadHeaders": [], "files": []}}
         files = [{"name": n, "uploadUrl": self._file_url(run, n)} for n in variables.get("files", [])]
         return {"createRunFiles": {"runID": run.storage_id, "uploadHeaders": [], "files": files}}
 
-    def _op_MarkRunFilesUploaded(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_MarkRunFilesUploaded(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         return {"markRunFilesUploaded": {"success": True}}
 
-    def _op_UpsertBucket(self, variables: dict[str, Any], query: str) -> dict[str, Any]:  # noqa: N802
+    def _op_UpsertBucket(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         run = self._by_storage_id(variables.get("id"))
         if run is None and variables.get("name"):
-            run = self.runs.get((variables.get("entity"), variables.get("project"), variables["name"]))
+            run = self._run_at(variables.get("entity"), variables.get("project"), variables["name"])
             if run is None:
                 run = self.add_run(
                     variables.get("entity") or self.viewer_entity,
@@ -568,7 +577,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         body = self._body()
         if self.path.startswith("/files/") and self.path.endswith("/file_stream"):
             self._file_stream(body)
@@ -622,7 +631,7 @@ class _Handler(BaseHTTPRequestHandler):
         fake._record("POST", self.path, "file_stream", variables, 200 if ok else 404)
         self._send(200 if ok else 404, b'{"exitcode": null, "limits": {}}')
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         body = self._body()
         fake = self.fake
         failure = fake._failure("PUT", _run_of_path(self.path))
@@ -634,7 +643,7 @@ class _Handler(BaseHTTPRequestHandler):
         fake._record("PUT", self.path, None, {}, 200 if ok else 404)
         self._send(200 if ok else 404, b"")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         data = self.fake._get_file(self.path) if self.path.startswith("/files/") else None
         self.fake._record("GET", self.path, None, {}, 200 if data is not None else 404)
         self._send(200 if data is not None else 404, data or b"", "application/octet-stream")

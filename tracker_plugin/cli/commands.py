@@ -1,0 +1,271 @@
+"""The commands: each parses its options, calls one job and prints what it returns."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from tracker_plugin import __version__
+from tracker_plugin.cli.options import (
+    analysis_options,
+    default_sources,
+    make_config,
+    make_settings,
+    make_source_options,
+    settings_options,
+    source_options,
+    tracker_options,
+)
+from tracker_plugin.cli.words import in_flags
+from tracker_plugin.core.analysis import MODELS, AnalysisConfig
+from tracker_plugin.core.backtest import PLANS
+from tracker_plugin.jobs.annotate import annotate_runs
+from tracker_plugin.jobs.backtest import backtest_runs
+from tracker_plugin.jobs.compare import compare_runs
+from tracker_plugin.jobs.runner import outcome_rows
+from tracker_plugin.jobs.runs import NotOneRun, analyze_one
+from tracker_plugin.jobs.watch import Pass, watch_runs
+from tracker_plugin.report.backtest import backtest_json, backtest_text
+from tracker_plugin.report.render import to_json, to_text
+from tracker_plugin.report.runs import runs_json, runs_table
+
+__all__ = ["cli"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="tracker-plugin")
+def cli() -> None:
+    """When does a training run reach a target loss?
+
+    Reads a run's loss history from a CSV file, MLflow or Weights & Biases, smooths it
+    over a fixed number of tokens, finds where it crossed each target and forecasts when
+    it will cross the rest.
+    """
+
+
+@cli.command()
+@click.argument("source")
+@analysis_options
+@source_options
+@tracker_options
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot to this file.")
+def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -> None:
+    """Analyse one run and print the report.
+
+    SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID or wandb-offline:PATH.
+
+    \b
+    Example:
+      tracker-plugin analyze run.csv --target 3.6 3.3 --loss-col val_loss
+    """
+    config = make_config(options)
+    try:
+        result = analyze_one(source, make_source_options(options), config)
+    except NotOneRun as exc:
+        raise click.UsageError(
+            f"{exc.spec} names {exc.count} runs; analyze takes one (use annotate or compare for many)"
+        ) from None
+    if plot_path:
+        from tracker_plugin.report.plot import plot_analysis
+
+        plot_analysis(result, plot_path)
+    if as_json:
+        click.echo(json.dumps(to_json(result), indent=2))
+    else:
+        click.echo(to_text(result, in_flags))
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option("--force", is_flag=True, help="Annotate runs whose last annotation is still current.")
+@click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool, **options: Any) -> int:
+    """Analyse runs and write the forecasts back to them.
+
+    SOURCES are run strings: mlflow:RUN_ID, mlflow:experiment/NAME_OR_ID,
+    wandb:ENTITY/PROJECT[/RUN_ID], wandb-offline:PATH, or CSV paths (whose artifacts go
+    beside them). Runs whose annotation is current are skipped. Exit code 1 if any run
+    failed; the others still finish.
+    """
+    config = make_config(options)
+    reading = make_source_options(options)
+    outcomes = annotate_runs(default_sources(sources, reading), reading, config, force=force, dry_run=dry_run)
+    rows = outcome_rows(outcomes)
+    if as_json:
+        click.echo(json.dumps(runs_json(rows), indent=2))
+    else:
+        for outcome in outcomes:
+            for line in outcome.planned:
+                click.echo(f"{outcome.run.ref}: would write {line}")
+        click.echo(runs_table(rows, in_flags))
+    return 1 if any(o.failed for o in outcomes) else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@click.option(
+    "--fit-fractions",
+    type=float,
+    multiple=True,
+    default=(0.25, 0.5),
+    show_default=True,
+    metavar="F [F ...]",
+    help="Cut each run at these shares of its final tokens.",
+)
+@click.option(
+    "--target-quantiles",
+    type=float,
+    multiple=True,
+    default=(0.6, 0.8, 0.95),
+    show_default=True,
+    metavar="Q [Q ...]",
+    help="Targets: the smoothed loss at these shares of each run's final tokens.",
+)
+@click.option(
+    "--models",
+    type=click.Choice(MODELS),
+    multiple=True,
+    default=("auto", "power-law"),
+    show_default=True,
+    metavar="MODEL [MODEL ...]",
+    help=f"Models to score ({', '.join(MODELS)}).",
+)
+@click.option(
+    "--plan",
+    type=click.Choice(PLANS),
+    default="log",
+    show_default=True,
+    help="log: each forecast gets the finished run's logged lr as its planned schedule; "
+    "infer: only the lr logged up to the cut.",
+)
+@settings_options
+@source_options
+@tracker_options
+@click.option("--json", "as_json", is_flag=True, help="Print every case and the summary as JSON.")
+def backtest(
+    sources: tuple[str, ...],
+    fit_fractions: tuple[float, ...],
+    target_quantiles: tuple[float, ...],
+    models: tuple[str, ...],
+    plan: str,
+    as_json: bool,
+    **options: Any,
+) -> int:
+    """How far to trust forecasts on finished runs: cut, forecast, compare.
+
+    Each run is cut at each fit fraction of its final tokens; the targets are the values
+    its smoothed loss had at each target quantile of them; each forecast is scored by
+    ln(predicted / true tokens), the truth being where the full run's smoothed loss first
+    reached the target. Prints per model the median and 90th percentile of |ln|, the bias,
+    the cases without a forecast and how often the intervals held the truth. Exit code 1
+    if some run could not be read (the others are still scored).
+
+    \b
+    Example:
+      tracker-plugin backtest runs/ --fit-fractions 0.25 0.5 --target-quantiles 0.6 0.8 0.95
+    """
+    _check_shares("--fit-fractions", fit_fractions, one_allowed=False)
+    _check_shares("--target-quantiles", target_quantiles, one_allowed=True)
+    # The targets come from the protocol; the config's own is a placeholder.
+    config = AnalysisConfig(targets=(0.0,), **make_settings(options))
+    reading = make_source_options(options)
+    result = backtest_runs(
+        default_sources(sources, reading), reading, config,
+        fit_fractions=fit_fractions, target_quantiles=target_quantiles, models=models, plan=plan,
+    )
+    click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
+    return 1 if result.skipped else 0
+
+
+def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) -> None:
+    """Shares of the final tokens are in (0, 1]; a cut at all of them (1) leaves nothing to forecast."""
+    if not all(0 < v <= 1 for v in values) or (not one_allowed and 1.0 in values):
+        raise click.UsageError(f"{flag} takes shares of the final tokens, between 0 and 1; got {list(values)}")
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option("--json", "fmt", flag_value="json", help="Print the comparison as JSON.")
+@click.option("--csv", "fmt", flag_value="csv", help="Print the comparison as CSV (safe to open in a spreadsheet).")
+@click.option("--markdown", "fmt", flag_value="markdown", help="Print the comparison as Markdown tables.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write an overlay plot (PNG) of all runs.")
+def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **options: Any) -> int:
+    """Compare runs on the token axis: which reaches each target first, and by how much.
+
+    SOURCES are CSV files or directories, MLflow experiments or runs, W&B projects or
+    runs (with --filter, --state, --tag). For each target the table lists run, batch,
+    status, tokens, steps, interval and tokens relative to the best run, sorted by tokens.
+    Exit code 1 if a run could not be analysed.
+    """
+    from tracker_plugin.report.compare import render_csv, render_json, render_markdown, render_text
+
+    config = make_config(options)
+    reading = make_source_options(options)
+    comparison = compare_runs(default_sources(sources, reading), reading, config)
+    rows = comparison.rows
+    if fmt == "json":
+        click.echo(json.dumps(render_json(rows), indent=2))
+    elif fmt == "csv":
+        click.echo(render_csv(rows), nl=False)
+    elif fmt == "markdown":
+        click.echo(render_markdown(rows))
+    else:
+        click.echo(render_text(rows))
+    if plot_path:
+        from tracker_plugin.report.plot import plot_comparison
+
+        plot_comparison([(c.name, c.analysis) for c in comparison.runs if c.analysis is not None], plot_path)
+    return 1 if comparison.failed else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@analysis_options
+@source_options
+@tracker_options
+@click.option(
+    "--every",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    show_default=True,
+    metavar="MINUTES",
+    help="Minutes between annotation passes.",
+)
+@click.option(
+    "--max-cycles",
+    type=click.IntRange(min=1),
+    help="Stop after this many passes even if runs are still running [default: until all have finished].",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
+def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_json: bool, **options: Any) -> int:
+    """Re-annotate runs every few minutes until they have all finished.
+
+    Each pass reconnects to the tracker, lists the runs again and annotates those that
+    moved on since the last pass; a run that finishes gets its final annotation, and the
+    command then stops by itself (or after --max-cycles passes). One line per pass goes
+    to stderr; the last pass's summary table to stdout. Exit code 1 if the last pass had
+    a failed run.
+    """
+    config = make_config(options)
+    reading = make_source_options(options)
+    last: Pass | None = None
+    for last in watch_runs(default_sources(sources, reading), reading, config, every=every, max_cycles=max_cycles):
+        click.echo(f"pass {last.number}: {last.summary()}", err=True)
+    assert last is not None  # a watch makes at least one pass
+    if last.final:
+        click.echo("every run has finished and carries its final annotation", err=True)
+    else:
+        click.echo(f"stopping after {last.number} passes (--max-cycles)", err=True)
+    rows = outcome_rows(last.outcomes)
+    click.echo(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
+    return 1 if last.failed else 0

@@ -1,0 +1,290 @@
+"""The command line's options, and what they give: the analysis settings and where runs are.
+
+The settings are :class:`~tracker_plugin.core.analysis.AnalysisConfig`'s own fields: each
+option's name, type and default come from the dataclass, so a default is written once.
+This module adds what only a command line needs: the help text, and how the settings
+given as text (the schedules) are read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import MISSING, Field, fields
+from types import NoneType
+from typing import Any, get_args, get_type_hints
+
+import click
+
+from tracker_plugin.core.analysis import MODELS, AnalysisConfig
+from tracker_plugin.core.clock import CLOCKS
+from tracker_plugin.errors import ConfigError
+from tracker_plugin.frame.history import Columns
+from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
+from tracker_plugin.trackers import SourceOptions
+from tracker_plugin.trackers.csvfile import read_lr_schedule
+
+__all__ = [
+    "SETTINGS",
+    "analysis_options",
+    "default_sources",
+    "flag_of",
+    "make_config",
+    "make_settings",
+    "make_source_options",
+    "settings_options",
+    "source_options",
+    "tracker_options",
+]
+
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+
+# The help of each AnalysisConfig field the command line sets, in the order --help lists
+# them. A field missing here and from _NOT_SETTINGS fails the check below.
+SETTINGS = {
+    "ema_token_window": "EMA smoothing window in tokens (converted to a span per step from that step's batch).",
+    "fit_start_step": "First step of the fit [default: end of lr warmup].",
+    "fit_last_stage": "Start the fit no earlier than the last batch stage in the log.",
+    "batch_schedule": "Planned batch stages, e.g. '0:589824 2e9:786432'; converts forecast tokens to steps.",
+    "lr_schedule": "CSV with columns step,lr: the planned lr of the whole run (schedule-aware models).",
+    "clock": "What a step of summed lr counts in: tokens (right across batch switches) or steps.",
+    "interval": "Coverage of the forecast interval (0.8 = 80%).",
+    "anneal_gain": "Prior share of the loss a full lr decay removes, for decays the log has not shown (0: none).",
+    "extrapolation_warn_factor": "Flag forecasts further than this multiple of the observed tokens.",
+    "stability_sweep": "Refit on growing windows and judge convergence.",
+    "sweep_step": "Steps between sweep windows.",
+    "sweep_min_window": "Steps after the fit start before the first sweep window.",
+    "convergence_tol": "Largest relative change between the last sweep windows that counts as converged.",
+}
+# Fields that are not among the settings options: the targets and the model have options
+# of their own (the backtest sets them by its protocol); the sampling cap is for the API.
+_NOT_SETTINGS = ("targets", "model", "max_fit_points")
+_FIELDS: dict[str, Field[Any]] = {f.name: f for f in fields(AnalysisConfig)}
+_HINTS = get_type_hints(AnalysisConfig)
+_CHOICES = {"clock": CLOCKS, "model": MODELS}
+
+_unlisted = set(_FIELDS) - set(SETTINGS) - set(_NOT_SETTINGS)
+if _unlisted:  # a new setting must say how the command line sets it
+    raise RuntimeError(f"AnalysisConfig fields without a command-line option: {sorted(_unlisted)}")
+
+
+def flag_of(name: str) -> str:
+    """The option that sets a field: ``ema_token_window -> --ema-token-window``."""
+    return "--" + name.replace("_", "-")
+
+
+def _default_of(name: str) -> Any:
+    """An AnalysisConfig field's default, as the dataclass gives it."""
+    default = _FIELDS[name].default
+    if default is MISSING:
+        raise ValueError(f"AnalysisConfig.{name} has no default")
+    return default
+
+
+def _value_type(name: str) -> Any:
+    """The click type of a field: its choices, else its annotation without ``| None``."""
+    if name in _CHOICES:
+        return click.Choice(_CHOICES[name])
+    hint = _HINTS[name]
+    (kind,) = [t for t in get_args(hint) if t is not NoneType] or [hint]
+    return kind
+
+
+def _setting_option(name: str) -> Decorator:
+    """The option of one plain setting: a flag for a bool, else a value with its default."""
+    default = _default_of(name)
+    if _HINTS[name] is bool:
+        return click.option(flag_of(name), is_flag=True, default=default, help=SETTINGS[name])
+    return click.option(
+        flag_of(name), type=_value_type(name), default=default, show_default=default is not None, help=SETTINGS[name]
+    )
+
+
+# Settings given as text, read by make_settings: their options are written out.
+_TEXT_SETTINGS: dict[str, list[Decorator]] = {
+    "batch_schedule": [
+        click.option("--batch-schedule", multiple=True, metavar="TOKENS:BATCH [...]", help=SETTINGS["batch_schedule"]),
+    ],
+    "lr_schedule": [
+        click.option(
+            "--lr-schedule", "lr_schedule_file", type=click.Path(dir_okay=False), help=SETTINGS["lr_schedule"]
+        ),
+        click.option(
+            "--lr-spec",
+            metavar="SHAPE:KEY=VALUE,...",
+            help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
+            "(shapes: constant, cosine, linear, wsd, step; see the README).",
+        ),
+    ],
+}
+
+
+def _with(options: Sequence[Decorator], func: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply click option decorators so that they list in the order given."""
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that change the analysis, except the targets and the model."""
+    options: list[Decorator] = []
+    for name in SETTINGS:
+        options += _TEXT_SETTINGS.get(name) or [_setting_option(name)]
+    return _with(options, func)
+
+
+_TARGET_OPTION = click.option(
+    "-t",
+    "--target",
+    "targets",
+    type=float,
+    multiple=True,
+    required=True,
+    metavar="LOSS [LOSS ...]",
+    help="Target loss(es); several may follow one flag.",
+)
+_MODEL_OPTION = click.option(
+    "--model",
+    type=_value_type("model"),
+    default=_default_of("model"),
+    show_default=True,
+    help="Loss-curve model: auto picks the schedule-aware law that best forecasts the run's own "
+    "later history; power-law is the original script's power law in tokens.",
+)
+
+
+def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that change the analysis; the same in every command."""
+    return _TARGET_OPTION(_MODEL_OPTION(settings_options(func)))
+
+
+def make_config(options: dict[str, Any]) -> AnalysisConfig:
+    """The analysis settings from the parsed command-line options, popped from ``options``."""
+    return AnalysisConfig(targets=tuple(options.pop("targets")), model=options.pop("model"), **make_settings(options))
+
+
+def make_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """The :class:`AnalysisConfig` fields of :func:`settings_options`, popped from ``options``."""
+    settings = {name: options.pop(name) for name in SETTINGS if name not in _TEXT_SETTINGS}
+    schedule = options.pop("batch_schedule", ())
+    settings["batch_schedule"] = BatchSchedule.parse(schedule) if schedule else None
+    settings["lr_schedule"] = _lr_schedule(options.pop("lr_schedule_file", None), options.pop("lr_spec", None))
+    return settings
+
+
+def _lr_schedule(path: str | None, spec: str | None) -> LrSchedule | None:
+    if path and spec:
+        raise ConfigError("give the planned lr once: --lr-schedule FILE or --lr-spec SPEC, not both")
+    if spec:
+        return LrSchedule.parse_spec(spec)
+    if path:
+        return read_lr_schedule(path)
+    return None
+
+
+def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that say how to read a run into the common frame."""
+    options = [
+        click.option(
+            "--step-col", multiple=True, help="Column or key holding the optimizer step [default: step, _step, ...]."
+        ),
+        click.option(
+            "--loss-col",
+            multiple=True,
+            help="Column or key holding the loss; repeat to give candidates, the first present wins "
+            "[default: train_loss, train/loss, loss, ...].",
+        ),
+        click.option(
+            "--tokens-col", multiple=True, help="Column or key holding tokens consumed before the step [default: tokens, ...]."
+        ),
+        click.option("--batch-col", multiple=True, help="Column or key holding tokens per step [default: global_batch, ...]."),
+        click.option("--lr-col", multiple=True, help="Column or key holding the learning rate [default: lr, learning_rate, ...]."),
+        click.option(
+            "--batch-size",
+            type=float,
+            help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
+        ),
+    ]
+    return _with(options, func)
+
+
+def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options that say where runs live and which to take, in the trackers' own conventions."""
+    options = [
+        click.option(
+            "--tracking-uri",
+            envvar="MLFLOW_TRACKING_URI",
+            help="MLflow tracking URI [env: MLFLOW_TRACKING_URI; default: MLflow's own, a local mlflow.db].",
+        ),
+        click.option(
+            "--experiment-id",
+            "experiment_ids",
+            multiple=True,
+            help="MLflow experiment id(s) to take runs from (instead of a SOURCE).",
+        ),
+        click.option("-e", "--entity", envvar="WANDB_ENTITY", help="W&B entity [env: WANDB_ENTITY]."),
+        click.option("-p", "--project", envvar="WANDB_PROJECT", help="W&B project [env: WANDB_PROJECT]."),
+        click.option(
+            "--filter",
+            "filter_",
+            help="Run filter: an MLflow filter string (\"attributes.status = 'FINISHED'\") or W&B filter JSON.",
+        ),
+        click.option(
+            "--state",
+            "states",
+            multiple=True,
+            help="Take only runs in this state (repeatable): running, finished, failed, crashed, killed.",
+        ),
+        click.option("--tag", "tags", multiple=True, help="Take only W&B runs with this tag (repeatable)."),
+        click.option("--created-after", help="Take only runs created after this date (YYYY-MM-DD)."),
+        click.option(
+            "--batch-param",
+            "batch_params",
+            multiple=True,
+            help="Run param/config key holding tokens per step [default: global_batch_size, batch_size_in_tokens, ...].",
+        ),
+        click.option("--workers", type=click.IntRange(1, 64), default=4, show_default=True, help="Runs (and keys) fetched at once."),
+        click.option(
+            "--cache-dir",
+            envvar="TRACKER_PLUGIN_CACHE_DIR",
+            type=click.Path(file_okay=False),
+            help="Where finished runs' histories are cached [env: TRACKER_PLUGIN_CACHE_DIR; default: ~/.cache/tracker_plugin].",
+        ),
+        click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
+    ]
+    return _with(options, func)
+
+
+def make_source_options(options: dict[str, Any]) -> SourceOptions:
+    """Where and how to read runs, from the parsed command-line options."""
+    columns = Columns().with_overrides(
+        **{key: options.pop(f"{key}_col") or None for key in ("step", "loss", "tokens", "batch", "lr")}
+    )
+    batch_params = options.pop("batch_params", ())
+    return SourceOptions(
+        columns=columns,
+        batch_size=options.pop("batch_size"),
+        tracking_uri=options.pop("tracking_uri", None),
+        experiment_ids=tuple(options.pop("experiment_ids", ())),
+        entity=options.pop("entity", None),
+        project=options.pop("project", None),
+        states=tuple(options.pop("states", ())),
+        tags=tuple(options.pop("tags", ())),
+        created_after=options.pop("created_after", None),
+        filter=options.pop("filter_", None),
+        workers=options.pop("workers", 4),
+        cache_dir=options.pop("cache_dir", None),
+        use_cache=not options.pop("no_cache", False),
+        **({"batch_params": tuple(batch_params)} if batch_params else {}),
+    )
+
+
+def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]:
+    """The run strings to use: those given, else what --experiment-id or -p/--project name."""
+    if sources:
+        return list(sources)
+    if options.experiment_ids:
+        return ["mlflow:"]
+    if options.project:
+        return ["wandb:"]
+    raise click.UsageError("give a SOURCE (a CSV path, mlflow:..., wandb:...), --experiment-id or -p/--project")
