@@ -66,7 +66,10 @@ class AnalysisConfig:
     The defaults are those of the original ``find_target_loss.py``, except the model:
     ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
     original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
-    the schedule-aware models only.
+    the schedule-aware models only. ``max_fit_points`` caps the rows the power law is
+    fitted on (evenly spaced, for speed on huge logs); None, the default, fits every row,
+    as the original does, which is what its parity needs: on an ill-conditioned window a
+    thinned fit lands far from the full one.
     """
 
     targets: tuple[float, ...]
@@ -84,7 +87,7 @@ class AnalysisConfig:
     sweep_step: int = 300
     sweep_min_window: int = 500
     convergence_tol: float = 0.05
-    max_fit_points: int = 4096
+    max_fit_points: int | None = None
 
     def __post_init__(self) -> None:
         targets = tuple(self.targets)
@@ -102,8 +105,8 @@ class AnalysisConfig:
             raise ConfigError(f"sweep_min_window must be >= 0, got {self.sweep_min_window}")
         if self.fit_start_step is not None and self.fit_start_step < 0:
             raise ConfigError(f"fit_start_step must be >= 0, got {self.fit_start_step}")
-        if self.max_fit_points < 16:
-            raise ConfigError(f"max_fit_points must be at least 16, got {self.max_fit_points}")
+        if self.max_fit_points is not None and self.max_fit_points < 16:
+            raise ConfigError(f"max_fit_points must be at least 16 (or None for every row), got {self.max_fit_points}")
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
         if self.clock not in CLOCKS:
@@ -408,11 +411,10 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
     return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
 
 
-def _fit(
-    history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig, hint: Fit | None = None
-) -> PowerLaw | FitFailure:
-    rows = _sample(rows, config.max_fit_points)
-    return fit_power_law(history.tokens[rows], smoothed[rows], alpha_hint=None if hint is None else hint.alpha)
+def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig) -> PowerLaw | FitFailure:
+    if config.max_fit_points is not None:
+        rows = _sample(rows, config.max_fit_points)
+    return fit_power_law(history.tokens[rows], smoothed[rows])
 
 
 def _forecast(
@@ -516,7 +518,8 @@ def _sweep_fits(
     if fitter is None:
 
         def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
-            return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+            # No hint: the original script fits every window from its own start.
+            return _fit(history, smoothed, np.arange(start, end), config)
 
     rows = []
     first = int(np.searchsorted(history.step, fit_start))
