@@ -36,30 +36,30 @@ HERE = Path(__file__).parent
 RUNS = [
     {
         "file": "parity_fixed.csv",
-        "make": dict(steps=3000, batch=524_288.0, l0=2.0, a=3.0, alpha=0.3, noise=0.02, warmup=100, seed=1),
+        "make": {"steps": 3000, "batch": 524_288.0, "l0": 2.0, "a": 3.0, "alpha": 0.3, "noise": 0.02, "warmup": 100, "seed": 1},
         "ema_token_window": 5e7,
         "targets": [5.0, 4.7, 4.3, 4.2, 1.9],
         "batch_schedule": None,
     },
     {
         "file": "parity_dynamic.csv",
-        "make": dict(
-            steps=3500,
-            batch=[(0, 262_144.0), (1000, 524_288.0), (2000, 1_048_576.0)],
-            l0=2.2,
-            a=2.5,
-            alpha=0.35,
-            noise=0.02,
-            warmup=150,
-            seed=2,
-        ),
+        "make": {
+            "steps": 3500,
+            "batch": [(0, 262_144.0), (1000, 524_288.0), (2000, 1_048_576.0)],
+            "l0": 2.2,
+            "a": 2.5,
+            "alpha": 0.35,
+            "noise": 0.02,
+            "warmup": 150,
+            "seed": 2,
+        },
         "ema_token_window": 1e8,
         "targets": [5.5, 4.5, 4.1, 3.9, 2.1],
         "batch_schedule": ["0:262144", "2.6e8:524288", "7.9e8:1048576", "3e9:2097152"],
     },
     {
         "file": "parity_long_fixed.csv",
-        "make": dict(steps=12_000, batch=524_288.0, l0=2.0, a=3.0, alpha=0.3, noise=0.02, warmup=500, seed=3),
+        "make": {"steps": 12_000, "batch": 524_288.0, "l0": 2.0, "a": 3.0, "alpha": 0.3, "noise": 0.02, "warmup": 500, "seed": 3},
         "ema_token_window": 5e7,
         # reached; 10x, 25x, 45x and 70x past the log under the reference's fit; below its L0
         "targets": [5.0, 4.2, 3.8, 2.913, 2.725, 2.632, 2.573, 2.1],
@@ -67,16 +67,16 @@ RUNS = [
     },
     {
         "file": "parity_long_dynamic.csv",
-        "make": dict(
-            steps=12_000,
-            batch=[(0, 262_144.0), (4000, 524_288.0), (8000, 1_048_576.0)],
-            l0=2.2,
-            a=2.5,
-            alpha=0.35,
-            noise=0.02,
-            warmup=1500,
-            seed=4,
-        ),
+        "make": {
+            "steps": 12_000,
+            "batch": [(0, 262_144.0), (4000, 524_288.0), (8000, 1_048_576.0)],
+            "l0": 2.2,
+            "a": 2.5,
+            "alpha": 0.35,
+            "noise": 0.02,
+            "warmup": 1500,
+            "seed": 4,
+        },
         "ema_token_window": 1e8,
         # reached; 10x, 25x, 45x and 70x past the log (all in the stage the schedule
         # adds after the log); below the fit's L0

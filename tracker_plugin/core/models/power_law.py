@@ -15,7 +15,7 @@ import numpy as np
 
 from tracker_plugin.core.models.base import GIVEN, FitFailure, FitStatus
 
-__all__ = ["PowerLaw", "TOKEN_UNIT", "fit_power_law"]
+__all__ = ["TOKEN_UNIT", "PowerLaw", "fit_power_law"]
 
 TOKEN_UNIT = 1e9
 """The power law's token axis is in units of 1e9 tokens, which keeps ``A`` near O(1)."""
