@@ -7,14 +7,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, build_timeline, tokens_to_step
+from tracker_plugin.core.clock import CLOCKS, Timeline, build_timeline, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
     Selection,
@@ -24,9 +24,9 @@ from tracker_plugin.core.forecast import (
     forecast_targets,
     resolve_plan,
 )
-from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
+from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
 from tracker_plugin.core.models.prefixes import fit_prefixes
-from tracker_plugin.core.models.schedule_law import smooth_all
+from tracker_plugin.core.models.schedule_law import SmoothedLaw, smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
@@ -42,7 +42,6 @@ __all__ = [
     "run_analysis",
 ]
 
-Fit = PowerLaw | LawFit
 MODELS = (AUTO, "power-law", *LAWS)
 
 REACHED = "reached"
@@ -131,7 +130,7 @@ class SweepRow:
     max_tokens: float
     tokens: float | None
     step: float | None
-    fit: Fit | None
+    fit: Model | None
     note: str | None = None
 
 
@@ -155,7 +154,7 @@ class TargetResult:
     step: float | None = None
     tokens_interval: tuple[float, float] | None = None
     step_interval: tuple[float, float] | None = None
-    fit: Fit | None = None
+    fit: Model | None = None
     extrapolation_factor: float | None = None
     note: str | None = None
     beyond_warn_factor: bool = False
@@ -178,7 +177,7 @@ class Analysis:
     batch_source: str
     targets: tuple[TargetResult, ...]
     notes: tuple[str, ...] = ()
-    fit: Fit | FitFailure | None = None
+    fit: Model | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
     history: History = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
@@ -290,8 +289,8 @@ def _schedule_forecasts(
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
     if config.stability_sweep:
-        rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
-        sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
+        rows, curves = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
+        sweeps = {t: _judge(_solve_rows(rows, t, history, config, curves), config.convergence_tol) for t in targets}
     results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
     return results, {"fit": fit, "selection": selection, "plan": plan}
 
@@ -418,7 +417,7 @@ def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: Analy
 
 
 def _forecast(
-    fit: Fit | FitFailure,
+    fit: PowerLaw | FitFailure,
     target: float,
     history: History,
     stages: Sequence[BatchStage],
@@ -471,24 +470,26 @@ def _law_sweep(
     config: AnalysisConfig,
     fit: LawFit | FitFailure,
     chosen: str,
-    timeline: Any,
+    timeline: Timeline,
     prior: GainPrior | None,
-) -> tuple[SweepRow, ...]:
-    """The stability sweep with a schedule-aware law.
+) -> tuple[tuple[SweepRow, ...], list[SmoothedLaw | None]]:
+    """The stability sweep with a schedule-aware law: its rows, and each row's smoothed law.
 
-    Every window is fitted with one weighted pass, the whole window's robust weights and
-    prior strength; for the lr-annealing law all windows at once (:func:`fit_prefixes`),
-    else one by one. The windows' EMAs are then computed together.
+    Every window is fitted with one weighted pass: for the lr-annealing law with the whole
+    window's robust weights and prior strength (:func:`fit_prefixes`), else one by one.
+    The windows' EMAs are computed together, once, and serve every target.
     """
 
-    def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+    def one_by_one(start: int, end: int, hint: Model | None) -> LawFit | FitFailure:
         like = None if isinstance(fit, FitFailure) else fit
         return fit_window(
-            chosen, history, start, end, timeline, config.ema_token_window, prior, hint, smoothed, rounds=1, like=like
+            chosen, history, start, end, timeline, config.ema_token_window, prior,
+            hint if isinstance(hint, LawFit) else None, smoothed, rounds=1, like=like,
         )
 
     if isinstance(fit, FitFailure):
-        return _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+        rows = _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+        return rows, _smoothed_rows(rows, [])
     first = int(np.searchsorted(history.step, fit_start))
     windows = []
     for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
@@ -498,12 +499,27 @@ def _law_sweep(
     batch = fit_prefixes(fit, history.step[first:].astype(float), history.loss[first:], [end - first for _, end in windows])
     rows = []
     for (max_step, end), found in zip(windows, batch):
-        window_fit: Fit | FitFailure = found if found is not None else one_by_one(first, end, None)
+        window_fit = found if found is not None else one_by_one(first, end, None)
         note = window_fit.reason if isinstance(window_fit, FitFailure) else None
         rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
                              None if isinstance(window_fit, FitFailure) else window_fit, note))
-    smooth_all([f for f in batch if f is not None])
-    return tuple(rows)
+    return tuple(rows), _smoothed_rows(rows, [f for f in batch if isinstance(f, LawFit)])
+
+
+def _smoothed_rows(rows: Sequence[SweepRow], together: list[LawFit]) -> list[SmoothedLaw | None]:
+    """Each row's smoothed law: the fits of ``together`` (one run's windows from one start,
+    cadence and law) smoothed in one pass, any other alone."""
+    smoothed = {id(s.fit): s for s in smooth_all(together)}
+    out: list[SmoothedLaw | None] = []
+    for row in rows:
+        if row.fit is None:
+            out.append(None)
+        elif id(row.fit) in smoothed:
+            out.append(smoothed[id(row.fit)])
+        else:
+            assert isinstance(row.fit, LawFit)
+            out.extend(smooth_all([row.fit]))
+    return out
 
 
 def _sweep_fits(
@@ -511,13 +527,13 @@ def _sweep_fits(
     smoothed: np.ndarray,
     fit_start: int,
     config: AnalysisConfig,
-    fitter: Any = None,
+    fitter: Callable[[int, int, Model | None], Model | FitFailure] | None = None,
 ) -> tuple[SweepRow, ...]:
     """Fits on windows ending every sweep step; ``fitter(first, end, hint)`` makes each fit
     (default: the power law on the smoothed loss)."""
     if fitter is None:
 
-        def fitter(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+        def fitter(start: int, end: int, hint: Model | None) -> Model | FitFailure:
             # No hint: the original script fits every window from its own start.
             return _fit(history, smoothed, np.arange(start, end), config)
 
@@ -544,10 +560,18 @@ def _sweep_fits(
     return tuple(rows)
 
 
-def _solve_rows(rows: Sequence[SweepRow], target: float, history: History, config: AnalysisConfig) -> tuple[SweepRow, ...]:
+def _solve_rows(
+    rows: Sequence[SweepRow],
+    target: float,
+    history: History,
+    config: AnalysisConfig,
+    curves: Sequence[SmoothedLaw | None] | None = None,
+) -> tuple[SweepRow, ...]:
+    """Each row solved for ``target``: by its fit, or by its smoothed law from ``curves``."""
     solved = []
-    for row in rows:
-        tokens = row.fit.solve(target) if row.fit is not None else None
+    for i, row in enumerate(rows):
+        solver = row.fit if curves is None else curves[i]
+        tokens = solver.solve(target) if solver is not None else None
         note = row.note
         if row.fit is not None and tokens is None:
             note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"
