@@ -10,6 +10,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.models import FitFailure
 
 __all__ = ["plot_analysis", "plot_comparison"]
 
@@ -107,7 +108,7 @@ def _fit_curve(ax: Any, analysis: Analysis, tokens: np.ndarray, start: float) ->
     forecasts = [t.tokens for t in analysis.targets if t.status == "extrapolated" and t.tokens]
     highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval and np.isfinite(t.tokens_interval[1])]
     x_max = max([tokens[-1], *forecasts, *highs])
-    if fit is None or not hasattr(fit, "predict"):
+    if fit is None or isinstance(fit, FitFailure):
         return x_max
     inside = np.geomspace(start, tokens[-1], 200)
     beyond = np.geomspace(tokens[-1], x_max * 1.1, 200)
@@ -196,7 +197,7 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         highs.append(float(np.percentile(analysis.smoothed[start:], 95)))
         forecasts = [t for t in analysis.targets if t.status == "extrapolated" and t.tokens]
         fit = analysis.fit
-        if forecasts and fit is not None and hasattr(fit, "predict"):
+        if forecasts and fit is not None and not isinstance(fit, FitFailure):
             end = max(t.tokens for t in forecasts)
             beyond = np.geomspace(tokens[-1], end, 100)
             ax.plot(beyond, fit.predict(beyond), color=color, lw=1.2, ls="--")
