@@ -488,8 +488,8 @@ def _law_sweep(
         )
 
     if isinstance(fit, FitFailure):
-        rows = _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
-        return rows, _smoothed_rows(rows, [])
+        alone = _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+        return alone, _smoothed_rows(alone, [])
     first = int(np.searchsorted(history.step, fit_start))
     windows = []
     for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):

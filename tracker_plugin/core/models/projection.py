@@ -183,7 +183,8 @@ class Projection:
             mean, strength = self.prior
             g[2][2] += strength**2
             rhs[2] += strength**2 * mean
-        best, best_cost, best_free = None, math.inf, ()
+        best, best_cost = None, math.inf
+        best_free: tuple[int, ...] = ()
         # Without a drop to see and without a prior, G is not in the problem at all.
         subsets = _SUBSETS if self.prior is not None or any_anneal else _NO_GAIN
         for free in subsets:
