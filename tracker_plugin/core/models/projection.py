@@ -113,7 +113,8 @@ def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -
     g, rhs = np.broadcast_to(g, shape + (3, 3)), np.broadcast_to(rhs, shape + (3,))
     best, best_cost = np.zeros(shape + (3,)), np.full(shape, np.inf)
     finite = np.isfinite(g).all(axis=(-2, -1)) & np.isfinite(rhs).all(axis=-1)
-    for free in _SUBSETS if use_gain else _NO_GAIN:
+    subsets = _SUBSETS if use_gain else _NO_GAIN
+    for free in subsets:
         idx = list(free)
         sub, right = g[..., idx, :][..., idx], rhs[..., idx]
         if len(idx) == 1:
@@ -133,6 +134,8 @@ def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -
         better = regular & (solved.min(axis=-1) >= 0) & (cost < best_cost)
         best = np.where(better[..., None], coef, best)
         best_cost = np.where(better, cost, best_cost)
+        if free is subsets[0] and better.all():
+            break  # every free optimum is feasible, hence the constrained one (a convex problem)
     return best, np.maximum(best_cost, 0.0)
 
 
