@@ -171,7 +171,7 @@ def test_block_length_follows_the_autocorrelation():
 
 @pytest.mark.parametrize("spec, gain", [(COSINE, 0.15), ("constant:warmup=100", 0.0)])
 def test_batched_refits_agree_with_one_by_one_refits(spec, gain):
-    """The bootstrap refits every replicate at once; each agrees with its own refit."""
+    """The bootstrap's refits are each fit's own refit (one search for every fit), and they differ."""
     history = _run(spec, gain=gain).head(1800)
     timeline = build_timeline(history, LrSchedule.parse_spec(spec))
     fit = fit_window("lr-annealing", history, 20, len(history), timeline, WINDOW, GainPrior())

@@ -24,9 +24,9 @@ from tracker_plugin.core.forecast import (
     forecast_targets,
     resolve_plan,
 )
-from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, PowerLaw, fit_power_law
+from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
 from tracker_plugin.core.models.prefixes import fit_prefixes
-from tracker_plugin.core.models.schedule_law import smooth_all
+from tracker_plugin.core.models.schedule_law import SmoothedLaw, smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.errors import ConfigError
@@ -45,9 +45,8 @@ __all__ = [
     "run_analysis",
 ]
 
-Fit = PowerLaw | LawFit
 # Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
-Fitter = Callable[[int, int, Fit | None], Fit | FitFailure]
+Fitter = Callable[[int, int, Model | None], Model | FitFailure]
 MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
@@ -66,7 +65,10 @@ class AnalysisConfig:
     The defaults are those of the original ``find_target_loss.py``, except the model:
     ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
     original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
-    the schedule-aware models only.
+    the schedule-aware models only. ``max_fit_points`` caps the rows the power law is
+    fitted on (evenly spaced, for speed on huge logs); None, the default, fits every row,
+    as the original does, which is what its parity needs: on an ill-conditioned window a
+    thinned fit lands far from the full one.
     """
 
     targets: tuple[float, ...]
@@ -84,7 +86,7 @@ class AnalysisConfig:
     sweep_step: int = 300
     sweep_min_window: int = 500
     convergence_tol: float = 0.05
-    max_fit_points: int = 4096
+    max_fit_points: int | None = None
 
     def __post_init__(self) -> None:
         targets = tuple(self.targets)
@@ -102,8 +104,8 @@ class AnalysisConfig:
             raise ConfigError(f"sweep_min_window must be >= 0, got {self.sweep_min_window}")
         if self.fit_start_step is not None and self.fit_start_step < 0:
             raise ConfigError(f"fit_start_step must be >= 0, got {self.fit_start_step}")
-        if self.max_fit_points < 16:
-            raise ConfigError(f"max_fit_points must be at least 16, got {self.max_fit_points}")
+        if self.max_fit_points is not None and self.max_fit_points < 16:
+            raise ConfigError(f"max_fit_points must be at least 16 (or None for every row), got {self.max_fit_points}")
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
         if self.clock not in CLOCKS:
@@ -127,7 +129,7 @@ class SweepRow:
     max_tokens: float
     tokens: float | None
     step: float | None
-    fit: Fit | None
+    fit: Model | None
     note: str | None = None
 
 
@@ -151,7 +153,7 @@ class TargetResult:
     step: float | None = None
     tokens_interval: tuple[float, float] | None = None
     step_interval: tuple[float, float] | None = None
-    fit: Fit | None = None
+    fit: Model | None = None
     extrapolation_factor: float | None = None
     note: str | None = None
     beyond_warn_factor: bool = False
@@ -180,7 +182,7 @@ class Analysis:
     history: History = field(repr=False, compare=False)
     smoothed: np.ndarray = field(repr=False, compare=False)
     notes: tuple[str, ...] = ()
-    fit: Fit | FitFailure | None = None
+    fit: Model | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
 
@@ -267,7 +269,7 @@ class _Forecasts:
     how the law was chosen, the lr plan, and the notes the forecast has to say."""
 
     results: Mapping[float, TargetResult] = field(default_factory=dict)
-    fit: Fit | FitFailure | None = None
+    fit: Model | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
     notes: tuple[str, ...] = ()
@@ -297,8 +299,8 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
     if config.stability_sweep:
-        rows = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
-        sweeps = {t: _judge(_solve_rows(rows, t, history, config), config.convergence_tol) for t in targets}
+        rows, curves = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
+        sweeps = {t: _judge(_solve_rows(rows, t, history, config, curves), config.convergence_tol) for t in targets}
     results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
     return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
 
@@ -417,15 +419,14 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
     return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
 
 
-def _fit(
-    history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig, hint: Fit | None = None
-) -> PowerLaw | FitFailure:
-    rows = _sample(rows, config.max_fit_points)
-    return fit_power_law(history.tokens[rows], smoothed[rows], alpha_hint=None if hint is None else hint.alpha)
+def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig) -> PowerLaw | FitFailure:
+    if config.max_fit_points is not None:
+        rows = _sample(rows, config.max_fit_points)
+    return fit_power_law(history.tokens[rows], smoothed[rows])
 
 
 def _forecast(
-    fit: Fit | FitFailure,
+    fit: PowerLaw | FitFailure,
     target: float,
     history: History,
     stages: Sequence[BatchStage],
@@ -489,24 +490,26 @@ def _law_sweep(
     chosen: str,
     timeline: Timeline,
     prior: GainPrior | None,
-) -> tuple[SweepRow, ...]:
-    """The stability sweep with a schedule-aware law.
+) -> tuple[tuple[SweepRow, ...], list[SmoothedLaw | None]]:
+    """The stability sweep with a schedule-aware law: its rows, and each row's smoothed law.
 
-    Every window is fitted with one weighted pass, the whole window's robust weights and
-    prior strength; for the lr-annealing law all windows at once (:func:`fit_prefixes`),
-    else one by one. The windows' EMAs are then computed together.
+    Every window is fitted with one weighted pass: for the lr-annealing law with the whole
+    window's robust weights and prior strength (:func:`fit_prefixes`), else one by one.
+    The windows' EMAs are computed together, once, and serve every target.
     """
 
-    def one_by_one(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
+    def one_by_one(start: int, end: int, hint: Model | None) -> LawFit | FitFailure:
         like = None if isinstance(fit, FitFailure) else fit
         # The windows before are fitted with this law too: a hint is always one of its fits.
         law_hint = hint if isinstance(hint, LawFit) else None
         return fit_window(
-            chosen, history, start, end, timeline, config.ema_token_window, prior, law_hint, smoothed, rounds=1, like=like
+            chosen, history, start, end, timeline, config.ema_token_window, prior,
+            hint if isinstance(hint, LawFit) else None, smoothed, rounds=1, like=like,
         )
 
     if isinstance(fit, FitFailure):
-        return _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+        alone = _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
+        return alone, _smoothed_rows(alone, [])
     first = int(np.searchsorted(history.step, fit_start))
     windows = []
     for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
@@ -516,12 +519,27 @@ def _law_sweep(
     batch = fit_prefixes(fit, history.step[first:].astype(float), history.loss[first:], [end - first for _, end in windows])
     rows = []
     for (max_step, end), found in zip(windows, batch):
-        window_fit: Fit | FitFailure = found if found is not None else one_by_one(first, end, None)
+        window_fit = found if found is not None else one_by_one(first, end, None)
         note = window_fit.reason if isinstance(window_fit, FitFailure) else None
         rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
                              None if isinstance(window_fit, FitFailure) else window_fit, note))
-    smooth_all([f for f in batch if f is not None])
-    return tuple(rows)
+    return tuple(rows), _smoothed_rows(rows, [f for f in batch if isinstance(f, LawFit)])
+
+
+def _smoothed_rows(rows: Sequence[SweepRow], together: list[LawFit]) -> list[SmoothedLaw | None]:
+    """Each row's smoothed law: the fits of ``together`` (one run's windows from one start,
+    cadence and law) smoothed in one pass, any other alone."""
+    smoothed = {id(s.fit): s for s in smooth_all(together)}
+    out: list[SmoothedLaw | None] = []
+    for row in rows:
+        if row.fit is None:
+            out.append(None)
+        elif id(row.fit) in smoothed:
+            out.append(smoothed[id(row.fit)])
+        else:
+            assert isinstance(row.fit, LawFit)
+            out.extend(smooth_all([row.fit]))
+    return out
 
 
 def _sweep_fits(
@@ -535,8 +553,9 @@ def _sweep_fits(
     (default: the power law on the smoothed loss)."""
     if fitter is None:
 
-        def power_law(start: int, end: int, hint: Fit | None) -> Fit | FitFailure:
-            return _fit(history, smoothed, np.arange(start, end), config, hint=hint)
+        def power_law(start: int, end: int, hint: Model | None) -> Model | FitFailure:
+            # No hint: the original script fits every window from its own start.
+            return _fit(history, smoothed, np.arange(start, end), config)
 
         fitter = power_law
 
@@ -563,10 +582,18 @@ def _sweep_fits(
     return tuple(rows)
 
 
-def _solve_rows(rows: Sequence[SweepRow], target: float, history: History, config: AnalysisConfig) -> tuple[SweepRow, ...]:
+def _solve_rows(
+    rows: Sequence[SweepRow],
+    target: float,
+    history: History,
+    config: AnalysisConfig,
+    curves: Sequence[SmoothedLaw | None] | None = None,
+) -> tuple[SweepRow, ...]:
+    """Each row solved for ``target``: by its fit, or by its smoothed law from ``curves``."""
     solved = []
-    for row in rows:
-        tokens = row.fit.solve(target) if row.fit is not None else None
+    for i, row in enumerate(rows):
+        solver = row.fit if curves is None else curves[i]
+        tokens = solver.solve(target) if solver is not None else None
         note = row.note
         if row.fit is not None and tokens is None:
             note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
-from tracker_plugin.core.models import TOKEN_UNIT
+from tracker_plugin.core.models import TOKEN_UNIT, FitStatus, Model
 from tracker_plugin.core.status import Status, Verdict
 
 __all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
@@ -86,7 +86,7 @@ def _target_json(result: TargetResult) -> dict[str, Any]:
         "step": _num(result.step),
         "tokens_interval": _pair(result.tokens_interval),
         "step_interval": _pair(result.step_interval),
-        "model": None if result.fit is None else {"name": result.fit.name, "params": dict(result.fit.params)},
+        "model": None if result.fit is None else _model_json(result.fit),
         "extrapolation_factor": _num(result.extrapolation_factor),
         "note": result.note,
         "beyond_warn_factor": result.beyond_warn_factor,
@@ -95,6 +95,14 @@ def _target_json(result: TargetResult) -> dict[str, Any]:
     if result.sweep is not None:
         doc["sweep"] = _sweep_json(result.sweep)
     return doc
+
+
+def _model_json(fit: Model) -> dict[str, Any]:
+    return {"name": fit.name, "params": dict(fit.params), "fit_status": _status_json(fit.status)}
+
+
+def _status_json(status: FitStatus) -> dict[str, Any]:
+    return {"converged": status.converged, "reason": status.reason, "evaluations": status.evaluations}
 
 
 def _sweep_json(sweep: Sweep) -> dict[str, Any]:
@@ -110,6 +118,7 @@ def _sweep_json(sweep: Sweep) -> dict[str, Any]:
                 "step": _num(row.step),
                 "params": None if row.fit is None else dict(row.fit.params),
                 "note": row.note,
+                "converged": None if row.fit is None else row.fit.status.converged,
             }
             for row in sweep.rows
         ],
@@ -235,11 +244,16 @@ def _big(value: float) -> str:
     return f"{value:,.0f}" if math.isfinite(value) else "inf"
 
 
-def _fit_text(fit: Any) -> str:
+def _fit_text(fit: Model | None) -> str:
+    if fit is None:
+        return "no fit"
+    params = fit.params
     if fit.name == "power-law":
-        return f"fit L0={fit.l0:.4f} A={fit.a:.4f} alpha={fit.alpha:.4f}, T in {TOKEN_UNIT:.0e} tokens"
-    params = " ".join(f"{k}={v:.4g}" for k, v in fit.params.items() if k != "area_ref")
-    return f"{fit.name}: {params}"
+        text = f"fit L0={params['L0']:.4f} A={params['A']:.4f} alpha={params['alpha']:.4f}, T in {TOKEN_UNIT:.0e} tokens"
+    else:
+        text = f"{fit.name}: " + " ".join(f"{k}={v:.4g}" for k, v in params.items() if k != "area_ref")
+    # A fit whose solver gave up still forecasts; the reader should know.
+    return text if fit.status.converged else f"{text}; NOT CONVERGED: {fit.status.reason}"
 
 
 def _sweep_lines(result: TargetResult, warn_factor: float) -> list[str]:

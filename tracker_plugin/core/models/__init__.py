@@ -1,7 +1,9 @@
 """Loss-curve models: fit one to a stretch of a run, then solve it for a target loss.
 
-A fit either succeeds, giving an object with ``predict`` and ``solve``, or returns a
-:class:`FitFailure` that says why; fitting never raises on bad data.
+A fit either succeeds, giving a :class:`Model` (``name``, ``params``, ``predict``,
+``solve``, and a :class:`FitStatus` saying how its solver ended), or returns a
+:class:`FitFailure` that says why; fitting never raises on bad data. The solvers are
+SciPy's (:mod:`.search`), imported when a fit runs.
 
 - ``power-law`` (:mod:`.power_law`): the original script's power law in tokens.
 - ``lr-annealing`` (:mod:`.annealing`): Tissue et al. 2024.
@@ -12,7 +14,7 @@ The schedule-aware laws share their fitting (:mod:`.schedule_law`), its linear p
 """
 
 from tracker_plugin.core.models.annealing import LR_ANNEALING
-from tracker_plugin.core.models.base import FitFailure
+from tracker_plugin.core.models.base import FitFailure, FitStatus, Model
 from tracker_plugin.core.models.multipower import MULTI_POWER
 from tracker_plugin.core.models.power_law import TOKEN_UNIT, PowerLaw, fit_power_law
 from tracker_plugin.core.models.schedule_law import (
@@ -30,9 +32,11 @@ __all__ = [
     "MULTI_POWER",
     "TOKEN_UNIT",
     "FitFailure",
+    "FitStatus",
     "GainPrior",
     "Law",
     "LawFit",
+    "Model",
     "Observations",
     "PowerLaw",
     "fit_law",

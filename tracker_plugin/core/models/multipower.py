@@ -26,15 +26,46 @@ def _power(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
     return np.power(area, -theta[0])
 
 
+def _power_gradient(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
+    """``d power / d theta``: only ``alpha`` moves it."""
+    out = np.zeros((len(area), len(theta)))
+    out[:, 0] = -np.log(area) * np.power(area, -theta[0])
+    return out
+
+
+def _drive(theta: np.ndarray, area: np.ndarray, cells: DropCells) -> tuple[np.ndarray, np.ndarray]:
+    """``C x`` for every point and drop, and the log of the lr after each drop."""
+    _, log_c, _, gamma = theta
+    log_lr = np.log(np.maximum(cells.lr_after, 1e-6))
+    since = np.maximum(area[:, None] - cells.area[None, :], 0.0)
+    return since * np.exp(log_c - gamma * log_lr)[None, :], log_lr
+
+
 def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:
     """``LD / B``."""
     if not len(cells):
         return np.zeros(len(area))
-    _, log_c, beta, gamma = theta
-    since = np.maximum(area[:, None] - cells.area[None, :], 0.0)
-    x = since * np.power(np.maximum(cells.lr_after, 1e-6), -gamma)[None, :]
-    response = -np.expm1(-beta * np.log1p(np.exp(log_c) * x))
+    cx, _ = _drive(theta, area, cells)
+    response = -np.expm1(-theta[2] * np.log1p(cx))
     return response @ cells.size
+
+
+def _anneal_gradient(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:
+    """``d (LD / B) / d theta``: with ``u = 1 + C x`` the response ``1 - u^-beta`` moves by
+    ``beta u^-beta C x / u`` per unit of ``log C``, by ``u^-beta ln u`` per unit of ``beta``,
+    and by ``-ln(lr after)`` times the first per unit of ``gamma`` (``x`` scales as
+    ``lr_after^-gamma``)."""
+    out = np.zeros((len(area), len(theta)))
+    if not len(cells):
+        return out
+    cx, log_lr = _drive(theta, area, cells)
+    log_u = np.log1p(cx)
+    remaining = np.exp(-theta[2] * log_u)  # u ** -beta
+    per_log_c = theta[2] * remaining * (cx / (1.0 + cx))
+    out[:, 1] = per_log_c @ cells.size
+    out[:, 2] = (remaining * log_u) @ cells.size
+    out[:, 3] = per_log_c @ (cells.size * -log_lr)
+    return out
 
 
 MULTI_POWER = Law(
@@ -46,4 +77,6 @@ MULTI_POWER = Law(
     starts=((0.5, -3.0, 0.5, 0.5), (0.3, -6.0, 0.3, 1.0), (0.8, 0.0, 1.0, 0.3)),
     power=_power,
     anneal=_anneal,
+    power_gradient=_power_gradient,
+    anneal_gradient=_anneal_gradient,
 )

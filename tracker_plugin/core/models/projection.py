@@ -1,9 +1,11 @@
 """The linear part of a schedule-aware law: for fixed shape columns, the best ``L0``, ``A``, ``G``.
 
 Variable projection solves the linear coefficients exactly for every trial shape, so the
-nonlinear search runs over the shape alone. The problems are 3x3 at most, solved from
-their normal equations in plain floats (numpy's per-call overhead would dominate), with
-the sign constraints ``L0, A, G >= 0`` met by trying each combination of active ones.
+nonlinear search runs over the shape alone. The problems are 3x3 at most, solved in closed
+form from their normal equations in plain floats (numpy's per-call overhead would dominate,
+and no iterative solver is needed for an exact answer), with the sign constraints
+``L0, A, G >= 0`` met by trying each combination of active ones. :meth:`Projection.jacobian`
+gives the derivative of the projected residuals for SciPy's ``least_squares``.
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -
     g, rhs = np.broadcast_to(g, shape + (3, 3)), np.broadcast_to(rhs, shape + (3,))
     best, best_cost = np.zeros(shape + (3,)), np.full(shape, np.inf)
     finite = np.isfinite(g).all(axis=(-2, -1)) & np.isfinite(rhs).all(axis=-1)
-    for free in _SUBSETS if use_gain else _NO_GAIN:
+    subsets = _SUBSETS if use_gain else _NO_GAIN
+    for free in subsets:
         idx = list(free)
         sub, right = g[..., idx, :][..., idx], rhs[..., idx]
         if len(idx) == 1:
@@ -131,6 +134,8 @@ def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -
         better = regular & (solved.min(axis=-1) >= 0) & (cost < best_cost)
         best = np.where(better[..., None], coef, best)
         best_cost = np.where(better, cost, best_cost)
+        if free is subsets[0] and better.all():
+            break  # every free optimum is feasible, hence the constrained one (a convex problem)
     return best, np.maximum(best_cost, 0.0)
 
 
@@ -163,11 +168,12 @@ class Projection:
         self._anneal = (anneal, terms)
         return terms
 
-    def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float]:
+    def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float, tuple[int, ...]]:
+        """The best coefficients, their cost and which of them are free (the rest held at 0)."""
         wp = self.w * power
         sum_wp = float(wp.sum())
         if not math.isfinite(sum_wp):
-            return None, math.inf
+            return None, math.inf, ()
         sum_wa, aa, ay, any_anneal = self._anneal_terms(anneal)
         pa = float(wp @ anneal)
         g = [
@@ -181,6 +187,7 @@ class Projection:
             g[2][2] += strength**2
             rhs[2] += strength**2 * mean
         best, best_cost = None, math.inf
+        best_free: tuple[int, ...] = ()
         # Without a drop to see and without a prior, G is not in the problem at all.
         subsets = _SUBSETS if self.prior is not None or any_anneal else _NO_GAIN
         for free in subsets:
@@ -193,10 +200,10 @@ class Projection:
                 for j in range(3):
                     cost += coef[i] * g[i][j] * coef[j]
             if cost < best_cost:
-                best, best_cost = coef, cost
+                best, best_cost, best_free = coef, cost, free
             if free is subsets[0]:
                 break
-        return best, best_cost
+        return best, best_cost, best_free
 
     def costs(self, powers: np.ndarray, anneal: np.ndarray) -> np.ndarray:
         """:meth:`cost` for each row of ``powers`` (one anneal column): a grid at once."""
@@ -210,19 +217,57 @@ class Projection:
 
     def solve(self, power: np.ndarray, anneal: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(coef, fitted)``; NaN when the columns are not finite."""
-        best, _ = self._best(power, anneal)
+        best, _, _ = self._best(power, anneal)
         if best is None or not np.isfinite(anneal).all():
             return np.full(3, np.nan), np.full(len(self.y), np.nan)
         return np.array(best), best[0] + best[1] * power - best[2] * anneal
 
     def residuals(self, power: np.ndarray, anneal: np.ndarray) -> np.ndarray:
+        """The weighted residuals at the best coefficients, and the prior's pseudo-residual
+        (0 without a prior); inf when the columns are not finite."""
         coef, fitted = self.solve(power, anneal)
         if not np.isfinite(coef).all():
             return np.full(len(self.y) + 1, np.inf)
-        extra = 0.0 if self.prior is None else self.prior[1] * (coef[2] - self.prior[0])
+        extra = 0.0 if self.prior is None else self.prior[1] * (self.prior[0] - coef[2])
         return np.r_[self.sw * (self.y - fitted), extra]
+
+    def jacobian(self, power: np.ndarray, anneal: np.ndarray, d_power: np.ndarray, d_anneal: np.ndarray) -> np.ndarray:
+        """``d residuals / d theta`` (rows as :meth:`residuals`), given the columns' derivatives.
+
+        ``d_power`` and ``d_anneal`` hold ``d column / d theta_k`` in column ``k``. The
+        residuals are ``r = d - B c`` with ``c`` the best coefficients for the design ``B``
+        (the free columns, weighted, and the prior's row), so by Golub and Pereyra (1973)
+        ``dr/dtheta_k = -(P (dB_k c) + B (B'B)^-1 dB_k' r)``, ``P`` the projection onto the
+        complement of ``B``'s columns. Exact wherever the active sign constraints stay put.
+        """
+        best, _, free = self._best(power, anneal)
+        n, k = len(self.y), d_power.shape[1]
+        if best is None or not free:
+            return np.zeros((n + 1, k))
+        c = best
+        columns = (np.ones(n), power, -anneal)
+        derivatives = (None, d_power, -d_anneal)
+        design = np.zeros((n + 1, len(free)))
+        d_design_r = np.zeros((len(free), k))
+        residual = self.sw * (self.y - (c[0] + c[1] * power - c[2] * anneal))
+        for j, index in enumerate(free):
+            design[:n, j] = self.sw * columns[index]
+            if derivatives[index] is not None:
+                d_design_r[j] = (self.sw * residual) @ derivatives[index]
+        if self.prior is not None and 2 in free:
+            design[n, free.index(2)] = self.prior[1]
+        d_design_c = np.zeros((n + 1, k))
+        d_design_c[:n] = self.sw[:, None] * (c[1] * d_power - c[2] * d_anneal)
+        gram = design.T @ design
+        try:
+            projected = d_design_c - design @ np.linalg.solve(gram, design.T @ d_design_c)
+            second = design @ np.linalg.solve(gram, d_design_r)
+        except np.linalg.LinAlgError:
+            return np.zeros((n + 1, k))
+        jacobian = -(projected + second)
+        return np.where(np.isfinite(jacobian), jacobian, 0.0)
 
     def cost(self, power: np.ndarray, anneal: np.ndarray) -> float:
         """The weighted sum of squares (prior included) at the best linear parameters."""
-        best, cost = self._best(power, anneal)
+        best, cost, _ = self._best(power, anneal)
         return max(cost, 0.0) if best is not None else math.inf

@@ -16,14 +16,22 @@ Fitting choices, each for a reason:
   of consecutive rows on long logs, which keeps it fast and changes nothing at the scale of
   the curve); forecasts pass the law through the same EMA as the observed loss.
 - **Robust residuals.** Iteratively reweighted least squares with Huber weights, so a loss
-  spike or a bad eval does not drag the curve.
+  spike or a bad eval does not drag the curve. The reweighting stays around the solver
+  rather than being ``least_squares``'s own robust loss: the linear parameters are solved
+  exactly for the current weights (variable projection), which a robust loss inside the
+  solver would not see, and each round re-estimates the noise scale (and with it the Huber
+  threshold and the prior's strength) from the residuals, where ``f_scale`` is fixed.
 - **A prior on the annealing gain.** ``G`` is the loss a full decay of the lr removes once
   it has taken effect. A log whose lr has not decayed yet says nothing about ``G``; yet the
   planned decay is exactly what brings a cosine or WSD run to its target. ``G`` therefore
   gets a weak Gaussian prior centred on a fraction of the current loss (see
   :class:`GainPrior`); once a decay is logged the data outweigh it.
-- **Several starts** for laws with more than one nonlinear parameter, and a grid plus
-  Brent's method for those with one, so the answer does not hang on an initial guess.
+- **Several starts** for laws with more than one nonlinear parameter (SciPy's
+  ``least_squares``, trust-region reflective, with the analytic Jacobian of the projected
+  residuals), and a grid plus Brent's method (``minimize_scalar``) for those with one, so
+  the answer does not hang on an initial guess (see :mod:`.search`).
+
+Every fit says how its solver ended (:class:`~tracker_plugin.core.models.base.FitStatus`).
 """
 
 from __future__ import annotations
@@ -35,9 +43,9 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from tracker_plugin.core.clock import DropCells, Timeline
-from tracker_plugin.core.models.base import FitFailure
+from tracker_plugin.core.models.base import FitFailure, FitStatus
 from tracker_plugin.core.models.projection import Projection
-from tracker_plugin.core.optimize import grid_then_brent, levenberg_marquardt
+from tracker_plugin.core.models.search import least_squares_from, minimize_on_grid
 from tracker_plugin.core.smoothing import ema_decay, linear_recurrence_rows
 
 __all__ = [
@@ -45,6 +53,8 @@ __all__ = [
     "Law",
     "LawFit",
     "Observations",
+    "SmoothedLaw",
+    "crossing_tokens",
     "fit_law",
     "observations",
     "robust_sigma",
@@ -64,6 +74,10 @@ HUBER = 1.345
 IRLS_ROUNDS = 3
 # The exponent to this precision (absolute) is far finer than its uncertainty.
 _XTOL = 1e-5
+# A search near a previous answer (a refit, a later reweighting round) first looks within
+# this factor of it, on this many points.
+_BRACKET = 1.5
+_BRACKET_POINTS = 7
 # The EMA of a forecast is computed at the run's logging cadence (the smoothed loss is an
 # EMA of the logged rows, each held until the next), or at a quarter of the EMA's span when
 # that is coarser, with at most this many points; the model itself is evaluated on a
@@ -162,6 +176,9 @@ class Law:
     ``power(theta, area / area_ref)`` and ``anneal(theta, clock, area, cells)`` give the
     columns that ``A`` and ``G`` multiply. The power is taken of the area relative to the
     area at the end of the fit window, so ``A`` is the reducible loss there.
+    ``power_gradient`` and ``anneal_gradient`` (same arguments) give their derivatives by
+    ``theta``, one column per parameter, for the solver's Jacobian; without them it
+    differences the residuals.
     """
 
     name: str
@@ -174,6 +191,8 @@ class Law:
     anneal: Callable[[np.ndarray, np.ndarray, np.ndarray, DropCells], np.ndarray]
     grid: np.ndarray | None = field(default=None, compare=False)  # for one-parameter laws
     anneal_fixed: bool = False  # the anneal column does not depend on theta (computed once)
+    power_gradient: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    anneal_gradient: Callable[[np.ndarray, np.ndarray, np.ndarray, DropCells], np.ndarray] | None = None
 
     def columns(
         self, theta: np.ndarray, clock: np.ndarray, area: np.ndarray, area_ref: float, cells: DropCells
@@ -198,13 +217,13 @@ class LawFit:
     residuals: np.ndarray = field(repr=False)  # of the binned raw loss
     fitted: np.ndarray = field(repr=False)
     observations: Observations = field(repr=False)
+    status: FitStatus
     prior: GainPrior | None = None
     prior_mean: float | None = None
     weight: np.ndarray | None = field(default=None, repr=False)  # final robust weights
     strength: float = 0.0  # weight of the prior's pseudo-observation
     smoothed_start: float | None = None  # the observed EMA at the start step
     cadence: float = 1.0  # steps between logged rows (the median)
-    _cache: dict = field(default_factory=dict, repr=False)
 
     @property
     def name(self) -> str:
@@ -244,21 +263,18 @@ class LawFit:
         return self.predict_steps(self.timeline.step_at_tokens(tokens))
 
     def smoothed(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(steps, EMA of the law)`` from the fit start to the end of the timeline (see :func:`smooth_all`)."""
-        if "smoothed" not in self._cache:
-            smooth_all([self])
-        return self._cache["smoothed"]
+        """``(steps, EMA of the law)`` from the fit start to the end of the timeline.
 
-    def solve(self, target: float, noise: np.ndarray | None = None) -> float | None:
-        """Tokens at which the smoothed law first reaches ``target`` after the log; None if never.
-
-        ``noise`` (on the grid of :meth:`smoothed`) is added to the smoothed law first: a
-        simulated path of the smoothed loss's own fluctuations (see the forecast module).
+        Computed on each call (the fit holds no cache): to solve one fit for many targets,
+        or many fits, smooth once with :func:`smooth_all` and keep what it returns.
         """
-        steps, curve = self.smoothed()
-        if noise is not None:
-            curve = curve + noise
-        return crossing_tokens(self.timeline, steps, curve, target)
+        (smoothed,) = smooth_all([self])
+        return smoothed.steps, smoothed.curve
+
+    def solve(self, target: float) -> float | None:
+        """Tokens at which the smoothed law first reaches ``target`` after the log; None if never."""
+        (smoothed,) = smooth_all([self])
+        return smoothed.solve(target)
 
     def refit(self, loss: np.ndarray, prior_mean: float | None = None) -> LawFit | FitFailure:
         """The same law fitted to other loss values at the same points (for the bootstrap).
@@ -273,6 +289,33 @@ class LawFit:
             start=self.theta, rounds=1, weight=self.weight, strength=self.strength, smoothed_start=self.smoothed_start,
             cadence=self.cadence,
         )
+
+    def refit_window(
+        self, obs: Observations, last_step: float, weight: np.ndarray, prior_mean: float | None
+    ) -> LawFit | FitFailure:
+        """The same law fitted to another window of the run from the same start (a sweep's,
+        ending at ``last_step``): one pass with ``weight`` and this fit's prior strength,
+        its exponent searched afresh."""
+        return _fit(
+            self.law, obs, replace(self.timeline, last_step=last_step), self.cells, self.ema_window, self.start_step,
+            self.prior, float(obs.area[-1]), prior_mean, rounds=1, weight=weight, strength=self.strength,
+            smoothed_start=self.smoothed_start, cadence=self.cadence,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class SmoothedLaw:
+    """A fitted law's EMA on a grid of steps, from its fit start to the end of its timeline:
+    what its forecasts are read from. :func:`smooth_all` makes them; whoever solves a fit
+    for targets holds them."""
+
+    fit: LawFit
+    steps: np.ndarray = field(repr=False)
+    curve: np.ndarray = field(repr=False)
+
+    def solve(self, target: float) -> float | None:
+        """Tokens at which the smoothed law first reaches ``target`` after the log; None if never."""
+        return crossing_tokens(self.fit.timeline, self.steps, self.curve, target)
 
 
 def crossing_tokens(timeline: Timeline, steps: np.ndarray, curve: np.ndarray, target: float) -> float | None:
@@ -305,17 +348,17 @@ def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tupl
     return np.unique(np.r_[fine, end, beyond]), spacing
 
 
-def smooth_all(fits: list[LawFit]) -> None:
-    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows), left in each fit's cache.
+def smooth_all(fits: list[LawFit]) -> list[SmoothedLaw]:
+    """:meth:`LawFit.smoothed` for many fits of one run at once (a sweep's windows).
 
     The fits share their law, timeline (but for the last logged step), start and cadence.
     Each law is evaluated on a coarse grid and interpolated onto one fine enough for the EMA
     (a few points per span), then smoothed exactly as the observed loss is.
     """
-    if fits:
-        fine, curves = _smooth(fits, None)
-        for fit, curve in zip(fits, curves):
-            fit._cache["smoothed"] = (fine, curve)
+    if not fits:
+        return []
+    fine, curves = _smooth(fits, None)
+    return [SmoothedLaw(fit, fine, curve) for fit, curve in zip(fits, curves)]
 
 
 def smooth_after(fits: list[LawFit], step: float) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -454,34 +497,29 @@ def _fit(
     smoothed_start: float | None = None,
     cadence: float = 1.0,
 ) -> LawFit | FitFailure:
-    seen = cells.before(float(obs.clock[-1]))
     given_weight = weight is not None
     weight = obs.weight.copy() if weight is None else weight
     theta = None if start is None else np.asarray(start, float)
+    shapes = _Shapes(law, obs, cells.before(float(obs.clock[-1])), area_ref)
     residuals = fitted = coef = None
-    fixed = law.anneal(np.zeros(len(law.lower)), obs.clock, obs.area, seen) if law.anneal_fixed else None
-    relative = obs.area / area_ref
-
-    def columns(th: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            if fixed is not None:
-                return law.power(th, relative), fixed
-            return law.power(th, relative), law.anneal(th, obs.clock, obs.area, seen)
-
+    evaluations, settled, done = 0, False, 0
     previous_theta = None
     for round_ in range(rounds):
         use_prior = round_ > 0 or strength > 0
         problem = Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
-        theta = _search(law, problem, columns, theta, quick=given_weight)
+        theta, search = _search(law, problem, shapes, theta)
+        evaluations += search.evaluations
+        done += 1
         if theta is None:
-            return FitFailure(law.name, "the least-squares problem has no finite solution")
-        coef, fitted = problem.solve(*columns(theta))
+            return FitFailure(law.name, f"the least-squares problem has no finite solution ({search.reason})")
+        coef, fitted = problem.solve(*shapes(theta))
         residuals = obs.loss - fitted
         scaled = residuals * np.sqrt(obs.weight)
         sigma = robust_sigma(residuals, obs.weight)
         if given_weight:
             break
         if previous_theta is not None and np.allclose(theta, previous_theta, rtol=1e-3, atol=1e-5):
+            settled = True
             break  # the reweighting has settled
         previous_theta = theta
         huber = np.minimum(1.0, HUBER * sigma / np.maximum(np.abs(scaled), 1e-300))
@@ -502,6 +540,7 @@ def _fit(
         residuals=residuals,
         fitted=fitted,
         observations=obs,
+        status=_status(search, evaluations, done, settled, given_weight, rounds),
         prior=prior,
         prior_mean=prior_mean,
         weight=weight,
@@ -510,6 +549,23 @@ def _fit(
         cadence=cadence,
     )
 
+
+def _status(search: FitStatus, evaluations: int, done: int, settled: bool, given_weight: bool, cap: int) -> FitStatus:
+    """The last round's solver verdict, the evaluations of every round, and how the reweighting ended.
+
+    ``converged`` is the solver's: the reweighting is a fixed number of rounds by design (an
+    estimator in its own right), so one that was still moving at the cap is said in the
+    reason rather than counted as a failure to converge.
+    """
+    if given_weight:
+        ending = "one pass with given weights"
+    elif cap == 1:
+        ending = "one pass, no reweighting"
+    elif settled:
+        ending = f"the robust weights settled in {done} rounds"
+    else:
+        ending = f"the robust weights still moved after {done} rounds (the cap)"
+    return FitStatus(search.converged, f"{search.reason}; {ending}", evaluations)
 
 def robust_sigma(residuals: np.ndarray, weight: np.ndarray) -> float:
     """The robust standard deviation (scaled MAD) of residuals of unit weight; never 0."""
@@ -532,45 +588,97 @@ def _prior_strength(scaled: np.ndarray, sigma: float, prior_sd: float) -> float:
     return sigma * math.sqrt((1.0 + r1) / (1.0 - r1)) / max(prior_sd, 1e-12)
 
 
-def _search(
-    law: Law,
-    problem: Projection,
-    columns: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
-    start: np.ndarray | None,
-    *,
-    quick: bool = False,
-) -> np.ndarray | None:
-    lower, upper = np.array(law.lower), np.array(law.upper)
+def _search(law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None) -> tuple[np.ndarray | None, FitStatus]:
+    """The nonlinear parameters that minimise ``problem``'s cost, and how the solver ended.
+
+    ``start`` (a previous answer) narrows a one-parameter search to a bracket around it and
+    is the only start of a several-parameter one; else the law's grid or its starts.
+    """
     if len(law.theta_names) == 1 and law.grid is not None:
+        return _search_exponent(law, problem, shapes, start)
+    lower, upper = np.array(law.lower, float), np.array(law.upper, float)
 
-        def profile(x: float) -> float:
-            return problem.cost(*columns(np.array([x])))
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        return problem.residuals(*shapes(theta))
 
-        def search(grid: np.ndarray) -> tuple[float, float]:
-            values = None
-            if law.anneal_fixed:
-                power, anneal = columns(grid[:, None])
-                values = problem.costs(power, anneal)
-            return grid_then_brent(profile, grid, xtol=_XTOL, values=values)
+    jacobian = None
+    if law.power_gradient is not None and law.anneal_gradient is not None:
 
-        if start is not None:
-            # Near a previous answer (a refit, a later IRLS round): a bracket around it;
-            # the full grid when the best point lands on the bracket's edge.
-            lo, hi = max(start[0] / 1.5, lower[0]), min(start[0] * 1.5, upper[0])
-            x, cost = search(np.linspace(lo, hi, 7))
-            if (x <= lo * 1.001 and lo > lower[0]) or (x >= hi * 0.999 and hi < upper[0]):
-                x, cost = search(law.grid)
-        else:
-            x, cost = search(law.grid)
-        return np.array([x]) if math.isfinite(cost) else None
-
-    def residuals(th: np.ndarray) -> np.ndarray:
-        return problem.residuals(*columns(th))
+        def jacobian(theta: np.ndarray) -> np.ndarray:
+            return problem.jacobian(*shapes(theta), *shapes.gradients(theta))
 
     starts = [start] if start is not None else [np.array(s, float) for s in law.starts]
-    best, best_cost = None, math.inf
-    for x0 in starts:
-        x, cost = levenberg_marquardt(residuals, x0, lower, upper, max_iter=8 if quick else 25 if start is not None else 60)
-        if cost < best_cost:
-            best, best_cost = x, cost
-    return best
+    theta, _, status = least_squares_from(starts, residuals, jacobian, lower, upper)
+    return theta, status
+
+
+def _search_exponent(
+    law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None
+) -> tuple[np.ndarray | None, FitStatus]:
+    """A one-parameter law: its grid (or a bracket around ``start``), then Brent in the best cell.
+
+    Near a previous answer (a refit, a later reweighting round) a bracket around it; the
+    law's grid when the best point lands on the bracket's edge, so a start changes the
+    speed, not the answer.
+    """
+    assert law.grid is not None
+    lower, upper = law.lower[0], law.upper[0]
+
+    def profile(x: float) -> float:
+        return problem.cost(*shapes(np.array([x])))
+
+    def search(grid: np.ndarray) -> tuple[float, float, FitStatus]:
+        values = problem.costs(*shapes(grid[:, None])) if law.anneal_fixed else None
+        return minimize_on_grid(profile, grid, xtol=_XTOL, values=values)
+
+    evaluations = 0
+    if start is not None:
+        lo, hi = max(start[0] / _BRACKET, lower), min(start[0] * _BRACKET, upper)
+        x, cost, status = search(np.linspace(lo, hi, _BRACKET_POINTS))
+        evaluations = status.evaluations
+        edge = (x <= lo * 1.001 and lo > lower) or (x >= hi * 0.999 and hi < upper)
+        if math.isfinite(cost) and not edge:
+            return np.array([x]), status
+    x, cost, status = search(law.grid)
+    status = replace(status, evaluations=status.evaluations + evaluations)
+    return (np.array([x]) if math.isfinite(cost) else None), status
+
+
+class _Shapes:
+    """A law's columns (and their derivatives) on a fit window's points at trial parameters.
+
+    The last evaluation is kept: ``least_squares`` asks for the Jacobian at the point whose
+    residuals it has just computed, and the anneal column is the costly part of both.
+    """
+
+    def __init__(self, law: Law, obs: Observations, seen: DropCells, area_ref: float) -> None:
+        self.law = law
+        self.obs = obs
+        self.seen = seen
+        self.relative = obs.area / area_ref
+        self.fixed = None
+        if law.anneal_fixed:
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+                self.fixed = law.anneal(np.zeros(len(law.lower)), obs.clock, obs.area, seen)
+        self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(power, anneal)``; ``theta`` may be a column of exponents (a grid, one row each)."""
+        key = theta.tobytes() if theta.ndim == 1 else None
+        if key is not None and self._last is not None and self._last[0] == key:
+            return self._last[1]
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            power = self.law.power(theta, self.relative)
+            anneal = self.fixed if self.fixed is not None else self.law.anneal(theta, self.obs.clock, self.obs.area, self.seen)
+        if key is not None:
+            self._last = (key, (power, anneal))
+        return power, anneal
+
+    def gradients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(d power / d theta, d anneal / d theta)``, a column per parameter."""
+        assert self.law.power_gradient is not None and self.law.anneal_gradient is not None
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+            return (
+                self.law.power_gradient(theta, self.relative),
+                self.law.anneal_gradient(theta, self.obs.clock, self.obs.area, self.seen),
+            )
