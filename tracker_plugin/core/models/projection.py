@@ -66,15 +66,15 @@ def _solve_small(g: list[list[float]], rhs: list[float], free: tuple[int, ...]) 
 
 
 def normal_equations(
-    sum_w: float,
-    sum_wp: np.ndarray,
-    pp: np.ndarray,
-    py: np.ndarray,
-    pa: np.ndarray,
-    sum_wa: float,
-    aa: float,
-    ay: np.ndarray,
-    sum_wy: np.ndarray,
+    sum_w: float | np.ndarray,
+    sum_wp: float | np.ndarray,
+    pp: float | np.ndarray,
+    py: float | np.ndarray,
+    pa: float | np.ndarray,
+    sum_wa: float | np.ndarray,
+    aa: float | np.ndarray,
+    ay: float | np.ndarray,
+    sum_wy: float | np.ndarray,
     *,
     extra: float = 0.0,
     mean: np.ndarray | float = 0.0,
@@ -100,7 +100,7 @@ def normal_equations(
     return g, rhs
 
 
-def solve_many(g: np.ndarray, rhs: np.ndarray, yy: np.ndarray, use_gain: bool) -> tuple[np.ndarray, np.ndarray]:
+def solve_many(g: np.ndarray, rhs: np.ndarray, yy: float | np.ndarray, use_gain: bool) -> tuple[np.ndarray, np.ndarray]:
     """:meth:`Projection.cost` and its coefficients for many problems at once.
 
     ``g`` (``(..., 3, 3)``) and ``rhs`` (``(..., 3)``) are the normal equations, ``yy`` the

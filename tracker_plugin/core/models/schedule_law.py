@@ -124,12 +124,14 @@ class Observations:
     def head(self, last_step: float) -> Observations:
         keep = self.step <= last_step
         rows = None if self.rows is None else self.rows[keep]
-        return Observations(*(a[keep] for a in (self.step, self.loss, self.weight, self.area, self.clock)), rows)
+        return Observations(self.step[keep], self.loss[keep], self.weight[keep], self.area[keep], self.clock[keep], rows)
 
     def take(self, bins: int) -> Observations:
         """The first ``bins`` bins."""
         rows = None if self.rows is None else self.rows[:bins]
-        return Observations(*(a[:bins] for a in (self.step, self.loss, self.weight, self.area, self.clock)), rows)
+        return Observations(
+            self.step[:bins], self.loss[:bins], self.weight[:bins], self.area[:bins], self.clock[:bins], rows
+        )
 
     def append(self, step: float, loss: float, weight: float, area: float, clock: float, rows: int) -> Observations:
         """These bins and one more."""
@@ -391,7 +393,7 @@ def _smooth(fits: list[LawFit], since: float | None) -> tuple[np.ndarray, list[n
     at = np.maximum(fine - max(spacing - first.cadence, 0.0) / 2, first.start_step)
     batch = tl.batch[np.clip(np.searchsorted(tl.step, fine, side="right") - 1, 0, len(tl.batch) - 1)]
     decay = ema_decay(fine, batch, first.ema_window)  # the first is 0: the EMA starts at its first value
-    curves = []
+    curves: list[np.ndarray] = []
     per_pass = max(1, _SMOOTH_CELLS // len(at))
     for lo in range(0, len(fits), per_pass):
         block = fits[lo:lo + per_pass]
