@@ -10,7 +10,7 @@ import importlib
 
 from tracker_plugin.trackers.base import FINISHED_STATES, RunInfo, Source, SourceOptions
 
-__all__ = ["FINISHED_STATES", "RunInfo", "SCHEMES", "Source", "SourceOptions", "open_source"]
+__all__ = ["FINISHED_STATES", "SCHEMES", "RunInfo", "Source", "SourceOptions", "open_source"]
 
 # prefix -> (module, class)
 SCHEMES = {

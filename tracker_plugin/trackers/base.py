@@ -19,10 +19,10 @@ from tracker_plugin.errors import SourceError
 from tracker_plugin.frame.history import Columns, History
 
 __all__ = [
-    "Annotation",
-    "Previous",
     "FINISHED_STATES",
     "STATES",
+    "Annotation",
+    "Previous",
     "RunInfo",
     "Source",
     "SourceOptions",

@@ -47,6 +47,7 @@ from tracker_plugin.errors import (
     SourceError,
     TrackerUnavailable,
 )
+from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
@@ -54,7 +55,7 @@ from tracker_plugin.plan.params import batch_from_config
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
 from tracker_plugin.trackers.cache import HistoryCache
 
-__all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
+__all__ = ["HTTP_DEFAULTS", "MlflowSource"]
 
 # MLflow's own HTTP defaults retry a dead server for minutes (7 retries, backoff 2 s
 # doubling, 120 s timeout). These bounds make a refused connection fail in about 3 s and
@@ -194,7 +195,7 @@ class MlflowSource(Source):
         latest = _latest(record)
         keys = self._keys(run, latest)
         histories = self._histories(run, record, keys, latest)
-        frame, nan_loss = align_histories(histories, keys["loss"])
+        frame, nan_loss = _aligned(histories, keys["loss"])
         batch_size, batch_source = self._batch(run, record, keys)
         columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
         history = build_history(
@@ -512,37 +513,21 @@ def _rest_history(store: Any, run_id: str, key: str) -> tuple[np.ndarray, np.nda
 # -- pure helpers ----------------------------------------------------------------------------
 
 
-def align_histories(
+def _aligned(
     histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], loss_key: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """Per-key ``(step, value, timestamp)`` histories as one table on step.
-
-    Where a key holds several values for one step (a resumed run logged it again), the
-    one with the latest timestamp wins. Returns the table (a ``step`` column and one
-    column per key, NaN where a key was not logged at a step) and a mask of the rows
-    whose loss was logged as NaN.
-    """
-    latest = {key: _latest_per_step(*arrays) for key, arrays in histories.items()}
-    steps = np.unique(np.concatenate([s for s, _ in latest.values()] or [np.array([], np.int64)]))
-    columns: dict[str, np.ndarray] = {"step": steps}
-    nan_loss = np.zeros(len(steps), bool)
-    for key, (key_steps, values) in latest.items():
-        column = np.full(len(steps), np.nan)
-        where = np.searchsorted(steps, key_steps)
-        column[where] = values
-        columns[key] = column
-        if key == loss_key:
-            nan_loss[where] = np.isnan(values)
-    return pd.DataFrame(columns), nan_loss
+    """Per-key ``(step, value, timestamp)`` histories as one table on MLflow's step, and the
+    rows whose loss was logged as NaN; at a step logged twice the latest timestamp wins."""
+    aligned = align_on_step(
+        {key: KeyHistory(step, _restore_infinity(value), stamp) for key, (step, value, stamp) in histories.items()}
+    )
+    return aligned.frame, aligned.logged_nan.get(loss_key, np.zeros(len(aligned.frame), bool))
 
 
-def _latest_per_step(step: np.ndarray, value: np.ndarray, stamp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    step, value, stamp = np.asarray(step, np.int64), np.asarray(value, float), np.asarray(stamp, np.int64)
-    order = np.lexsort((stamp, step))  # by step, then time; stable for equal times
-    step, value = step[order], value[order]
-    last = np.r_[step[1:] != step[:-1], True] if len(step) else np.zeros(0, bool)
-    value = np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
-    return step[last], value[last]
+def _restore_infinity(value: np.ndarray) -> np.ndarray:
+    """MLflow stores a logged +-inf as +-the largest float: read it back as infinity."""
+    value = np.asarray(value, float)
+    return np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
 
 
 def _latest(record: Any) -> dict[str, tuple[int, int, float]]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from typing import Any
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.trackers.atomic import replacing, write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
@@ -251,11 +251,11 @@ def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[An
             node[path[-1]] = _item_value(item)
     for item in removes:
         path = [item.key] if item.key else list(item.nested_key)
-        node = target
+        found: Any = target
         for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(path[-1], None)
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, dict):
+            found.pop(path[-1], None)
 
 
 def _config_values(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -363,7 +363,7 @@ def _annotate_file(wandb_file: Path, annotation: Annotation, ref: str) -> None:
             (ARTIFACT_JSON, annotation.report_bytes()),
             (ARTIFACT_PNG, annotation.plot_bytes()),
         ):
-            _replace(files_dir / name, content)
+            write_atomic(files_dir / name, content)
         _insert(wandb_file, data, entries, exit_index, records, ref)
 
 
@@ -412,22 +412,17 @@ def _insert(
     suffix = [entry.data for entry in entries[exit_index:]]
     expected = [entry.data for entry in entries[:exit_index]] + records + suffix
     at = entries[exit_index].offset
-    tmp = wandb_file.with_name(f".{wandb_file.name}.loss_eta.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(memoryview(data)[:at])
-            write_records(out, records + suffix, at)
-            out.flush()
-            os.fsync(out.fileno())
+
+    def check(tmp: Path) -> None:
         if _records_of(tmp) != expected:
             raise SourceError(
                 f"rewriting {wandb_file.name} did not read back as written; the file was left as it was",
                 run=ref,
             )
-        shutil.copymode(wandb_file, tmp)
-        os.replace(tmp, wandb_file)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    with replacing(wandb_file, check=check, mode_of=wandb_file) as out:
+        out.write(memoryview(data)[:at])
+        write_records(out, records + suffix, at)
 
 
 def _records_of(path: Path) -> list[bytes] | None:
@@ -437,12 +432,6 @@ def _records_of(path: Path) -> list[bytes] | None:
             return [entry.data for entry in read_log(data)]
         except LogCorrupt:
             return None
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _run_files(path: Path, spec: str) -> list[Path]:
