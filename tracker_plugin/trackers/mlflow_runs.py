@@ -51,7 +51,7 @@ from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
-from tracker_plugin.plan.params import batch_from_config
+from tracker_plugin.plan.params import batch_from_config, flat_params
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
 from tracker_plugin.trackers.cache import HistoryCache
 
@@ -196,7 +196,8 @@ class MlflowSource(Source):
         keys = self._keys(run, latest)
         histories = self._histories(run, record, keys, latest)
         frame, nan_loss = _aligned(histories, keys["loss"])
-        batch_size, batch_source = self._batch(run, record, keys)
+        params = flat_params(record.data.params, text_numbers=True)
+        batch_size, batch_source = self._batch(run, params, keys)
         columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
         history = build_history(
             frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
@@ -205,7 +206,7 @@ class MlflowSource(Source):
             history = replace(history, batch_source=batch_source)
         elif batch_source:
             history = with_config_batch(history, batch_source)
-        return with_planned_lr(history, record.data.params)
+        return with_planned_lr(history, params)
 
 
     def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
@@ -225,11 +226,13 @@ class MlflowSource(Source):
             )
         return keys
 
-    def _batch(self, run: RunInfo, record: Any, keys: Mapping[str, str]) -> tuple[float | None, str | None]:
+    def _batch(
+        self, run: RunInfo, params: Mapping[str, Any], keys: Mapping[str, str]
+    ) -> tuple[float | None, str | None]:
         """Tokens per step when no batch metric is logged: a param, the flag, the run name."""
         if "batch" in keys:
             return self.options.batch_size, None
-        found = batch_from_config(_param_values(record.data.params), self.options.batch_params)
+        found = batch_from_config(params, self.options.batch_params)
         if found is not None:
             return found[0], f"param '{found[1]}'"
         if self.options.batch_size is not None:
@@ -547,20 +550,6 @@ def _same(latest: tuple[int, int, float] | None, value: float | None, step: int)
     if value is None or math.isnan(value):
         return math.isnan(stored)
     return stored == float(value)
-
-
-def _param_values(params: Mapping[str, str]) -> dict[str, Any]:
-    """MLflow params (always strings) with numbers as numbers, as a tracker's config holds them."""
-    values: dict[str, Any] = {}
-    for name, text in params.items():
-        try:
-            values[name] = int(text)
-        except ValueError:
-            try:
-                values[name] = float(text)
-            except ValueError:
-                values[name] = text
-    return values
 
 
 def _run_id(run: RunInfo) -> str:

@@ -84,8 +84,10 @@ def build_wandb_history(
     """The common frame from each chosen key's column, aligned on ``_step``.
 
     The batch comes from the batch key when the run logged one, else from the first of
-    ``batch_params`` in the run's ``config``, else from ``batch_size``. The planned lr
-    schedule comes from the config (see :func:`.base.with_planned_lr`).
+    ``batch_params`` in the run's ``config`` (flattened by
+    :func:`~tracker_plugin.plan.params.flat_params`), else from ``batch_size``. The
+    planned lr schedule comes from the config (see
+    :func:`~tracker_plugin.frame.from_params.with_planned_lr`).
 
     ``data`` maps each key (``_step`` aside, which is the row number) to its column.
     ``all_keys`` are every key the run logged, named in the error when the loss or step

@@ -31,6 +31,7 @@ from typing import Any
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.atomic import replacing, write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
 from tracker_plugin.trackers.wandb_data import (
@@ -258,10 +259,6 @@ def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[An
             found.pop(path[-1], None)
 
 
-def _config_values(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k != "_wandb"}
-
-
 class WandbOfflineSource(Source):
     """Offline W&B runs on disk; see the module docstring for how they are annotated."""
 
@@ -296,7 +293,7 @@ class WandbOfflineSource(Source):
             run=run.ref,
             columns=self.options.columns,
             batch_size=self.options.batch_size,
-            config=_config_values(parsed.config),
+            config=flat_params(parsed.config),
             batch_params=self.options.batch_params,
             all_keys=parsed.keys,
         )

@@ -37,6 +37,7 @@ from tracker_plugin.errors import (
 )
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
@@ -212,7 +213,7 @@ class WandbSource(Source):
             # Without a loss key there is nothing to scan: build_wandb_history names the keys.
             rows = int(getattr(wb_run, "history_line_count", 0) or 0)
             data = self._scan(wb_run, keys, history_keys, rows) if has_loss else {}
-            config = wb_run.config
+            config = flat_params(wb_run.config)
         return build_wandb_history(
             data,
             run=run.ref,
