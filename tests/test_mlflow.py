@@ -28,7 +28,8 @@ from tracker_plugin.keys import KEY_PATTERN
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame, log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
-from tracker_plugin.trackers import SourceOptions, mlflow_runs, open_source
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
+from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
@@ -49,9 +50,9 @@ class Tracking:
     def log(self, frame: pd.DataFrame, name: str = "run", **kwargs) -> str:
         return log_run(self.client, self.experiment_id, frame, name=name, **kwargs)
 
-    def source(self, spec: str, **options) -> mlflow_runs.MlflowSource:
+    def source(self, spec: str, **options) -> MlflowSource:
         options.setdefault("cache_dir", str(self.tmp / "cache"))
-        return open_source(spec, SourceOptions(tracking_uri=self.uri, **options))
+        return MlflowSource(spec.removeprefix("mlflow:"), ReadOptions(**options), MlflowOptions(tracking_uri=self.uri))
 
     def cli(self, capsys, command: str, *args: str) -> tuple[int, str, str]:
         capsys.readouterr()  # drop what logging the runs printed

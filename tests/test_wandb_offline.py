@@ -17,7 +17,7 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.trackers import SourceOptions, open_source
+from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
@@ -107,7 +107,7 @@ def offline_runs(tmp_path_factory) -> dict[str, Path]:
         WANDB_SILENT="true",
     )
     subprocess.run([sys.executable, "-c", LOGGER, str(home / "runs.json")], env=env, check=True, timeout=120)
-    source = open_source(f"wandb-offline:{home}", SourceOptions(batch_size=1.0))
+    source = open_source(f"wandb-offline:{home}", SourceOptions(ReadOptions(batch_size=1.0)))
     return {info.name: Path(info.ref.removeprefix("wandb-offline:")) for info in source.runs()}
 
 
@@ -144,8 +144,8 @@ def expected_history(name: str, columns: Columns, batch_size: float | None):
     ],
 )
 def test_offline_runs_read_back_as_logged(offline_runs, name, batch_size, batch_source):
-    options = SourceOptions(batch_params=("global_batch_size", "trainer.global_batch"))
-    source = open_source(f"wandb-offline:{offline_runs[name]}", options)
+    options = ReadOptions(batch_params=("global_batch_size", "trainer.global_batch"))
+    source = open_source(f"wandb-offline:{offline_runs[name]}", SourceOptions(options))
     (info,) = source.runs()
     history = source.read(info)
     expected = expected_history(name, options.columns, batch_size)

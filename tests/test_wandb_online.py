@@ -14,7 +14,7 @@ from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.errors import AuthError, ConfigError, RunNotFound, TrackerUnavailable
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.trackers import SourceOptions, open_source, wandb_runs
+from tracker_plugin.trackers import ReadOptions, SourceOptions, WandbOptions, open_source, wandb_runs
 from tracker_plugin.trackers.wandb_runs import WandbSource, run_filters
 
 TARGETS = ["-t", "6", "4.5", "1.5"]  # reached, extrapolated, unreachable on the synthetic runs
@@ -43,7 +43,7 @@ def assert_same_history(read, expected) -> None:
 
 
 def read_one(spec: str, **options):
-    source = open_source(spec, SourceOptions(**options))
+    source = open_source(spec, SourceOptions(ReadOptions(**options)))
     runs = source.runs()
     assert len(runs) == 1
     return runs[0], source.read(runs[0]), source
@@ -176,7 +176,8 @@ def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):
 
     def select(**options) -> list[str]:
         return [
-            r.ref.rsplit("/", 1)[1] for r in open_source("wandb:ent/sel", SourceOptions(**options)).runs()
+            r.ref.rsplit("/", 1)[1]
+            for r in open_source("wandb:ent/sel", SourceOptions(wandb=WandbOptions(**options))).runs()
         ]
 
     assert select() == ["a", "b", "c", "d"]
@@ -212,7 +213,7 @@ def test_listing_pages_through_a_large_project(wandb_server):
 
 
 def test_filters_are_merged_and_checked():
-    options = SourceOptions(
+    options = WandbOptions(
         filter='{"config.lr": 1}', states=("finished",), tags=("x", "y"), created_after="2024-01-02"
     )
     assert run_filters(options) == {
@@ -224,7 +225,7 @@ def test_filters_are_merged_and_checked():
             {"createdAt": {"$gt": "2024-01-02T00:00:00"}},
         ]
     }
-    assert run_filters(SourceOptions(states=("crashed",))) == {"state": {"$in": ["crashed"]}}
+    assert run_filters(WandbOptions(states=("crashed",))) == {"state": {"$in": ["crashed"]}}
     for bad, message in [
         (dict(filter="{oops"), "--filter is not W&B filter JSON"),
         (dict(filter="[1]"), "must be a JSON object"),
@@ -232,23 +233,23 @@ def test_filters_are_merged_and_checked():
         (dict(created_after="last week"), "is not a date"),
     ]:
         with pytest.raises(ConfigError, match=message):
-            run_filters(SourceOptions(**bad))
+            run_filters(WandbOptions(**bad))
 
 
 def test_run_strings_take_entity_and_project_from_the_options(wandb_server):
     wandb_server.add_run("team", "proj", "r1", history=wandb_rows(synthetic_run(50)))
     wandb_server.add_run(wandb_server.viewer_entity, "mine", "r2", history=wandb_rows(synthetic_run(50)))
-    assert [r.ref for r in open_source("wandb:r1", SourceOptions(entity="team", project="proj")).runs()] == [
+    assert [r.ref for r in open_source("wandb:r1", SourceOptions(wandb=WandbOptions(entity="team", project="proj"))).runs()] == [
         "wandb:team/proj/r1"
     ]
-    assert [r.ref for r in open_source("wandb:", SourceOptions(entity="team", project="proj")).runs()] == [
+    assert [r.ref for r in open_source("wandb:", SourceOptions(wandb=WandbOptions(entity="team", project="proj"))).runs()] == [
         "wandb:team/proj/r1"
     ]
     assert [r.ref for r in open_source("wandb:team/proj/runs/r1", SourceOptions()).runs()] == [
         "wandb:team/proj/r1"
     ]
     # no entity: the API key's default entity
-    assert [r.ref for r in open_source("wandb:", SourceOptions(project="mine")).runs()] == [
+    assert [r.ref for r in open_source("wandb:", SourceOptions(wandb=WandbOptions(project="mine"))).runs()] == [
         f"wandb:{wandb_server.viewer_entity}/mine/r2"
     ]
     with pytest.raises(ConfigError, match="does not name runs"):
@@ -502,7 +503,7 @@ def test_a_failed_write_does_not_leave_a_complete_looking_annotation(
 
 
 def test_api_key_never_appears_in_exceptions(wandb_server, two_runs, fast_retries):
-    source = WandbSource("ent/proj", SourceOptions())
+    source = WandbSource("ent/proj")
     infos = source.runs()
     wandb_server.fail(503, run="ra")
     wandb_server.fail(403, run="rb")
@@ -523,12 +524,12 @@ def test_retry_bounds_apply_to_our_api_only_and_yield_to_the_users(wandb_server)
     from wandb.sdk import wandb_setup
 
     settings = wandb_setup.singleton().settings
-    api = WandbSource("ent/proj", SourceOptions())._new_api()
+    api = WandbSource("ent/proj")._new_api()
     assert api._service_api._settings.x_graphql_retry_max == wandb_runs.RETRY_BOUNDS["x_graphql_retry_max"]
     assert settings.x_graphql_retry_max is None  # the process-wide settings are as they were
     settings.x_graphql_retry_max = 9  # as WANDB__GRAPHQL_RETRY_MAX=9 would set it
     try:
-        api = WandbSource("ent/proj", SourceOptions())._new_api()
+        api = WandbSource("ent/proj")._new_api()
         assert api._service_api._settings.x_graphql_retry_max == 9
     finally:
         settings.x_graphql_retry_max = None

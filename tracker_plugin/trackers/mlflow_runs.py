@@ -52,8 +52,9 @@ from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
 from tracker_plugin.plan.params import batch_from_config, flat_params
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
 from tracker_plugin.trackers.cache import HistoryCache
+from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions
 
 __all__ = ["HTTP_DEFAULTS", "MlflowSource"]
 
@@ -95,13 +96,18 @@ class MlflowSource(Source):
 
     scheme = "mlflow"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None, mlflow: MlflowOptions | None = None) -> None:
         super().__init__(spec, options)
+        self.mlflow = mlflow or MlflowOptions()
         self._client_obj: Any = None
         self._records: dict[str, Any] = {}  # run id -> mlflow Run, from runs()
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._cache = HistoryCache(options.cache_dir) if options.use_cache else None
+        self._cache = HistoryCache(self.options.cache_dir) if self.options.use_cache else None
+
+    @classmethod
+    def from_options(cls, spec: str, options: SourceOptions) -> MlflowSource:
+        return cls(spec, options.read, options.mlflow)
 
     # -- listing ---------------------------------------------------------------------------
 
@@ -112,8 +118,8 @@ class MlflowSource(Source):
             experiment_ids = [self._experiment_id(spec[len("experiment/") :])]
         elif spec:
             return [self._info(self._get_run(spec, f"mlflow:{spec}"))]
-        elif self.options.experiment_ids:
-            experiment_ids = [self._experiment_id(e) for e in self.options.experiment_ids]
+        elif self.mlflow.experiment_ids:
+            experiment_ids = [self._experiment_id(e) for e in self.mlflow.experiment_ids]
         else:
             raise ConfigError(
                 "mlflow: needs a run id (mlflow:RUN_ID), mlflow:experiment/NAME_OR_ID or --experiment-id"
@@ -155,15 +161,15 @@ class MlflowSource(Source):
             try:
                 page = client.search_runs(
                     experiment_ids,
-                    filter_string=self.options.filter or "",
+                    filter_string=self.mlflow.filter or "",
                     run_view_type=ViewType.ACTIVE_ONLY,
                     max_results=_SEARCH_PAGE,
                     page_token=token,
                 )
             except MlflowException as exc:
-                if exc.error_code == "INVALID_PARAMETER_VALUE" and self.options.filter:
+                if exc.error_code == "INVALID_PARAMETER_VALUE" and self.mlflow.filter:
                     raise ConfigError(
-                        f"--filter {self.options.filter!r}: {_first_line(exc.message)}"
+                        f"--filter {self.mlflow.filter!r}: {_first_line(exc.message)}"
                     ) from None
                 raise self._translate(exc, where) from None
             records += list(page)
@@ -383,7 +389,7 @@ class MlflowSource(Source):
     def _client(self) -> Any:
         with self._lock:
             if self._client_obj is None:
-                self._client_obj = _make_client(self.options.tracking_uri)
+                self._client_obj = _make_client(self.mlflow.tracking_uri)
             return self._client_obj
 
     def _rest_store(self) -> Any:
@@ -431,7 +437,7 @@ class MlflowSource(Source):
         return SourceError(f"{about}{message}", run=ref)
 
     def _unreachable(self, exc: BaseException) -> str:
-        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.options.tracking_uri
+        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.mlflow.tracking_uri
         reason = _network_reason(exc)
         if reason == "server errors":
             return (

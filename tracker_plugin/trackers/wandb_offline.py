@@ -33,7 +33,8 @@ from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.atomic import replacing, write_atomic
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.options import ReadOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
@@ -264,7 +265,7 @@ class WandbOfflineSource(Source):
 
     scheme = "wandb-offline"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None) -> None:
         super().__init__(spec, options)
         self._parsed: dict[str, OfflineRun] = {}
 

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,8 @@ from tracker_plugin.errors import (
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
 from tracker_plugin.plan.params import flat_params
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.options import ReadOptions, SourceOptions, WandbOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
@@ -98,7 +100,7 @@ def normalise_state(state: str | None) -> str:
     return _STATES.get((state or "").lower(), "unknown")
 
 
-def run_filters(options: SourceOptions) -> dict[str, Any]:
+def run_filters(options: WandbOptions) -> dict[str, Any]:
     """The W&B run filter for ``--filter``, ``--state``, ``--tag`` and ``--created-after``
     (all must hold; every ``--tag`` must be on the run).
 
@@ -137,7 +139,7 @@ def run_filters(options: SourceOptions) -> dict[str, Any]:
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
-def _parse_spec(spec: str, options: SourceOptions) -> tuple[str | None, str, str | None]:
+def _parse_spec(spec: str, options: WandbOptions) -> tuple[str | None, str, str | None]:
     """(entity, project, run id) from ``ENTITY/PROJECT[/runs]/RUN_ID``, ``ENTITY/PROJECT``,
     ``RUN_ID`` or nothing, with -e/-p filling what the string leaves out."""
     parts = [p for p in spec.strip("/").split("/") if p]
@@ -164,13 +166,19 @@ class WandbSource(Source):
 
     scheme = "wandb"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None, wandb: WandbOptions | None = None) -> None:
         super().__init__(spec, options)
-        self._entity, self._project, self._run_id = _parse_spec(spec, options)
-        self._filters = run_filters(options)
+        self.wandb = wandb or WandbOptions()
+        self._entity, self._project, self._run_id = _parse_spec(spec, self.wandb)
+        self._filters = run_filters(self.wandb)
         self._api: Any = None
         self._found: dict[str, Any] = {}  # ref -> wandb run, from the last runs()
         self._key: str | None = None
+
+    @classmethod
+    def from_options(cls, spec: str, options: SourceOptions) -> WandbSource:
+        wandb = replace(options.wandb, states=options.states) if options.states else options.wandb
+        return cls(spec, options.read, wandb)
 
     # -- listing -------------------------------------------------------------------------
     def runs(self) -> list[RunInfo]:
