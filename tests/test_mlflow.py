@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -475,6 +477,34 @@ def test_error_mlflow_not_installed(capsys, monkeypatch):
     assert err == "error: mlflow is not installed; install it with: pip install 'tracker_plugin[mlflow]'"
 
 
+def test_error_mlflow_skinny_without_the_sql_stores(tmp_path, local):
+    # mlflow-skinny has no sqlalchemy, so MLflow registers no SQL store. Simulated in a fresh
+    # process (MLflow registers its stores when first imported) by hiding sqlalchemy.
+    store = local.uri
+    script = (
+        "import sys; sys.modules['sqlalchemy'] = None\n"
+        "from tracker_plugin.cli import main\n"
+        f"sys.exit(main(['analyze', 'mlflow:abc', '-t', '3', '--tracking-uri', {store!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        (
+            f"error: mlflow ({store}): the sqlite store needs the full mlflow package, with its SQL stores "
+            "(mlflow-skinny, the client-only install, has none); install it with: "
+            "pip install 'tracker_plugin[mlflow]' (or: pip install mlflow)"
+        )
+    ]
+
+
+def test_error_a_store_uri_mlflow_has_no_store_for(capsys, tmp_path):
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", "sqlit:///x.db"))
+    assert err.startswith("error: mlflow (sqlit:///x.db): no MLflow tracking store for this URI (MLflow knows ")
+
+
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
     code = main(list(map(str, args)))
     out, err = capsys.readouterr()
@@ -501,3 +531,98 @@ def test_annotation_keys_fit_one_log_batch():
         and len(annotation.labels) <= MAX_PARAMS_TAGS_PER_BATCH
     )
     assert max(map(len, annotation.labels.values())) <= MAX_TAG_VAL_LENGTH
+
+
+# -- the REST calls the plugin makes itself ---------------------------------------------------
+
+
+class _Recorder:
+    """A stand-in tracking server: answers get-history from a script of (status, body, delay)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[dict] = []
+        self.script: list[tuple[int, dict | str, float]] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):  # the http.server API
+                recorder.requests.append({"path": self.path, "headers": dict(self.headers)})
+                status, body, delay = recorder.script.pop(0) if recorder.script else (200, {}, 0.0)
+                time.sleep(delay)
+                payload = (body if isinstance(body, str) else json.dumps(body)).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        # A client that timed out has gone by the time a slow answer is written: not an error here.
+        self.httpd.handle_error = lambda request, address: None
+        self.uri = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def recorder():
+    server = _Recorder()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def _points(steps) -> dict:
+    return {"metrics": [{"key": "loss", "value": 1.0 / (s + 1), "timestamp": 1000 + s, "step": s} for s in steps]}
+
+
+def test_rest_reads_carry_the_documented_credentials_and_never_set_them(recorder, monkeypatch):
+    from tracker_plugin.trackers.mlflow_rest import metric_history, rest_target
+
+    before = dict(os.environ)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-123")
+    target = rest_target(recorder.uri, timeout=5, retries=0)
+    recorder.script = [(200, {**_points([0, 1]), "next_page_token": "p2"}, 0.0), (200, _points([2]), 0.0)]
+    step, value, stamp = metric_history(target, "run1", "loss", page_size=2)
+    assert list(step) == [0, 1, 2] and list(stamp) == [1000, 1001, 1002] and value[2] == pytest.approx(1 / 3)
+    first, second = recorder.requests
+    assert first["headers"]["Authorization"] == "Bearer tok-123" and first["headers"]["Connection"] == "close"
+    assert "max_results=2" in first["path"] and "page_token=p2" in second["path"]
+    # username and password take precedence, as in MLflow
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ada")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    assert rest_target(recorder.uri, timeout=5, retries=0).headers["Authorization"] == "Basic YWRhOnMzY3JldA=="
+    monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
+    assert rest_target(recorder.uri, timeout=5, retries=0).verify is False
+    # auth only MLflow's client can do, or a store that is not a server: read through the client
+    assert rest_target("sqlite:///x.db", timeout=5, retries=0) is None
+    monkeypatch.setenv("MLFLOW_TRACKING_AUTH", "my_auth_plugin")
+    assert rest_target(recorder.uri, timeout=5, retries=0) is None
+    monkeypatch.undo()
+    assert dict(os.environ) == before
+
+
+def test_rest_reads_retry_a_bounded_number_of_times_within_their_timeout(recorder, monkeypatch):
+    from tracker_plugin.trackers import mlflow_rest
+    from tracker_plugin.trackers.mlflow_rest import RestError, Unreachable, metric_history, rest_target
+
+    monkeypatch.setattr(mlflow_rest, "_BACKOFF", 0.01)
+    target = rest_target(recorder.uri, timeout=0.5, retries=2)
+    recorder.script = [(503, "busy", 0.0), (200, _points([0]), 2.0), (200, _points([0, 1]), 0.0)]
+    assert list(metric_history(target, "r", "loss", 10)[0]) == [0, 1]  # a 503, a timeout, then the answer
+    assert len(recorder.requests) == 3
+    recorder.script = [(500, "oops", 0.0)] * 3
+    with pytest.raises(Unreachable, match="server errors"):
+        metric_history(target, "r", "loss", 10)
+    recorder.script = [(404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "Run 'r' not found"}, 0.0)]
+    with pytest.raises(RestError, match="Run 'r' not found"):  # not retried
+        metric_history(target, "r", "loss", 10)
+    assert len(recorder.requests) == 3 + 3 + 1
+    dead = rest_target(f"http://127.0.0.1:{free_port()}", timeout=0.5, retries=1)
+    with pytest.raises(Unreachable, match="connection refused"):
+        dead.check_reachable()
