@@ -10,20 +10,31 @@ Reading takes the full history of the keys the analysis needs with ``scan_histor
 one key at a time, aligned on ``_step``. Annotating writes the keys of
 :mod:`tracker_plugin.jobs.annotation` into the run's summary and attaches ``loss_eta.json``
 and ``loss_eta.png``; the run's state, config and other summary keys are left as they were.
+
+Everything goes through ``wandb.Api(api_key=..., overrides=..., timeout=...)``, made from
+:class:`~.options.WandbOptions`; nothing process-wide (wandb's settings singleton, the
+environment) is changed. ``timeout`` bounds each request, wandb-core's own retries
+included (wandb then cancels it); wandb waits for a file upload without a timeout, so each
+upload is given up on after ``upload_timeout`` (wandb-core may still finish it; the
+annotation is then not marked complete, and the next pass redoes it). wandb 0.31 has no
+per-``Api`` setting for wandb-core's retries: they follow wandb's own settings
+(``WANDB__GRAPHQL_RETRY_MAX``, ``WANDB__FILE_TRANSFER_RETRY_MAX``, ...).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +62,7 @@ from tracker_plugin.trackers.wandb_data import (
     whole,
 )
 
-__all__ = ["RETRY_BOUNDS", "WandbSource", "normalise_state", "run_filters"]
+__all__ = ["WandbSource", "normalise_state", "run_filters"]
 
 # W&B run states and the normalised states of RunInfo.
 _STATES = {
@@ -65,26 +76,7 @@ _STATES = {
     "preempted": "killed",
 }
 
-# The labels that mark an annotation complete; written after everything else.
-
-# wandb-core retries a failing request (5xx, 429, timeouts) with exponential backoff for
-# a long time by default; these settings bound it, so that a server answering 500 forever
-# (or rate limiting) fails the run within a minute, not hours: 5 attempts, waits of 1, 2,
-# 4, 8 s. wandb-core reads the waits as whole seconds (a fraction is dropped, and 0 means
-# its default). A user's own WANDB__GRAPHQL_RETRY_MAX (and the other WANDB__* variables
-# of these settings) takes precedence.
-RETRY_BOUNDS: dict[str, int] = {
-    "x_graphql_retry_max": 4,
-    "x_graphql_retry_wait_min_seconds": 1,
-    "x_graphql_retry_wait_max_seconds": 8,
-    "x_graphql_timeout_seconds": 30,
-    "x_file_transfer_retry_max": 4,
-    "x_file_transfer_retry_wait_min_seconds": 1,
-    "x_file_transfer_retry_wait_max_seconds": 8,
-    "x_file_transfer_timeout_seconds": 60,
-}
 _PAGE_SIZE = 1000
-_SETTINGS_LOCK = threading.Lock()
 
 
 def _wandb() -> Any:
@@ -262,7 +254,8 @@ class WandbSource(Source):
                     path = Path(tmp, name)
                     path.write_bytes(data)
                     # root: the file's name in the run is its path relative to root.
-                    wb_run.upload_file(str(path), root=tmp)
+                    upload = partial(wb_run.upload_file, str(path), root=tmp)
+                    _within(self.wandb.upload_timeout, f"uploading {name}", upload)
             self._update_summary(run, {k: values[k] for k in MARKERS})
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
@@ -286,25 +279,14 @@ class WandbSource(Source):
 
     # -- plumbing ------------------------------------------------------------------------
     def _new_api(self) -> Any:
-        """A fresh ``wandb.Api`` whose requests retry within :data:`RETRY_BOUNDS`."""
+        """A fresh ``wandb.Api`` made from this source's options alone."""
         wandb = _wandb()
-        from wandb.sdk import wandb_setup
-
-        settings = wandb_setup.singleton().settings
-        with _SETTINGS_LOCK:
-            # The Api copies the global settings when it is made; set the bounds for
-            # that moment only, so nothing else in the process is changed.
-            saved = {name: getattr(settings, name) for name in RETRY_BOUNDS}
-            bounds = {
-                name: value if saved[name] is None else saved[name] for name, value in RETRY_BOUNDS.items()
-            }
-            try:
-                for name, value in bounds.items():
-                    setattr(settings, name, value)
-                api = wandb.Api(timeout=_python_timeout(bounds))
-            finally:
-                for name, value in saved.items():
-                    setattr(settings, name, value)
+        overrides = {"base_url": self.wandb.base_url} if self.wandb.base_url else None
+        api = wandb.Api(
+            api_key=self.wandb.api_key,
+            overrides=overrides,
+            timeout=max(1, math.ceil(self.wandb.timeout)),
+        )
         self._key = getattr(api, "api_key", None)
         return api
 
@@ -331,10 +313,10 @@ class WandbSource(Source):
         except TrackerPluginError:
             raise
         except Exception as exc:  # noqa: BLE001 - every client failure becomes one line
-            raise _translate(exc, run, self._secrets()) from None
+            raise _translate(exc, run, self._secrets(), self.wandb.timeout) from None
 
     def _secrets(self) -> list[str]:
-        return [k for k in (self._key, os.environ.get("WANDB_API_KEY")) if k]
+        return [k for k in (self._key, self.wandb.api_key, os.environ.get("WANDB_API_KEY")) if k]
 
 
 def _ref(run: Any) -> str:
@@ -365,15 +347,37 @@ def _column(rows: list[dict[str, Any]], key: str) -> KeyColumn:
     return [whole(decode(r[ROW_KEY])) for r in rows], [r[key] for r in rows]
 
 
-def _python_timeout(bounds: Mapping[str, float]) -> int:
-    """How long to wait for wandb-core on one request: longer than its own retries take,
-    so that its error (not a vague timeout) is what comes back."""
-    retries = int(bounds["x_graphql_retry_max"])
-    waits = sum(
-        min(bounds["x_graphql_retry_wait_min_seconds"] * 2**k, bounds["x_graphql_retry_wait_max_seconds"])
-        for k in range(retries)
-    )
-    return int(bounds["x_graphql_timeout_seconds"] * (retries + 1) + waits + 10)
+class _GaveUp(Exception):
+    """A call given up on after its deadline (see :func:`_within`)."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        super().__init__(f"{what}: no answer within {seconds:g} s")
+        self.what = what
+        self.seconds = seconds
+
+
+def _within(seconds: float, what: str, call: Callable[[], Any]) -> Any:
+    """``call()``, given up on after ``seconds`` (it goes on in a thread of its own).
+
+    For the wandb calls that wait without a timeout (a file upload).
+    """
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="wandb-upload", daemon=True).start()
+    if not done.wait(seconds):
+        raise _GaveUp(what, seconds)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 # wandb-core words an HTTP failure as "returned error 404: ...", "HTTP 500: ...",
@@ -382,13 +386,17 @@ _STATUS = re.compile(r"(?:\bHTTP(?: status)?|\breturned error|\bstatus:?)\s+(\d{
 _ATTEMPTS = re.compile(r"giving up after (\d+) attempt")
 
 
-def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginError:
+def _translate(exc: Exception, run: str, secrets: list[str], timeout: float) -> TrackerPluginError:
     """The package's exception for a failure of the wandb client, as one line."""
+    if isinstance(exc, _GaveUp):
+        return TrackerUnavailable(f"W&B did not answer within {exc.seconds:g} s ({exc.what})", run=run)
     text = _one_line(_message(exc), secrets)
     status = _status(exc, text)
     attempts = _ATTEMPTS.search(text)
     tries = f" after {attempts.group(1)} attempts" if attempts else ""
     lowered = text.lower()
+    if status is None and "did not respond in time" in lowered:  # wandb cancelled it after `timeout`
+        return TrackerUnavailable(f"W&B did not answer within {timeout:g} s", run=run)
     if status is None and ("no api key" in lowered or "no authentication" in lowered):
         return AuthError("no W&B API key: set WANDB_API_KEY or run `wandb login`", run=run)
     if status in (401, 403) or (status is None and "api key" in lowered):
