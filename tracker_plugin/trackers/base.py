@@ -151,10 +151,20 @@ class Source(ABC):
         """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
 
         Writing the same annotation twice leaves the run as the first write left it, and
-        nothing but the annotation's own keys and artifacts is touched. The labels
-        ``loss_eta/settings_hash`` and ``loss_eta/progress`` are written last: they mark
-        the annotation complete, so a write cut short is redone by the next run.
+        nothing but the annotation's own keys and artifacts is touched. Everything else
+        goes first (:meth:`write_content`); the labels ``loss_eta/settings_hash`` and
+        ``loss_eta/progress`` go last (:meth:`write_markers`): they mark the annotation
+        complete, so a write cut short before them is redone by the next run.
         """
+        self.write_content(run, annotation)
+        self.write_markers(run, annotation)
+
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        """The annotation's metrics, labels and artifacts, all but the completion markers."""
+        raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        """The completion markers, once :meth:`write_content` has succeeded."""
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:

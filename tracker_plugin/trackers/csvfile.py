@@ -131,10 +131,13 @@ class CsvSource(Source):
     def read(self, run: RunInfo) -> History:
         return read_csv(run.ref, columns=self.options.columns, batch_size=self.options.batch_size)
 
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
-        json_path, png_path = _sidecars(Path(run.ref))
-        # The report goes last: its settings hash marks the annotation complete.
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        _, png_path = _sidecars(Path(run.ref))
         write_atomic(png_path, annotation.plot_bytes())
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        # The report is the marker: its settings hash and progress say the annotation is complete.
+        json_path, _ = _sidecars(Path(run.ref))
         write_atomic(json_path, annotation.report_bytes())
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:

@@ -57,7 +57,7 @@ from tracker_plugin.errors import (
 from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
 from tracker_plugin.plan.params import batch_from_config, flat_params
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
 from tracker_plugin.trackers.cache import HistoryCache
@@ -343,7 +343,7 @@ class MlflowSource(Source):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         client = self._client()
         from mlflow.entities import Metric, RunTag
 
@@ -358,11 +358,10 @@ class MlflowSource(Source):
                 for key, value in sorted(annotation.metrics.items())
                 if not _same(latest.get(key), value, step)
             ]
-            markers = {HASH_TAG, PROGRESS_TAG}
             tags = [
                 RunTag(key, value)
                 for key, value in sorted(annotation.labels.items())
-                if key not in markers and current.data.tags.get(key) != value
+                if key not in MARKERS and current.data.tags.get(key) != value
             ]
             # One request where MLflow's limits allow (the client splits larger batches).
             client.log_batch(run_id, metrics=metrics, tags=tags)
@@ -374,13 +373,13 @@ class MlflowSource(Source):
                     path = Path(tmp) / name
                     path.write_bytes(data)
                     client.log_artifact(run_id, str(path))
-            # Last: these mark the annotation complete, so a write cut short is redone.
-            final = [
-                RunTag(k, annotation.labels[k])
-                for k in sorted(markers)
-                if current.data.tags.get(k) != annotation.labels[k]
-            ]
-            client.log_batch(run_id, tags=final)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        from mlflow.entities import RunTag
+
+        with self._errors(run.ref):
+            markers = [RunTag(key, annotation.labels[key]) for key in sorted(MARKERS)]
+            self._client().log_batch(_run_id(run), tags=markers)  # tags: set, not appended
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         step = int(annotation.step)

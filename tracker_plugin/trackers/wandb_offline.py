@@ -268,6 +268,8 @@ class WandbOfflineSource(Source):
     def __init__(self, spec: str, options: ReadOptions | None = None) -> None:
         super().__init__(spec, options)
         self._parsed: dict[str, OfflineRun] = {}
+        # .wandb file -> (its identity, its records), from write_content for write_markers
+        self._checked: dict[str, tuple[tuple[int, int, int], list[LogRecord]]] = {}
 
     def runs(self) -> list[RunInfo]:
         infos = []
@@ -304,15 +306,32 @@ class WandbOfflineSource(Source):
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
 
     # -- writing -------------------------------------------------------------------------
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        """The artifacts, into the run's ``files/``, once the run is known to be writable."""
         wandb_file = _wandb_file(run.ref)
         _check_writable(wandb_file, run.ref)
-        try:
-            _annotate_file(wandb_file, annotation, run.ref)
-        except OSError as exc:
-            raise SourceError(
-                f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=run.ref
-            ) from None
+        with _os_errors(wandb_file, run.ref), _mapped(wandb_file) as data:
+            entries = _entries(data, wandb_file, run.ref)
+            _exit_index(entries, run.ref)
+            # write_markers takes these records again unless the file has changed since.
+            self._checked[str(wandb_file)] = (_identity(wandb_file), entries)
+            files_dir = wandb_file.parent / "files"
+            files_dir.mkdir(exist_ok=True)
+            for name, content in (
+                (ARTIFACT_JSON, annotation.report_bytes()),
+                (ARTIFACT_PNG, annotation.plot_bytes()),
+            ):
+                write_atomic(files_dir / name, content)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        """The summary, files and marker records, in one rewrite of the ``.wandb`` file: the
+        metrics and the markers are committed together."""
+        wandb_file = _wandb_file(run.ref)
+        checked = self._checked.pop(str(wandb_file), None)
+        with _os_errors(wandb_file, run.ref), _mapped(wandb_file) as data:
+            same = checked is not None and checked[0] == _identity(wandb_file)
+            entries = checked[1] if checked is not None and same else _entries(data, wandb_file, run.ref)
+            _insert(wandb_file, data, entries, _exit_index(entries, run.ref), annotation_records(annotation), run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         wandb_file = _wandb_file(run.ref)
@@ -339,33 +358,27 @@ def _check_writable(wandb_file: Path, ref: str) -> None:
             )
 
 
-def _annotate_file(wandb_file: Path, annotation: Annotation, ref: str) -> None:
-    """Put the artifacts in the run's ``files/`` and the records before its exit record."""
-    records = annotation_records(annotation)
-    with _mapped(wandb_file) as data:
-        try:
-            entries = list(read_log(data))
-        except LogCorrupt as exc:
-            raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
-        exit_index = _exit_index(entries)
-        if exit_index is None:
-            raise SourceError(
-                "has no exit record: the run is still running or was killed, and its file is not "
-                "changed while it may be written to; annotate it once it has finished (or after "
-                "`wandb sync`, online)",
-                run=ref,
-            )
-        files_dir = wandb_file.parent / "files"
-        files_dir.mkdir(exist_ok=True)
-        for name, content in (
-            (ARTIFACT_JSON, annotation.report_bytes()),
-            (ARTIFACT_PNG, annotation.plot_bytes()),
-        ):
-            write_atomic(files_dir / name, content)
-        _insert(wandb_file, data, entries, exit_index, records, ref)
+@contextmanager
+def _os_errors(wandb_file: Path, ref: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise SourceError(f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=ref) from None
 
 
-def _exit_index(entries: list[LogRecord]) -> int | None:
+def _identity(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _entries(data: bytes, wandb_file: Path, ref: str) -> list[LogRecord]:
+    try:
+        return list(read_log(data))
+    except LogCorrupt as exc:
+        raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
+
+
+def _exit_index(entries: list[LogRecord], ref: str) -> int:
     """The index of the exit record, searched from the end (where it is)."""
     pb = _proto()
     record = pb.Record()
@@ -373,7 +386,12 @@ def _exit_index(entries: list[LogRecord]) -> int | None:
         record.ParseFromString(entries[index].data)
         if record.WhichOneof("record_type") == "exit":
             return index
-    return None
+    raise SourceError(
+        "has no exit record: the run is still running or was killed, and its file is not "
+        "changed while it may be written to; annotate it once it has finished (or after "
+        "`wandb sync`, online)",
+        run=ref,
+    )
 
 
 def annotation_records(annotation: Annotation) -> list[bytes]:

@@ -243,7 +243,7 @@ class WandbSource(Source):
             return dict(pool.map(one, wanted))
 
     # -- writing -------------------------------------------------------------------------
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         values = {**annotation.metrics, **annotation.labels}
         with self._errors(run.ref):
             self._update_summary(run, {k: v for k, v in values.items() if k not in MARKERS})
@@ -256,7 +256,10 @@ class WandbSource(Source):
                     # root: the file's name in the run is its path relative to root.
                     upload = partial(wb_run.upload_file, str(path), root=tmp)
                     _within(self.wandb.upload_timeout, f"uploading {name}", upload)
-            self._update_summary(run, {k: values[k] for k in MARKERS})
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        with self._errors(run.ref):
+            self._update_summary(run, {key: annotation.labels[key] for key in MARKERS})
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         lines = super().describe_write(run, annotation)
