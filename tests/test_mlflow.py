@@ -65,17 +65,6 @@ class Tracking:
         return code, out, err
 
 
-@pytest.fixture(scope="session")
-def sqlite_store(tmp_path_factory) -> str:
-    """A local sqlite store, created once (creating MLflow's tables takes seconds)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    root = tmp_path_factory.mktemp("mlflow-local")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    SqlAlchemyStore(uri, str(root / "artifacts")).engine.dispose()
-    return uri
-
-
 def make_tracking(request, tmp_path, kind: str) -> Tracking:
     server = request.getfixturevalue("mlflow_server") if kind == "server" else None
     uri = server.uri if server else request.getfixturevalue("sqlite_store")

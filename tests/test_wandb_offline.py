@@ -17,26 +17,12 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.testing import synthetic_run
+from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
 TARGETS = ["-t", "6", "4.5"]
-
-# Logs each run of a JSON file with the real SDK, offline, as a training script would.
-LOGGER = """
-import json, sys, wandb
-for spec in json.load(open(sys.argv[1])):
-    settings = wandb.Settings(x_history_value_encoding=spec["encoding"])
-    run = wandb.init(project="offline-tests", mode="offline", name=spec["name"], config=spec["config"],
-                     settings=settings)
-    for row in spec["rows"]:
-        step = row.pop("step")
-        run.log(row, step=step)
-    run.summary.update(spec["summary"])
-    run.finish()
-"""
-
 
 def rows_of(frame: pd.DataFrame) -> list[dict]:
     """The keys a script logs at each step: those that are not NaN in the frame."""
@@ -86,29 +72,17 @@ def logged_runs() -> dict[str, dict]:
 @pytest.fixture(scope="session")
 def offline_runs(tmp_path_factory) -> dict[str, Path]:
     """Three offline runs written by the real SDK in a subprocess: name -> run directory."""
-    home = tmp_path_factory.mktemp("offline")
     specs = [
-        dict(
-            name=name,
-            rows=spec["rows"],
-            config=spec["config"],
-            encoding=spec["encoding"],
-            summary={"keep_me": 42, "best/loss": 3.25},
-        )
+        {
+            "name": name,
+            "rows": spec["rows"],
+            "config": spec["config"],
+            "encoding": spec["encoding"],
+            "summary": {"keep_me": 42, "best/loss": 3.25},
+        }
         for name, spec in logged_runs().items()
     ]
-    (home / "runs.json").write_text(json.dumps(specs))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(
-        WANDB_DIR=str(home),
-        WANDB_CONFIG_DIR=str(home / "config"),
-        WANDB_CACHE_DIR=str(home / "cache"),
-        WANDB_MODE="offline",
-        WANDB_SILENT="true",
-    )
-    subprocess.run([sys.executable, "-c", LOGGER, str(home / "runs.json")], env=env, check=True, timeout=120)
-    source = open_source(f"wandb-offline:{home}", SourceOptions(ReadOptions(batch_size=1.0)))
-    return {info.name: Path(info.ref.removeprefix("wandb-offline:")) for info in source.runs()}
+    return log_offline_runs(tmp_path_factory.mktemp("offline"), specs)
 
 
 @pytest.fixture
