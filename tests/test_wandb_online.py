@@ -1,10 +1,14 @@
-"""W&B runs through the real wandb client (and its wandb-core process) against the test server."""
+"""W&B runs through the real wandb client (and its wandb-core process) against the test server.
+
+What every source must do is in the adapter contract suite, ``test_contract.py``, which
+runs over W&B online too. Here: W&B's scans, configs and selection of runs, how the
+summary is written, and W&B's errors and time limits.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import replace
 
@@ -87,9 +91,10 @@ def test_sparse_keys_are_read_one_at_a_time_and_aligned_on_step(wandb_server):
     wandb_server.add_run(
         "ent", "proj", "sparse", history=rows, config={"trainer": {"global_batch_size": 262144}}
     )
-    options = dict(
-        columns=Columns().with_overrides(loss="eval/loss"), batch_params=("trainer.global_batch_size",)
-    )
+    options = {
+        "columns": Columns().with_overrides(loss="eval/loss"),
+        "batch_params": ("trainer.global_batch_size",),
+    }
     _, history, _ = read_one("wandb:ent/proj/sparse", **options)
     expected = build_history(
         frame.rename(columns={"step": "_step"}), run="x", columns=options["columns"], batch_size=262_144.0
@@ -229,10 +234,10 @@ def test_filters_are_merged_and_checked():
     }
     assert run_filters(WandbOptions(states=("crashed",))) == {"state": {"$in": ["crashed"]}}
     for bad, message in [
-        (dict(filter="{oops"), "--filter is not W&B filter JSON"),
-        (dict(filter="[1]"), "must be a JSON object"),
-        (dict(states=("done",)), "'done' is not a W&B run state"),
-        (dict(created_after="last week"), "is not a date"),
+        ({"filter": "{oops"}, "--filter is not W&B filter JSON"),
+        ({"filter": "[1]"}, "must be a JSON object"),
+        ({"states": ("done",)}, "'done' is not a W&B run state"),
+        ({"created_after": "last week"}, "is not a date"),
     ]:
         with pytest.raises(ConfigError, match=message):
             run_filters(WandbOptions(**bad))
@@ -300,21 +305,18 @@ def annotate(capsys, *args):
     return code, out, err
 
 
-def test_annotate_then_read_back_keeps_the_run_as_it_was(wandb_server, two_runs, capsys):
-    a, b = two_runs
-    before = {r.run_id: (dict(r.summary), dict(r.config), r.state, list(r.tags)) for r in two_runs}
+def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_moved_on(
+    wandb_server, two_runs, capsys
+):
+    # What the contract suite (tests/test_contract.py) does not: a project's runs, how the
+    # summary is sent, and a second pass that sends and reads nothing.
+    _, b = two_runs
     code, out, err = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 0, err
     assert "run-a" in out and "reached" in out and "extrapolated" in out
     for run in two_runs:
-        summary, config, state, tags = before[run.run_id]
-        assert {k: v for k, v in run.summary.items() if not k.startswith("loss_eta/")} == summary
-        assert (run.config, run.state, run.tags) == (config, state, tags)
         report = json.loads(run.files["loss_eta.json"])
-        assert report["run"] == f"wandb:ent/proj/{run.run_id}" and run.files["loss_eta.png"].startswith(
-            b"\x89PNG"
-        )
-        assert run.summary["loss_eta/target_6p00/status"] == "reached"
+        assert report["run"] == f"wandb:ent/proj/{run.run_id}"
         assert run.summary["loss_eta/target_4p50/status"] == "extrapolated"
         assert run.summary["loss_eta/target_4p50/tokens"] == pytest.approx(report["targets"][1]["tokens"])
         assert "loss_eta/target_1p50/tokens" not in run.summary  # unreachable: no number to sort on
@@ -327,14 +329,10 @@ def test_annotate_then_read_back_keeps_the_run_as_it_was(wandb_server, two_runs,
     assert not any(r.operation == "file_stream" for r in wandb_server.requests)
 
     # a second annotate reads nothing and writes nothing
-    after = {r.run_id: dict(r.summary) for r in two_runs}
     wandb_server.requests.clear()
     code, out, _ = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 0 and out.count("unchanged") == 2
     assert wandb_server.mutations() == [] and "SampledHistoryPage" not in graphql_ops(wandb_server)
-    # --force writes the same annotation again: nothing changes
-    code, _, _ = annotate(capsys, "wandb:ent/proj", *TARGETS, "--force")
-    assert code == 0 and {r.run_id: dict(r.summary) for r in two_runs} == after
 
     # new steps on the running run: only that run is analysed again
     b.log(*wandb_rows(synthetic_run(2100, seed=5).iloc[2000:]))
@@ -354,12 +352,11 @@ def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_ser
     assert a.summary["best/val_loss"] == 3.1
 
 
-def test_dry_run_writes_nothing(wandb_server, two_runs, capsys):
+def test_dry_run_says_what_it_would_write(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS, "--dry-run")
     assert code == 0
     assert "wandb:ent/proj/ra: would write summary loss_eta/target_6p00/status = 'reached'" in out
     assert "would write file loss_eta.png" in out
-    assert wandb_server.mutations() == [] and "loss_eta/progress" not in two_runs[0].summary
 
 
 def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):
@@ -420,8 +417,7 @@ def test_refused_api_key_is_one_line_naming_the_run_and_writes_nothing(
     code, out, err = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
-        "error: wandb:ent/proj/ra: W&B refused the credentials (HTTP 401); "
-        "check WANDB_API_KEY or run `wandb login`"
+        "error: wandb:ent/proj/ra: W&B refused the credentials (HTTP 401); check WANDB_API_KEY or run `wandb login`"
     ]
     assert "0" * 40 not in err
     assert wandb_server.mutations() == []
@@ -525,14 +521,3 @@ def test_api_key_never_appears_in_exceptions(wandb_server, two_runs):
         text = str(exc) + repr(exc.args)
         assert wandb_server.api_key not in text and "\n" not in str(exc)
         assert exc.__cause__ is None and exc.__suppress_context__
-
-
-def test_reading_and_writing_change_nothing_process_wide(wandb_server, two_runs, capsys):
-    from wandb.sdk import wandb_setup
-
-    settings = wandb_setup.singleton().settings
-    before, environment = settings.model_dump(), dict(os.environ)
-    source = WandbSource("ent/proj", wandb=WandbOptions(timeout=7, upload_timeout=9))
-    source.read(source.runs()[0])
-    assert annotate(capsys, "wandb:ent/proj/ra", *TARGETS)[0] == 0
-    assert settings.model_dump() == before and dict(os.environ) == environment
