@@ -33,7 +33,7 @@ from pathlib import Path
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame
 from tracker_plugin.testing.mlflow_server import MlflowServer
-from tracker_plugin.trackers import SourceOptions, open_source
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 
 KEYS = ["train_loss", "tokens", "global_batch", "lr"]
 
@@ -108,7 +108,7 @@ def compare(label: str, uri: str, run_id: str, repeat: int, pgid: int | None) ->
         return sum(len(client.get_metric_history(run_id, key)) for key in KEYS)
 
     def ours() -> int:
-        source = open_source(f"mlflow:{run_id}", SourceOptions(tracking_uri=uri, use_cache=False))
+        source = open_source(f"mlflow:{run_id}", SourceOptions(ReadOptions(use_cache=False), MlflowOptions(tracking_uri=uri)))
         try:
             return 4 * len(source.read(source.runs()[0]))
         finally:
@@ -134,7 +134,7 @@ def compare(label: str, uri: str, run_id: str, repeat: int, pgid: int | None) ->
 
 
 def cached(server: MlflowServer, run_id: str, cache_dir: str) -> None:
-    options = SourceOptions(tracking_uri=server.uri, cache_dir=cache_dir)
+    options = SourceOptions(ReadOptions(cache_dir=cache_dir), MlflowOptions(tracking_uri=server.uri))
     source = open_source(f"mlflow:{run_id}", options)
     run = source.runs()[0]
     cold, _ = timed(lambda: source.read(run))

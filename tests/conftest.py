@@ -37,6 +37,18 @@ def golden() -> dict:
     return json.loads((DATA / "parity_golden.json").read_text())
 
 
+@pytest.fixture(scope="session")
+def sqlite_store(tmp_path_factory) -> str:
+    """A local MLflow sqlite store, created once (creating MLflow's tables takes seconds)."""
+    pytest.importorskip("mlflow")
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    root = tmp_path_factory.mktemp("mlflow-local")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    SqlAlchemyStore(uri, str(root / "artifacts")).engine.dispose()
+    return uri
+
+
 # Generated cases per property-based suite (tests/test_hardening.py), reported at the end.
 CASES: dict[str, int] = {"analyze": 0, "compare": 0, "frame": 0}
 

@@ -81,7 +81,7 @@ def test_concurrent_writers_never_leave_a_partial_entry(tmp_path):
         thread.join()
     assert not errors
     assert seen and set(seen) <= {0.0, 1.0, 2.0, 3.0}
-    assert not [p for p in (tmp_path / "histories").iterdir() if p.name.startswith(".tmp-")]
+    assert not [p for p in (tmp_path / "histories").iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
 def test_an_unwritable_directory_means_no_cache(tmp_path):

@@ -133,3 +133,43 @@ def test_head_is_the_run_as_it_stood_earlier(data_dir):
     history = tp.load_csv(data_dir / "parity_fixed.csv")
     head = history.head(100)
     assert len(head) == 100 and head.last_step == history.step[99]
+
+
+def test_align_on_step_the_latest_order_wins_whatever_the_row_order():
+    from tracker_plugin.frame.align import KeyHistory, align_on_step
+
+    rng = np.random.default_rng(0)
+    step = np.array([0, 1, 2, 3, 2, 3, 4])
+    value = np.array([9.0, 8.0, 7.0, 6.0, 7.5, 6.5, 5.0])
+    stamp = np.array([10, 11, 12, 13, 20, 21, 22])
+    for _ in range(5):
+        order = rng.permutation(len(step))
+        frame, logged_nan = align_on_step(
+            {
+                "loss": KeyHistory(step[order], value[order], stamp[order]),
+                "lr": KeyHistory([0, 4], [1.0, 2.0], [1, 2]),
+            }
+        )
+        assert list(frame["step"]) == [0, 1, 2, 3, 4]
+        assert list(frame["loss"]) == [9.0, 8.0, 7.5, 6.5, 5.0]
+        assert np.isnan(frame["lr"][1]) and frame["lr"][4] == 2.0
+        assert not logged_nan["loss"].any()
+    # without an order, the value logged last for a step wins
+    frame, _ = align_on_step({"loss": KeyHistory([0, 1, 1], [3.0, 2.0, 2.5])}, step="_step")
+    assert list(frame["_step"]) == [0, 1] and list(frame["loss"]) == [3.0, 2.5]
+
+
+def test_align_on_step_marks_logged_nan_and_keeps_text_for_the_frame_to_name():
+    from tracker_plugin.frame.align import KeyHistory, align_on_step
+
+    frame, logged_nan = align_on_step(
+        {
+            "loss": KeyHistory([0, 1, 2], [1.0, np.nan, None]),
+            "tokens": KeyHistory([3], [5.0]),
+            "note": KeyHistory([1], ["oops"]),
+        }
+    )
+    assert list(logged_nan["loss"]) == [False, True, True, False]  # a logged None is a logged NaN too
+    assert np.isnan(frame["loss"][2]) and np.isnan(frame["loss"][3])
+    assert frame["note"][1] == "oops"
+    assert frame["tokens"][3] == 5.0

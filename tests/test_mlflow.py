@@ -1,7 +1,11 @@
-"""MLflow: reading runs, writing forecasts back, annotating experiments.
+"""MLflow: what is particular to MLflow runs and stores.
 
-Every test that talks to MLflow runs twice: against a real ``mlflow server`` process
-(started once per session) and against a local sqlite store. The fault tests, which stop
+What every source must do (read what was logged, write only the annotation, once, and
+redo a write cut short) is in the adapter contract suite, ``test_contract.py``, which runs
+over MLflow's local store and a real ``mlflow server`` too. Here: MLflow's own step and
+timestamps, params, paging, the cache, MLflow's errors and the REST calls the plugin
+makes itself. Tests that depend on the transport run against a real ``mlflow server``
+process (started once per session) and a local sqlite store; the fault tests, which stop
 a server, are in ``test_mlflow_faults.py``.
 """
 
@@ -9,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
 import sys
 import time
 import uuid
@@ -28,7 +34,8 @@ from tracker_plugin.keys import KEY_PATTERN
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame, log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
-from tracker_plugin.trackers import SourceOptions, mlflow_runs, open_source
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
+from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
@@ -49,9 +56,9 @@ class Tracking:
     def log(self, frame: pd.DataFrame, name: str = "run", **kwargs) -> str:
         return log_run(self.client, self.experiment_id, frame, name=name, **kwargs)
 
-    def source(self, spec: str, **options) -> mlflow_runs.MlflowSource:
+    def source(self, spec: str, **options) -> MlflowSource:
         options.setdefault("cache_dir", str(self.tmp / "cache"))
-        return open_source(spec, SourceOptions(tracking_uri=self.uri, **options))
+        return MlflowSource(spec.removeprefix("mlflow:"), ReadOptions(**options), MlflowOptions(tracking_uri=self.uri))
 
     def cli(self, capsys, command: str, *args: str) -> tuple[int, str, str]:
         capsys.readouterr()  # drop what logging the runs printed
@@ -60,17 +67,6 @@ class Tracking:
         )
         out, err = capsys.readouterr()
         return code, out, err
-
-
-@pytest.fixture(scope="session")
-def sqlite_store(tmp_path_factory) -> str:
-    """A local sqlite store, created once (creating MLflow's tables takes seconds)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    root = tmp_path_factory.mktemp("mlflow-local")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    SqlAlchemyStore(uri, str(root / "artifacts")).engine.dispose()
-    return uri
 
 
 def make_tracking(request, tmp_path, kind: str) -> Tracking:
@@ -132,15 +128,6 @@ def snapshot(tracking: Tracking, run_id: str) -> dict:
 
 def _nan_safe(value: float) -> float | str:
     return "nan" if math.isnan(value) else value
-
-
-def expected_annotation(tracking: Tracking, run_id: str, targets=TARGETS):
-    """What the annotation should be, computed through the Python API."""
-    source = tracking.source(f"mlflow:{run_id}", use_cache=False)
-    run = source.runs()[0]
-    config = AnalysisConfig(targets=tuple(map(float, targets)))
-    analysis = run_analysis(source.read(run), config)
-    return build_annotation(analysis, settings_of(config, Columns(), None), progress=run.progress)
 
 
 # -- reading ---------------------------------------------------------------------------------
@@ -236,56 +223,22 @@ def test_history_pages_are_all_read(served, monkeypatch):
 # -- writing back ------------------------------------------------------------------------------
 
 
-def test_annotate_writes_the_analysis_and_touches_nothing_else(tracking, capsys):
-    log = training_log()
-    log["accuracy"] = np.linspace(0.1, 0.9, len(log))
-    ids = [
-        tracking.log(log, name="a", params={"seed": 1}, tags={"team": "lm"}),
-        tracking.log(training_log(seed=1), name="b"),
-    ]
-    before = {run_id: snapshot(tracking, run_id) for run_id in ids}
-    expected = {run_id: expected_annotation(tracking, run_id) for run_id in ids}
-
-    code, out, err = tracking.cli(
-        capsys, "annotate", f"mlflow:experiment/{tracking.experiment}", "-t", *TARGETS
-    )
+def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_takes(local, capsys):
+    # What the contract suite (tests/test_contract.py) does not: an experiment's runs, the
+    # metrics' step, the summary table, and keys valid in both trackers.
+    ids = [local.log(training_log(), name="a"), local.log(training_log(seed=1), name="b")]
+    before = {run_id: snapshot(local, run_id) for run_id in ids}
+    code, out, err = local.cli(capsys, "annotate", f"mlflow:experiment/{local.experiment}", "-t", *TARGETS)
     assert code == 0, err
     statuses = sorted(line.split()[2] for line in out.splitlines()[1:])  # the table's status column
     assert statuses == ["extrapolated"] * 2 + ["reached"] * 2 + ["unreachable"] * 2
-
     for run_id in ids:
-        after, was, annotation = snapshot(tracking, run_id), before[run_id], expected[run_id]
-        # values written back read back equal to the analysis, at the run's last step
-        for key, value in annotation.metrics.items():
-            assert after["metrics"][key] == ("nan" if value is None else pytest.approx(value, rel=1e-12)), key
-            assert tracking.client.get_metric_history(run_id, key)[-1].step == 399
-        assert {k: after["tags"][k] for k in annotation.labels} == annotation.labels
-        assert after["artifacts"]["loss_eta.json"] == annotation.report_bytes()
-        assert after["artifacts"]["loss_eta.png"].startswith(b"\x89PNG")
-        # a finished run stays finished, with the same end time; the user's keys are untouched
-        assert (after["status"], after["end_time"]) == ("FINISHED", was["end_time"])
-        assert after["params"] == was["params"]
-        assert {k: v for k, v in after["tags"].items() if not k.startswith("loss_eta/")} == was["tags"]
-        for key, value in was["metrics"].items():
-            assert after["metrics"][key] == value and after["rows"][key] == was["rows"][key], key
-        # every key written is valid in MLflow and in W&B
+        after, was = snapshot(local, run_id), before[run_id]
         written = (set(after["metrics"]) | set(after["tags"])) - set(was["metrics"]) - set(was["tags"])
-        assert written == set(annotation.keys())
-        assert all(KEY_PATTERN.match(k) and MLFLOW_KEY.match(k) for k in written)
-
-
-def test_a_second_annotate_changes_nothing(tracking, capsys):
-    run_id = tracking.log(training_log())
-    args = ("annotate", f"mlflow:{run_id}", "-t", *TARGETS)
-    assert tracking.cli(capsys, *args)[0] == 0
-    first = snapshot(tracking, run_id)
-    code, out, _ = tracking.cli(capsys, *args)
-    assert code == 0 and "unchanged" in out
-    assert snapshot(tracking, run_id) == first
-    # Forced, the same values are not logged again: no new metric rows, the same artifacts.
-    code, out, _ = tracking.cli(capsys, *args, "--force")
-    assert code == 0 and "unchanged" not in out
-    assert snapshot(tracking, run_id) == first
+        assert written and all(KEY_PATTERN.match(k) and MLFLOW_KEY.match(k) for k in written)
+        for key in set(after["metrics"]) - set(was["metrics"]):
+            assert [m.step for m in local.client.get_metric_history(run_id, key)] == [399], key
+        assert (after["status"], after["end_time"]) == ("FINISHED", was["end_time"])
 
 
 def test_a_changed_setting_reannotates_in_place(local, capsys):
@@ -299,14 +252,12 @@ def test_a_changed_setting_reannotates_in_place(local, capsys):
     assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
-def test_dry_run_writes_nothing(local, capsys):
+def test_dry_run_says_what_it_would_write(local, capsys):
     run_id = local.log(training_log())
-    before = snapshot(local, run_id)
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
     assert code == 0
     assert f"mlflow:{run_id}: would write loss_eta/target_4p00/tokens = " in out
     assert f"mlflow:{run_id}: would write metrics at step 399" in out
-    assert snapshot(local, run_id) == before
 
 
 def test_experiment_id_filter_and_a_running_run(tracking, capsys):
@@ -474,6 +425,34 @@ def test_error_mlflow_not_installed(capsys, monkeypatch):
     assert err == "error: mlflow is not installed; install it with: pip install 'tracker_plugin[mlflow]'"
 
 
+def test_error_mlflow_skinny_without_the_sql_stores(tmp_path, local):
+    # mlflow-skinny has no sqlalchemy, so MLflow registers no SQL store. Simulated in a fresh
+    # process (MLflow registers its stores when first imported) by hiding sqlalchemy.
+    store = local.uri
+    script = (
+        "import sys; sys.modules['sqlalchemy'] = None\n"
+        "from tracker_plugin.cli import main\n"
+        f"sys.exit(main(['analyze', 'mlflow:abc', '-t', '3', '--tracking-uri', {store!r}]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        (
+            f"error: mlflow ({store}): the sqlite store needs the full mlflow package, with its SQL stores "
+            "(mlflow-skinny, the client-only install, has none); install it with: "
+            "pip install 'tracker_plugin[mlflow]' (or: pip install mlflow)"
+        )
+    ]
+
+
+def test_error_a_store_uri_mlflow_has_no_store_for(capsys, tmp_path):
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", "sqlit:///x.db"))
+    assert err.startswith("error: mlflow (sqlit:///x.db): no MLflow tracking store for this URI (MLflow knows ")
+
+
 def _cli(capsys, *args: str) -> tuple[int, str, str]:
     code = main(list(map(str, args)))
     out, err = capsys.readouterr()
@@ -483,40 +462,10 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 # -- pure parts ------------------------------------------------------------------------------------
 
 
-def test_align_histories_latest_timestamp_wins_whatever_the_order():
-    rng = np.random.default_rng(0)
-    step = np.array([0, 1, 2, 3, 2, 3, 4])
-    value = np.array([9.0, 8.0, 7.0, 6.0, 7.5, 6.5, 5.0])
-    stamp = np.array([10, 11, 12, 13, 20, 21, 22])
-    for _ in range(5):
-        order = rng.permutation(len(step))
-        frame, nan_loss = mlflow_runs.align_histories(
-            {
-                "loss": (step[order], value[order], stamp[order]),
-                "lr": (np.array([0, 4]), np.array([1.0, 2.0]), np.array([1, 2])),
-            },
-            "loss",
-        )
-        assert list(frame["step"]) == [0, 1, 2, 3, 4]
-        assert list(frame["loss"]) == [9.0, 8.0, 7.5, 6.5, 5.0]
-        assert np.isnan(frame["lr"][1]) and frame["lr"][4] == 2.0
-        assert not nan_loss.any()
-
-
-def test_align_histories_marks_logged_nan_and_restores_infinity():
-    frame, nan_loss = mlflow_runs.align_histories(
-        {
-            "loss": (
-                np.array([0, 1, 2]),
-                np.array([1.0, np.nan, 1.7976931348623157e308]),
-                np.array([1, 2, 3]),
-            ),
-            "tokens": (np.array([3]), np.array([5.0]), np.array([4])),
-        },
-        "loss",
-    )
-    assert list(nan_loss) == [False, True, False, False]
-    assert frame["loss"][2] == np.inf and np.isnan(frame["loss"][3])
+def test_a_logged_infinity_is_read_back_as_infinity():
+    # MLflow stores +-inf as +-the largest float.
+    restored = mlflow_runs._restore_infinity(np.array([1.0, 1.7976931348623157e308, -1.7976931348623157e308]))
+    assert list(restored) == [1.0, np.inf, -np.inf]
 
 
 def test_annotation_keys_fit_one_log_batch():
@@ -530,3 +479,98 @@ def test_annotation_keys_fit_one_log_batch():
         and len(annotation.labels) <= MAX_PARAMS_TAGS_PER_BATCH
     )
     assert max(map(len, annotation.labels.values())) <= MAX_TAG_VAL_LENGTH
+
+
+# -- the REST calls the plugin makes itself ---------------------------------------------------
+
+
+class _Recorder:
+    """A stand-in tracking server: answers get-history from a script of (status, body, delay)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.requests: list[dict] = []
+        self.script: list[tuple[int, dict | str, float]] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def do_GET(self):  # the http.server API
+                recorder.requests.append({"path": self.path, "headers": dict(self.headers)})
+                status, body, delay = recorder.script.pop(0) if recorder.script else (200, {}, 0.0)
+                time.sleep(delay)
+                payload = (body if isinstance(body, str) else json.dumps(body)).encode()
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        # A client that timed out has gone by the time a slow answer is written: not an error here.
+        self.httpd.handle_error = lambda request, address: None
+        self.uri = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def recorder():
+    server = _Recorder()
+    yield server
+    server.httpd.shutdown()
+    server.httpd.server_close()
+
+
+def _points(steps) -> dict:
+    return {"metrics": [{"key": "loss", "value": 1.0 / (s + 1), "timestamp": 1000 + s, "step": s} for s in steps]}
+
+
+def test_rest_reads_carry_the_documented_credentials_and_never_set_them(recorder, monkeypatch):
+    from tracker_plugin.trackers.mlflow_rest import metric_history, rest_target
+
+    before = dict(os.environ)
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok-123")
+    target = rest_target(recorder.uri, timeout=5, retries=0)
+    recorder.script = [(200, {**_points([0, 1]), "next_page_token": "p2"}, 0.0), (200, _points([2]), 0.0)]
+    step, value, stamp = metric_history(target, "run1", "loss", page_size=2)
+    assert list(step) == [0, 1, 2] and list(stamp) == [1000, 1001, 1002] and value[2] == pytest.approx(1 / 3)
+    first, second = recorder.requests
+    assert first["headers"]["Authorization"] == "Bearer tok-123" and first["headers"]["Connection"] == "close"
+    assert "max_results=2" in first["path"] and "page_token=p2" in second["path"]
+    # username and password take precedence, as in MLflow
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "ada")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "s3cret")
+    assert rest_target(recorder.uri, timeout=5, retries=0).headers["Authorization"] == "Basic YWRhOnMzY3JldA=="
+    monkeypatch.setenv("MLFLOW_TRACKING_INSECURE_TLS", "true")
+    assert rest_target(recorder.uri, timeout=5, retries=0).verify is False
+    # auth only MLflow's client can do, or a store that is not a server: read through the client
+    assert rest_target("sqlite:///x.db", timeout=5, retries=0) is None
+    monkeypatch.setenv("MLFLOW_TRACKING_AUTH", "my_auth_plugin")
+    assert rest_target(recorder.uri, timeout=5, retries=0) is None
+    monkeypatch.undo()
+    assert dict(os.environ) == before
+
+
+def test_rest_reads_retry_a_bounded_number_of_times_within_their_timeout(recorder, monkeypatch):
+    from tracker_plugin.trackers import mlflow_rest
+    from tracker_plugin.trackers.mlflow_rest import RestError, Unreachable, metric_history, rest_target
+
+    monkeypatch.setattr(mlflow_rest, "_BACKOFF", 0.01)
+    target = rest_target(recorder.uri, timeout=0.5, retries=2)
+    recorder.script = [(503, "busy", 0.0), (200, _points([0]), 2.0), (200, _points([0, 1]), 0.0)]
+    assert list(metric_history(target, "r", "loss", 10)[0]) == [0, 1]  # a 503, a timeout, then the answer
+    assert len(recorder.requests) == 3
+    recorder.script = [(500, "oops", 0.0)] * 3
+    with pytest.raises(Unreachable, match="server errors"):
+        metric_history(target, "r", "loss", 10)
+    recorder.script = [(404, {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "Run 'r' not found"}, 0.0)]
+    with pytest.raises(RestError, match="Run 'r' not found"):  # not retried
+        metric_history(target, "r", "loss", 10)
+    assert len(recorder.requests) == 3 + 3 + 1
+    dead = rest_target(f"http://127.0.0.1:{free_port()}", timeout=0.5, retries=1)
+    with pytest.raises(Unreachable, match="connection refused"):
+        dead.check_reachable()

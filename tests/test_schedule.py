@@ -158,3 +158,31 @@ def test_timeline_joins_the_logged_lr_and_the_plan():
     assert timeline.lr_at(1500) == pytest.approx(0.25)  # the plan's multiplier
     assert timeline.plan_end == 2000
     assert len(timeline.drops()) > 0
+
+
+def test_one_flattener_serves_configs_and_params():
+    from tracker_plugin.plan.params import batch_from_config, flat_params
+
+    config = {
+        "trainer": {"global_batch_size": {"value": 1024, "desc": None}, "opt/lr": 3e-4},
+        "_wandb": {"value": {"t": 1}},
+        "scheduler": {"name": "cosine", "max_steps": 5000, "warmup_steps": 100},
+    }
+    assert flat_params(config) == {
+        "trainer.global_batch_size": 1024,
+        "trainer.opt/lr": 3e-4,
+        "scheduler.name": "cosine",
+        "scheduler.max_steps": 5000,
+        "scheduler.warmup_steps": 100,
+    }
+    # MLflow params are text: numbers are read as numbers only when asked
+    params = {"global_batch_size": "4194304", "lr": "3e-4", "name": "run-1", "bad": "1e"}
+    assert flat_params(params, text_numbers=True) == {
+        "global_batch_size": 4194304, "lr": 3e-4, "name": "run-1", "bad": "1e",
+    }  # fmt: skip
+    assert flat_params(params)["global_batch_size"] == "4194304"
+    assert batch_from_config(flat_params(config), ("trainer.global_batch_size",)) == (1024.0, "trainer.global_batch_size")
+    # the schedule reader takes the same flattening, whatever the nesting
+    plan = LrSchedule.from_params(config)
+    assert plan is not None and plan.total_steps == 5000
+    assert LrSchedule.from_params(flat_params(config)) == plan

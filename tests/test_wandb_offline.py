@@ -1,4 +1,10 @@
-"""Offline W&B runs written by the real SDK (WANDB_MODE=offline), read back and annotated."""
+"""Offline W&B runs written by the real SDK (WANDB_MODE=offline), read back and annotated.
+
+What every source must do is in the adapter contract suite, ``test_contract.py``, which
+runs over an offline run too. Here: the SDK's value encodings and configs, folders of
+runs, where the annotation's records go, ``wandb sync``, unfinished, synced and damaged
+files.
+"""
 
 from __future__ import annotations
 
@@ -17,26 +23,12 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.trackers import SourceOptions, open_source
+from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
+from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
 TARGETS = ["-t", "6", "4.5"]
-
-# Logs each run of a JSON file with the real SDK, offline, as a training script would.
-LOGGER = """
-import json, sys, wandb
-for spec in json.load(open(sys.argv[1])):
-    settings = wandb.Settings(x_history_value_encoding=spec["encoding"])
-    run = wandb.init(project="offline-tests", mode="offline", name=spec["name"], config=spec["config"],
-                     settings=settings)
-    for row in spec["rows"]:
-        step = row.pop("step")
-        run.log(row, step=step)
-    run.summary.update(spec["summary"])
-    run.finish()
-"""
-
 
 def rows_of(frame: pd.DataFrame) -> list[dict]:
     """The keys a script logs at each step: those that are not NaN in the frame."""
@@ -65,50 +57,41 @@ def logged_runs() -> dict[str, dict]:
     sparse_rows = rows_of(sparse)
     sparse_rows[5]["train/loss"] = math.nan  # a diverged step, logged as NaN
     return {
-        "fixed": dict(
-            frame=fixed,
-            rows=rows_of(fixed),
-            config={"global_batch_size": 524288, "lr": 3e-4},
-            encoding="json",
-        ),
-        "dynamic": dict(
-            frame=dynamic, rows=rows_of(dynamic), config={"optimizer": {"lr": 6e-4}}, encoding="json"
-        ),
-        "sparse": dict(
-            frame=sparse,
-            rows=sparse_rows,
-            config={"trainer": {"global_batch": 524288}},
-            encoding="json,typed",
-        ),
+        "fixed": {
+            "frame": fixed,
+            "rows": rows_of(fixed),
+            "config": {"global_batch_size": 524288, "lr": 3e-4},
+            "encoding": "json",
+        },
+        "dynamic": {
+            "frame": dynamic,
+            "rows": rows_of(dynamic),
+            "config": {"optimizer": {"lr": 6e-4}},
+            "encoding": "json",
+        },
+        "sparse": {
+            "frame": sparse,
+            "rows": sparse_rows,
+            "config": {"trainer": {"global_batch": 524288}},
+            "encoding": "json,typed",
+        },
     }
 
 
 @pytest.fixture(scope="session")
 def offline_runs(tmp_path_factory) -> dict[str, Path]:
     """Three offline runs written by the real SDK in a subprocess: name -> run directory."""
-    home = tmp_path_factory.mktemp("offline")
     specs = [
-        dict(
-            name=name,
-            rows=spec["rows"],
-            config=spec["config"],
-            encoding=spec["encoding"],
-            summary={"keep_me": 42, "best/loss": 3.25},
-        )
+        {
+            "name": name,
+            "rows": spec["rows"],
+            "config": spec["config"],
+            "encoding": spec["encoding"],
+            "summary": {"keep_me": 42, "best/loss": 3.25},
+        }
         for name, spec in logged_runs().items()
     ]
-    (home / "runs.json").write_text(json.dumps(specs))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(
-        WANDB_DIR=str(home),
-        WANDB_CONFIG_DIR=str(home / "config"),
-        WANDB_CACHE_DIR=str(home / "cache"),
-        WANDB_MODE="offline",
-        WANDB_SILENT="true",
-    )
-    subprocess.run([sys.executable, "-c", LOGGER, str(home / "runs.json")], env=env, check=True, timeout=120)
-    source = open_source(f"wandb-offline:{home}", SourceOptions(batch_size=1.0))
-    return {info.name: Path(info.ref.removeprefix("wandb-offline:")) for info in source.runs()}
+    return log_offline_runs(tmp_path_factory.mktemp("offline"), specs)
 
 
 @pytest.fixture
@@ -144,8 +127,8 @@ def expected_history(name: str, columns: Columns, batch_size: float | None):
     ],
 )
 def test_offline_runs_read_back_as_logged(offline_runs, name, batch_size, batch_source):
-    options = SourceOptions(batch_params=("global_batch_size", "trainer.global_batch"))
-    source = open_source(f"wandb-offline:{offline_runs[name]}", options)
+    options = ReadOptions(batch_params=("global_batch_size", "trainer.global_batch"))
+    source = open_source(f"wandb-offline:{offline_runs[name]}", SourceOptions(options))
     (info,) = source.runs()
     history = source.read(info)
     expected = expected_history(name, options.columns, batch_size)
@@ -181,36 +164,24 @@ def test_a_folder_of_offline_runs(offline_runs, capsys):
     assert [t["status"] for t in report["targets"]] == ["reached", "extrapolated"]
 
 
-def test_annotating_an_offline_run_adds_records_before_its_exit(runs_copy, capsys):
+def test_annotating_an_offline_run_adds_three_records_before_its_exit(runs_copy):
+    # The contract suite (tests/test_contract.py) checks the run's own bytes and keys are
+    # untouched and a second write adds nothing; here, where the records go.
     run_dir = runs_copy["fixed"]
     path = wandb_file(run_dir)
-    original = path.read_bytes()
-    before = list(read_log(original))
+    before = list(read_log(path.read_bytes()))
     assert main(["annotate", f"wandb-offline:{run_dir}", *TARGETS]) == 0
-    written = path.read_bytes()
-    after = list(read_log(written))
-    exit_at = before[-1].offset  # the exit record is the last one the SDK wrote
-    assert written[:exit_at] == original[:exit_at]  # the run's own bytes are untouched
+    after = list(read_log(path.read_bytes()))
     assert [r.data for r in after[: len(before) - 1]] == [r.data for r in before[:-1]]
-    assert len(after) == len(before) + 3 and after[-1].data == before[-1].data
+    assert len(after) == len(before) + 3 and after[-1].data == before[-1].data  # the exit record last
     run = read_offline_run(path, [], ref="x")
-    assert run.summary["keep_me"] == 42 and run.summary["loss_eta/target_6p00/status"] == "reached"
-    assert run.summary["loss_eta/progress"] == "_step 2499" and run.exit_code == 0
-    assert json.loads((run_dir / "files" / "loss_eta.json").read_text())["targets"][0]["status"] == "reached"
-    assert (run_dir / "files" / "loss_eta.png").read_bytes().startswith(b"\x89PNG")
-    # again: unchanged, and with --force the same records are not added twice
-    capsys.readouterr()
-    assert main(["annotate", f"wandb-offline:{run_dir}", *TARGETS]) == 0
-    assert "unchanged" in capsys.readouterr().out and path.read_bytes() == written
-    assert main(["annotate", f"wandb-offline:{run_dir}", *TARGETS, "--force"]) == 0
-    assert path.read_bytes() == written
+    assert run.summary["loss_eta/target_6p00/status"] == "reached" and run.exit_code == 0
+    assert run.summary["loss_eta/progress"] == "_step 2499"
     # new settings: a second annotation goes after the first; the last one wins on sync
     assert main(["annotate", f"wandb-offline:{run_dir}", "-t", "5"]) == 0
     run = read_offline_run(path, [], ref="x")
-    assert (
-        run.summary["loss_eta/target_5p00/status"] == "reached"
-        and len(list(read_log(path.read_bytes()))) == len(after) + 3
-    )
+    assert run.summary["loss_eta/target_5p00/status"] == "reached"
+    assert len(list(read_log(path.read_bytes()))) == len(after) + 3
 
 
 def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, capsys, tmp_path):
@@ -223,6 +194,7 @@ def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, ca
         capture_output=True,
         text=True,
         timeout=120,
+        check=False,
     )
     assert sync.returncode == 0, sync.stderr
     (run,) = wandb_server.runs.values()
@@ -285,8 +257,10 @@ def test_a_damaged_file_is_one_line_naming_the_run_and_the_byte(runs_copy, capsy
     assert main(["analyze", f"wandb-offline:{run_dir}", *TARGETS]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
-        f"error: wandb-offline:{run_dir}: {path.name}: "
-        f"record checksum mismatch at byte {middle.offset}: the file is damaged"
+        (
+            f"error: wandb-offline:{run_dir}: {path.name}: "
+            f"record checksum mismatch at byte {middle.offset}: the file is damaged"
+        )
     ]
 
 

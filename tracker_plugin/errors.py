@@ -75,9 +75,17 @@ class TrackerUnavailable(SourceError):
 
 
 class MissingDependency(TrackerPluginError, ImportError):
-    """An optional dependency is missing; the message says which extra to install."""
+    """An optional dependency is missing; the message says which extra to install.
 
-    def __init__(self, package: str, extra: str) -> None:
-        super().__init__(
-            f"{package} is not installed; install it with: pip install 'tracker_plugin[{extra}]'"
-        )
+    ``reason`` says what is missing when the package is installed but lacks a part (the
+    client-only ``mlflow-skinny`` has no SQL stores); the message then names the package
+    to install as well as the extra.
+    """
+
+    def __init__(self, package: str, extra: str, *, reason: str | None = None, run: str | None = None) -> None:
+        install = f"pip install 'tracker_plugin[{extra}]'"
+        if reason is None:
+            message = f"{package} is not installed; install it with: {install}"
+        else:
+            message = f"{reason}; install it with: {install} (or: pip install {package})"
+        super().__init__(message, run=run)

@@ -256,27 +256,36 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def make_source_options(options: dict[str, Any]) -> SourceOptions:
-    """Where and how to read runs, from the parsed command-line options."""
+    """Where and how to read runs, from the parsed command-line options: the reading
+    options every source shares, and each tracker's own (``--filter`` is read by both)."""
+    from tracker_plugin.trackers import MlflowOptions, ReadOptions, WandbOptions
+
     columns = Columns().with_overrides(
         **{key: options.pop(f"{key}_col") or None for key in ("step", "loss", "tokens", "batch", "lr")}
     )
     batch_params = options.pop("batch_params", ())
-    return SourceOptions(
+    run_filter = options.pop("filter_", None)
+    read = ReadOptions(
         columns=columns,
         batch_size=options.pop("batch_size"),
-        tracking_uri=options.pop("tracking_uri", None),
-        experiment_ids=tuple(options.pop("experiment_ids", ())),
-        entity=options.pop("entity", None),
-        project=options.pop("project", None),
-        states=tuple(options.pop("states", ())),
-        tags=tuple(options.pop("tags", ())),
-        created_after=options.pop("created_after", None),
-        filter=options.pop("filter_", None),
         workers=options.pop("workers", 4),
         cache_dir=options.pop("cache_dir", None),
         use_cache=not options.pop("no_cache", False),
         **({"batch_params": tuple(batch_params)} if batch_params else {}),
     )
+    mlflow = MlflowOptions(
+        tracking_uri=options.pop("tracking_uri", None),
+        experiment_ids=tuple(options.pop("experiment_ids", ())),
+        filter=run_filter,
+    )
+    wandb = WandbOptions(
+        entity=options.pop("entity", None),
+        project=options.pop("project", None),
+        tags=tuple(options.pop("tags", ())),
+        created_after=options.pop("created_after", None),
+        filter=run_filter,
+    )
+    return SourceOptions(read=read, mlflow=mlflow, wandb=wandb, states=tuple(options.pop("states", ())))
 
 
 def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]:

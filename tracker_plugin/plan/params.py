@@ -1,22 +1,75 @@
-"""What a run's config (W&B) or params (MLflow) say about its batch.
+"""A run's config (W&B) or params (MLflow): flattened one way, and what they say about its batch.
 
-Configs are free-form; these read the names training frameworks commonly use, at the top
-level or nested (``trainer.global_batch_size`` or ``{"trainer": {"global_batch_size":
-...}}``), and report which key they took each value from. Nothing here imports ``wandb``.
-The planned lr schedule is read by :meth:`tracker_plugin.LrSchedule.from_params`.
+Configs are free-form. :func:`flat_params` turns any of them into one flat mapping of
+dotted names (``{"trainer": {"global_batch_size": ...}}`` becomes
+``trainer.global_batch_size``), which every tracker adapter and
+:meth:`tracker_plugin.LrSchedule.from_params` read. :func:`batch_from_config` reads the
+names training frameworks commonly use and reports which key it took the value from.
+Nothing here imports ``wandb`` or ``mlflow``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["FEW_TOKENS", "batch_from_config", "config_value"]
+__all__ = ["FEW_TOKENS", "batch_from_config", "config_value", "flat_params", "param_paths"]
 
 # A batch read from a config below this many tokens per step is more likely a count of
 # sequences (a global batch of 512, a per-device batch of 8) than of tokens.
 FEW_TOKENS = 65_536
+
+
+# W&B's own bookkeeping in a run's config, not a setting of the run.
+_WANDB_SECTION = "_wandb"
+
+
+def param_paths(config: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every leaf of a nested config as (path of keys, value), in the config's order.
+
+    W&B's ``{"value": ..., "desc": ...}`` wrappers (raw configs, offline runs) are
+    unwrapped and its ``_wandb`` section is left out. An empty section has no leaves.
+    """
+    for key, value in config.items():
+        if key == _WANDB_SECTION:
+            continue
+        yield from _paths((str(key),), value)
+
+
+def _paths(path: tuple[str, ...], value: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
+    value = _unwrap(value)
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            yield from _paths((*path, str(key)), inner)
+    else:
+        yield path, value
+
+
+def flat_params(config: Mapping[str, Any], *, text_numbers: bool = False) -> dict[str, Any]:
+    """A run's config or params as one flat mapping: nested keys joined with ``.``.
+
+    See :func:`param_paths` for what is unwrapped and left out; the first value for a
+    name wins. With ``text_numbers`` (MLflow keeps every param as text), text that spells
+    a number is read as the number: ``"512"`` as 512, ``"3e-4"`` as 0.0003.
+    """
+    flat: dict[str, Any] = {}
+    for path, value in param_paths(config):
+        flat.setdefault(".".join(path), _from_text(value) if text_numbers else value)
+    return flat
+
+
+def _from_text(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
 
 
 def config_value(config: Mapping[str, Any], name: str) -> Any:

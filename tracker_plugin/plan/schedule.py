@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tracker_plugin.errors import ConfigError
+from tracker_plugin.plan.params import param_paths
 
 __all__ = ["BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
 
@@ -258,23 +259,34 @@ def _shape_alias(kind: str) -> str | None:
     return _ALIASES.get(kind.strip().lower().replace("-", "_").replace(" ", "_"))
 
 
-def _flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config -> {last key component (lowercase): value}; the first one found wins."""
+def _flatten(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested config -> {last key component (lowercase): value}; the first one found wins.
+
+    Nesting and dotted names are one thing here (``{"trainer": {"max_steps": 10}}``,
+    ``trainer.max_steps`` and ``trainer/max_steps`` alike), so a config that a tracker or
+    :func:`~tracker_plugin.plan.params.flat_params` flattened reads as the nested one. A
+    section named like a shape key (``{"scheduler": {"name": "cosine", ...}}``) names the
+    shape under ``name`` or ``type``: the section's own name gets that value.
+    """
+    paths = [
+        (tuple(part.lower() for key in path for part in key.replace("/", ".").split(".")), value)
+        for path, value in param_paths(params)
+    ]
+    kinds: dict[tuple[str, ...], dict[str, str]] = {}
+    for path, value in paths:
+        if len(path) > 1 and path[-1] in ("name", "type") and isinstance(value, str):
+            kinds.setdefault(path[:-1], {}).setdefault(path[-1], value)
     flat: dict[str, Any] = {}
-    for key, value in params.items():
-        last = str(key).replace("/", ".").split(".")[-1].lower()
-        if isinstance(value, Mapping) and "value" in value and set(value) <= {"value", "desc"}:
-            value = value["value"]  # W&B wraps config values
-        if isinstance(value, Mapping):
-            # A nested section named like a shape key ({"scheduler": {"name": "cosine", ...}})
-            # names the shape under "name" or "type".
-            for inner_key in ("name", "type"):
-                if isinstance(value.get(inner_key), str):
-                    flat.setdefault(last, value[inner_key])
-            for sub, inner in _flatten(value).items():
-                flat.setdefault(sub, inner)
-            continue
-        flat.setdefault(last, value)
+    entered: set[tuple[str, ...]] = set()
+    for path, value in paths:
+        for depth in range(1, len(path)):
+            section = path[:depth]
+            if section not in entered:
+                entered.add(section)
+                for inner in ("name", "type"):
+                    if inner in kinds.get(section, {}):
+                        flat.setdefault(section[-1], kinds[section][inner])
+        flat.setdefault(path[-1], value)
     return flat
 
 

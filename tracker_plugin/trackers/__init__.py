@@ -1,16 +1,28 @@
 """Adapters that move run histories between a tracker and the common frame.
 
-:func:`open_source` picks the adapter from the run string's prefix; each adapter's module
-imports its tracker's client only when used.
+:func:`open_source` picks the adapter from the run string's prefix and gives it the parts
+of the :class:`SourceOptions` it reads; each adapter's module imports its tracker's client
+only when used.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from tracker_plugin.trackers.base import FINISHED_STATES, RunInfo, Source, SourceOptions
+from tracker_plugin.trackers.base import FINISHED_STATES, RunInfo, Source
+from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions, WandbOptions
 
-__all__ = ["FINISHED_STATES", "RunInfo", "SCHEMES", "Source", "SourceOptions", "open_source"]
+__all__ = [
+    "FINISHED_STATES",
+    "SCHEMES",
+    "MlflowOptions",
+    "ReadOptions",
+    "RunInfo",
+    "Source",
+    "SourceOptions",
+    "WandbOptions",
+    "open_source",
+]
 
 # prefix -> (module, class)
 SCHEMES = {
@@ -26,8 +38,8 @@ def open_source(spec: str, options: SourceOptions | None = None) -> Source:
     options = options or SourceOptions()
     for prefix, (module, name) in SCHEMES.items():
         if spec.startswith(prefix):
-            cls = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-            return cls(spec[len(prefix) :], options)
+            cls: type[Source] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+            return cls.from_options(spec[len(prefix) :], options)
     from tracker_plugin.trackers.csvfile import CsvSource
 
-    return CsvSource(spec, options)
+    return CsvSource.from_options(spec, options)

@@ -1,7 +1,8 @@
 """The one small interface every tracker adapter implements.
 
 A :class:`Source` is opened from a run string (``runs/a.csv``, ``mlflow:RUN_ID``,
-``wandb:ENTITY/PROJECT``, ...) and :class:`SourceOptions`. It lists the runs the string
+``wandb:ENTITY/PROJECT``, ...), the shared :class:`~.options.ReadOptions` and its
+tracker's own options (see :mod:`tracker_plugin.trackers.options`). It lists the runs the string
 names, reads a run into a validated :class:`~tracker_plugin.History`, and writes an
 :class:`~tracker_plugin.jobs.annotation.Annotation` back. Sources move data only; they never
 decide anything about the analysis.
@@ -16,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tracker_plugin.errors import SourceError
-from tracker_plugin.frame.history import Columns, History
+from tracker_plugin.frame.history import History
+from tracker_plugin.trackers.options import ReadOptions, SourceOptions
 
 __all__ = [
-    "Annotation",
-    "Previous",
     "FINISHED_STATES",
     "STATES",
+    "Annotation",
+    "Previous",
     "RunInfo",
     "Source",
     "SourceOptions",
@@ -90,30 +92,6 @@ def select_states(runs: list[RunInfo], states: tuple[str, ...], keep: frozenset[
 
 
 @dataclass(frozen=True)
-class SourceOptions:
-    """How to find runs and read them; the command-line options of every command."""
-
-    columns: Columns = field(default_factory=Columns)
-    batch_size: float | None = None
-    # MLflow
-    tracking_uri: str | None = None
-    experiment_ids: tuple[str, ...] = ()
-    # W&B
-    entity: str | None = None
-    project: str | None = None
-    states: tuple[str, ...] = ()
-    tags: tuple[str, ...] = ()
-    created_after: str | None = None
-    # both trackers
-    filter: str | None = None
-    # ``batch_size`` is left out: in most configs it counts sequences per device.
-    batch_params: tuple[str, ...] = ("global_batch_size", "batch_size_in_tokens", "tokens_per_step")
-    workers: int = 4
-    cache_dir: str | None = None
-    use_cache: bool = True
-
-
-@dataclass(frozen=True)
 class RunInfo:
     """One run a source found, with what is known without reading its history."""
 
@@ -135,9 +113,15 @@ class Source(ABC):
 
     scheme: ClassVar[str]
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None) -> None:
         self.spec = spec
-        self.options = options
+        self.options = options or ReadOptions()
+
+    @classmethod
+    def from_options(cls, spec: str, options: SourceOptions) -> Source:
+        """The source for ``spec``, given the parts of ``options`` it reads: the shared
+        reading options (and, for a tracker with options of its own, its part)."""
+        return cls(spec, options.read)
 
     @abstractmethod
     def runs(self) -> list[RunInfo]:
@@ -167,10 +151,20 @@ class Source(ABC):
         """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
 
         Writing the same annotation twice leaves the run as the first write left it, and
-        nothing but the annotation's own keys and artifacts is touched. The labels
-        ``loss_eta/settings_hash`` and ``loss_eta/progress`` are written last: they mark
-        the annotation complete, so a write cut short is redone by the next run.
+        nothing but the annotation's own keys and artifacts is touched. Everything else
+        goes first (:meth:`write_content`); the labels ``loss_eta/settings_hash`` and
+        ``loss_eta/progress`` go last (:meth:`write_markers`): they mark the annotation
+        complete, so a write cut short before them is redone by the next run.
         """
+        self.write_content(run, annotation)
+        self.write_markers(run, annotation)
+
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        """The annotation's metrics, labels and artifacts, all but the completion markers."""
+        raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        """The completion markers, once :meth:`write_content` has succeeded."""
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:

@@ -16,12 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import zipfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+
+from tracker_plugin.trackers.atomic import replacing
 
 __all__ = ["HistoryCache", "default_cache_dir"]
 
@@ -67,18 +69,11 @@ class HistoryCache:
         """Store ``arrays`` under ``key``; a failure to write is not an error (just no cache)."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-", suffix=".npz")
-        except OSError:
-            return
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{_KEY_FIELD: np.array(_canonical(key))}, **arrays)
-            os.replace(tmp, self.path(key))
+            entry: dict[str, Any] = {_KEY_FIELD: np.array(_canonical(key)), **arrays}
+            with replacing(self.path(key)) as out:
+                np.savez(out, **entry)
         except OSError:
             pass
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
 
 def _canonical(key: Sequence[str]) -> str:

@@ -15,6 +15,7 @@ from tracker_plugin.errors import ConfigError, DataError, RunNotFound
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
 from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.trackers.atomic import write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
 
 __all__ = ["CsvSource", "read_csv", "read_lr_schedule"]
@@ -130,11 +131,14 @@ class CsvSource(Source):
     def read(self, run: RunInfo) -> History:
         return read_csv(run.ref, columns=self.options.columns, batch_size=self.options.batch_size)
 
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
-        json_path, png_path = _sidecars(Path(run.ref))
-        # The report goes last: its settings hash marks the annotation complete.
-        _replace(png_path, annotation.plot_bytes())
-        _replace(json_path, annotation.report_bytes())
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        _, png_path = _sidecars(Path(run.ref))
+        write_atomic(png_path, annotation.plot_bytes())
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        # The report is the marker: its settings hash and progress say the annotation is complete.
+        json_path, _ = _sidecars(Path(run.ref))
+        write_atomic(json_path, annotation.report_bytes())
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         return [f"write {path}" for path in _sidecars(Path(run.ref))]
@@ -160,10 +164,3 @@ def _previous(path: Path) -> Previous | None:
         return Previous(report.get("settings_hash"), report.get("progress"))
     except (OSError, ValueError, AttributeError):
         return None
-
-
-def _replace(path: Path, data: bytes) -> None:
-    """Write atomically, so a reader never sees half a file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

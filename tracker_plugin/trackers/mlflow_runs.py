@@ -1,10 +1,16 @@
 """MLflow runs: ``mlflow:RUN_ID``, ``mlflow:experiment/NAME_OR_ID``, or ``--experiment-id``.
 
 Reading
-    A run's metric histories are read in full with ``get-history`` (paged with
-    ``max_results``/``page_token`` on a server), one request stream per key; from a
-    server, keys (and, through the runner, runs) are fetched concurrently (``--workers``). The sampled ``get-history-bulk-interval`` and the
-    capped ``get-history-bulk`` (25,000 points) are never used. Keys are aligned on
+    A run's metric histories are read in full: from a server with MLflow's documented
+    ``GET /api/2.0/mlflow/metrics/get-history`` REST call, paged with
+    ``max_results``/``page_token``, over plain HTTP with an explicit timeout and bounded
+    retries (:mod:`.mlflow_rest`), keys (and, through the runner, runs) fetched
+    concurrently (``--workers``); from a local store, or a server only MLflow's own client
+    can authenticate with, through ``MlflowClient.get_metric_history``. The sampled
+    ``get-history-bulk-interval`` and the capped ``get-history-bulk`` (25,000 points) are
+    never used. Everything else goes through ``MlflowClient``. A server is checked to
+    answer at all before the first ``MlflowClient`` call, so a server that is not there
+    fails in seconds, not after MLflow's own retries. Keys are aligned on
     MLflow's own step; where a resumed run logged a step again, the value with the latest
     timestamp wins. MLflow stores a logged infinity as the largest float; it is read
     back as infinity, so the frame drops and counts it like a NaN.
@@ -23,6 +29,7 @@ Writing
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 import tempfile
@@ -47,38 +54,36 @@ from tracker_plugin.errors import (
     SourceError,
     TrackerUnavailable,
 )
+from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, NAMESPACE
-from tracker_plugin.plan.params import batch_from_config
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
+from tracker_plugin.plan.params import batch_from_config, flat_params
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
 from tracker_plugin.trackers.cache import HistoryCache
+from tracker_plugin.trackers.mlflow_rest import (
+    RestError,
+    RestTarget,
+    Unreachable,
+    metric_history,
+    network_reason,
+    rest_target,
+)
+from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions
 
-__all__ = ["HTTP_DEFAULTS", "MlflowSource", "align_histories"]
+__all__ = ["MlflowSource"]
 
-# MLflow's own HTTP defaults retry a dead server for minutes (7 retries, backoff 2 s
-# doubling, 120 s timeout). These bounds make a refused connection fail in about 3 s and
-# a server that accepts but never answers in 90 s (a 25,000-point page takes about a
-# second); a value the user set in the environment wins.
-HTTP_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "30",
-}
 HASH_TAG = f"{NAMESPACE}/settings_hash"
 PROGRESS_TAG = f"{NAMESPACE}/progress"
-_HISTORY_ENDPOINT = "/api/2.0/mlflow/metrics/get-history"
 _PAGE = 25_000  # points per get-history page, MLflow's own page size
-# A multi-worker server (uvicorn, gunicorn) balances connections, not requests: one worker
-# often accepts all of a burst of new connections and serves every page sent on them
-# while the others idle. A connection per page lets whichever worker is free take it.
-_ONE_REQUEST_PER_CONNECTION = {"Connection": "close"}
 # The keys' first requests go out this many seconds apart: requests arriving together
 # tend to be taken by one worker, which then serves them all while the others idle.
 _STAGGER = 0.05
 _SEARCH_PAGE = 1_000
 _FROM_NAME = "run name"  # the batch source when the run name gave it (`_1Mbs`)
 _MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
+# Store URI schemes of MLflow's SQL stores, which need sqlalchemy (not in mlflow-skinny).
+_SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 _STATES = {
     "RUNNING": "running",
     "SCHEDULED": "running",
@@ -94,25 +99,35 @@ class MlflowSource(Source):
 
     scheme = "mlflow"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None, mlflow: MlflowOptions | None = None) -> None:
         super().__init__(spec, options)
+        self.mlflow = mlflow or MlflowOptions()
         self._client_obj: Any = None
+        self._rest_target: RestTarget | None = None
+        self._rest_known = False  # _rest_target was worked out (None: a local store)
+        self._reachable = False
         self._records: dict[str, Any] = {}  # run id -> mlflow Run, from runs()
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
-        self._cache = HistoryCache(options.cache_dir) if options.use_cache else None
+        self._cache = HistoryCache(self.options.cache_dir) if self.options.use_cache else None
+
+    @classmethod
+    def from_options(cls, spec: str, options: SourceOptions) -> MlflowSource:
+        return cls(spec, options.read, options.mlflow)
 
     # -- listing ---------------------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
-        self._client()  # first: without mlflow installed, say so before anything else
         spec = self.spec.strip()
+        where = f"mlflow:{spec}" if spec else f"mlflow:experiment/{','.join(self.mlflow.experiment_ids)}"
+        # First: a missing mlflow, store or server is said before anything else.
+        self._connect(where.rstrip("/"))
         if spec.startswith("experiment/"):
             experiment_ids = [self._experiment_id(spec[len("experiment/") :])]
         elif spec:
             return [self._info(self._get_run(spec, f"mlflow:{spec}"))]
-        elif self.options.experiment_ids:
-            experiment_ids = [self._experiment_id(e) for e in self.options.experiment_ids]
+        elif self.mlflow.experiment_ids:
+            experiment_ids = [self._experiment_id(e) for e in self.mlflow.experiment_ids]
         else:
             raise ConfigError(
                 "mlflow: needs a run id (mlflow:RUN_ID), mlflow:experiment/NAME_OR_ID or --experiment-id"
@@ -154,15 +169,15 @@ class MlflowSource(Source):
             try:
                 page = client.search_runs(
                     experiment_ids,
-                    filter_string=self.options.filter or "",
+                    filter_string=self.mlflow.filter or "",
                     run_view_type=ViewType.ACTIVE_ONLY,
                     max_results=_SEARCH_PAGE,
                     page_token=token,
                 )
             except MlflowException as exc:
-                if exc.error_code == "INVALID_PARAMETER_VALUE" and self.options.filter:
+                if exc.error_code == "INVALID_PARAMETER_VALUE" and self.mlflow.filter:
                     raise ConfigError(
-                        f"--filter {self.options.filter!r}: {_first_line(exc.message)}"
+                        f"--filter {self.mlflow.filter!r}: {_first_line(exc.message)}"
                     ) from None
                 raise self._translate(exc, where) from None
             records += list(page)
@@ -194,8 +209,9 @@ class MlflowSource(Source):
         latest = _latest(record)
         keys = self._keys(run, latest)
         histories = self._histories(run, record, keys, latest)
-        frame, nan_loss = align_histories(histories, keys["loss"])
-        batch_size, batch_source = self._batch(run, record, keys)
+        frame, nan_loss = _aligned(histories, keys["loss"])
+        params = flat_params(record.data.params, text_numbers=True)
+        batch_size, batch_source = self._batch(run, params, keys)
         columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
         history = build_history(
             frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
@@ -204,7 +220,7 @@ class MlflowSource(Source):
             history = replace(history, batch_source=batch_source)
         elif batch_source:
             history = with_config_batch(history, batch_source)
-        return with_planned_lr(history, record.data.params)
+        return with_planned_lr(history, params)
 
 
     def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
@@ -224,11 +240,13 @@ class MlflowSource(Source):
             )
         return keys
 
-    def _batch(self, run: RunInfo, record: Any, keys: Mapping[str, str]) -> tuple[float | None, str | None]:
+    def _batch(
+        self, run: RunInfo, params: Mapping[str, Any], keys: Mapping[str, str]
+    ) -> tuple[float | None, str | None]:
         """Tokens per step when no batch metric is logged: a param, the flag, the run name."""
         if "batch" in keys:
             return self.options.batch_size, None
-        found = batch_from_config(_param_values(record.data.params), self.options.batch_params)
+        found = batch_from_config(params, self.options.batch_params)
         if found is not None:
             return found[0], f"param '{found[1]}'"
         if self.options.batch_size is not None:
@@ -263,7 +281,7 @@ class MlflowSource(Source):
         self, run: RunInfo, run_id: str, names: Sequence[str]
     ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
-        if self._rest_store() is None:
+        if self._rest() is None:
             # A local store is read in this thread: its reads hold the GIL, threads only slow them.
             return {name: self._history(run, run_id, name) for name in names}
         failed = threading.Event()
@@ -292,10 +310,10 @@ class MlflowSource(Source):
             raise
 
     def _history(self, run: RunInfo, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        target = self._rest()
         with self._errors(run.ref, key):
-            store = self._rest_store()
-            if store is not None:
-                return _rest_history(store, run_id, key)
+            if target is not None:
+                return metric_history(target, run_id, key, _PAGE)
             metrics = self._client().get_metric_history(run_id, key)
             return (
                 np.array([m.step for m in metrics], dtype=np.int64),
@@ -325,7 +343,7 @@ class MlflowSource(Source):
 
     # -- writing ---------------------------------------------------------------------------
 
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         client = self._client()
         from mlflow.entities import Metric, RunTag
 
@@ -340,11 +358,10 @@ class MlflowSource(Source):
                 for key, value in sorted(annotation.metrics.items())
                 if not _same(latest.get(key), value, step)
             ]
-            markers = {HASH_TAG, PROGRESS_TAG}
             tags = [
                 RunTag(key, value)
                 for key, value in sorted(annotation.labels.items())
-                if key not in markers and current.data.tags.get(key) != value
+                if key not in MARKERS and current.data.tags.get(key) != value
             ]
             # One request where MLflow's limits allow (the client splits larger batches).
             client.log_batch(run_id, metrics=metrics, tags=tags)
@@ -356,13 +373,13 @@ class MlflowSource(Source):
                     path = Path(tmp) / name
                     path.write_bytes(data)
                     client.log_artifact(run_id, str(path))
-            # Last: these mark the annotation complete, so a write cut short is redone.
-            final = [
-                RunTag(k, annotation.labels[k])
-                for k in sorted(markers)
-                if current.data.tags.get(k) != annotation.labels[k]
-            ]
-            client.log_batch(run_id, tags=final)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        from mlflow.entities import RunTag
+
+        with self._errors(run.ref):
+            markers = [RunTag(key, annotation.labels[key]) for key in sorted(MARKERS)]
+            self._client().log_batch(_run_id(run), tags=markers)  # tags: set, not appended
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         step = int(annotation.step)
@@ -379,17 +396,32 @@ class MlflowSource(Source):
     def _client(self) -> Any:
         with self._lock:
             if self._client_obj is None:
-                self._client_obj = _make_client(self.options.tracking_uri)
+                self._client_obj = _make_client(self.mlflow.tracking_uri)
             return self._client_obj
 
-    def _rest_store(self) -> Any:
-        """The client's REST store when talking to a server (None for a local store)."""
-        from mlflow.store.tracking.rest_store import RestStore
+    def _rest(self) -> RestTarget | None:
+        """How to read the server over plain HTTP; None for a local store (or auth only
+        MLflow's own client can do)."""
+        client = self._client()
+        with self._lock:
+            if not self._rest_known:
+                self._rest_target = rest_target(
+                    client.tracking_uri, timeout=self.mlflow.timeout, retries=self.mlflow.retries
+                )
+                self._rest_known = True
+            return self._rest_target
 
-        # The store is not public API: without it, reading falls back to the client's
-        # own get_metric_history (correct, but slower through protobuf parsing).
-        store = getattr(getattr(self._client(), "_tracking_client", None), "store", None)
-        return store if isinstance(store, RestStore) and hasattr(store, "get_host_creds") else None
+    def _connect(self, where: str) -> None:
+        """Make the client, and check once that a server answers at all (in seconds, where
+        ``MlflowClient`` would retry a refused connection for minutes)."""
+        target = self._rest()
+        if target is None or self._reachable:
+            return
+        try:
+            target.check_reachable()
+        except Unreachable as exc:
+            raise TrackerUnavailable(self._unreachable(exc.reason), run=where) from None
+        self._reachable = True
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -407,17 +439,19 @@ class MlflowSource(Source):
 
         try:
             yield
-        except MlflowException as exc:
+        except (MlflowException, RestError) as exc:
             raise self._translate(exc, ref, key) from None
+        except Unreachable as exc:
+            raise TrackerUnavailable(self._unreachable(exc.reason), run=ref) from None
         except requests.RequestException as exc:
-            raise TrackerUnavailable(self._unreachable(exc), run=ref) from None
+            raise TrackerUnavailable(self._unreachable(network_reason(exc)), run=ref) from None
 
     def _translate(self, exc: Any, ref: str, key: str | None = None) -> SourceError:
         code = getattr(exc, "error_code", "")
         message = _first_line(getattr(exc, "message", str(exc)))
         about = f"metric '{key}': " if key else ""
         if _network_failure(exc):
-            return TrackerUnavailable(self._unreachable(exc), run=ref)
+            return TrackerUnavailable(self._unreachable(network_reason(exc)), run=ref)
         if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"):
             return RunNotFound(f"{about}{message}", run=ref)
         if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED"):
@@ -426,9 +460,8 @@ class MlflowSource(Source):
             return TrackerUnavailable(f"{about}the MLflow server failed: {message}", run=ref)
         return SourceError(f"{about}{message}", run=ref)
 
-    def _unreachable(self, exc: BaseException) -> str:
-        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.options.tracking_uri
-        reason = _network_reason(exc)
+    def _unreachable(self, reason: str) -> str:
+        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.mlflow.tracking_uri
         if reason == "server errors":
             return (
                 f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
@@ -442,14 +475,37 @@ class MlflowSource(Source):
 def _make_client(tracking_uri: str | None) -> Any:
     try:
         import mlflow
+        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
     except ImportError:
         raise MissingDependency("mlflow", "mlflow") from None
-    for name, value in HTTP_DEFAULTS.items():
-        os.environ.setdefault(name, value)
     uri = tracking_uri or mlflow.get_tracking_uri()
     _check_local_store(uri)
-    return MlflowClient(tracking_uri=uri)
+    _check_store_backend(uri)
+    try:
+        return MlflowClient(tracking_uri=uri)
+    except MlflowException as exc:
+        schemes = getattr(exc, "supported_uri_schemes", None)
+        if schemes is not None:  # no store for the URI's scheme
+            known = ", ".join(s for s in schemes if s)
+            raise ConfigError(
+                f"mlflow ({uri}): no MLflow tracking store for this URI (MLflow knows {known}); "
+                "set --tracking-uri or MLFLOW_TRACKING_URI"
+            ) from None
+        raise SourceError(_first_line(exc.message), run=f"mlflow ({uri})") from None
+
+
+def _check_store_backend(uri: str) -> None:
+    """A SQL store needs MLflow's SQL backend, which the client-only mlflow-skinny leaves out."""
+    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+    if scheme in _SQL_SCHEMES and importlib.util.find_spec("sqlalchemy") is None:
+        raise MissingDependency(
+            "mlflow",
+            "mlflow",
+            reason=f"the {scheme} store needs the full mlflow package, with its SQL stores "
+            "(mlflow-skinny, the client-only install, has none)",
+            run=f"mlflow ({uri})",
+        )
 
 
 def _check_local_store(uri: str) -> None:
@@ -463,86 +519,24 @@ def _check_local_store(uri: str) -> None:
             )
 
 
-def _rest_history(store: Any, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """All of one key's points through the REST API, page by page.
-
-    This is MLflow's ``get-history`` call, as the client makes it, but parsed straight
-    from JSON into arrays: going through protobuf objects costs more than the server.
-    """
-    from mlflow.utils.rest_utils import http_request, verify_rest_response
-
-    steps: list[Any] = []
-    values: list[Any] = []
-    stamps: list[Any] = []
-    token = None
-    seen: set[str] = set()
-    while True:
-        params: dict[str, Any] = {"run_id": run_id, "metric_key": key, "max_results": _PAGE}
-        if token:
-            params["page_token"] = token
-        response = http_request(
-            store.get_host_creds(),
-            _HISTORY_ENDPOINT,
-            "GET",
-            params=params,
-            extra_headers=_ONE_REQUEST_PER_CONNECTION,
-        )
-        response = verify_rest_response(response, _HISTORY_ENDPOINT)
-        page = response.json()
-        metrics = page.get("metrics", [])
-        # Fields at their default (0) may be left out of protobuf JSON.
-        steps += [m.get("step", 0) for m in metrics]
-        values += [m.get("value", 0.0) for m in metrics]
-        stamps += [m.get("timestamp", 0) for m in metrics]
-        token = page.get("next_page_token") or None
-        if token is None:
-            break
-        if token in seen or not metrics:
-            raise SourceError(
-                f"metric '{key}': the server's history pages do not advance (page token {token!r})"
-            )
-        seen.add(token)
-    return (
-        np.asarray(steps, dtype=np.int64),
-        np.asarray(values, dtype=float),  # "NaN", "Infinity" parse as such
-        np.asarray(stamps, dtype=np.int64),
-    )
-
-
 # -- pure helpers ----------------------------------------------------------------------------
 
 
-def align_histories(
+def _aligned(
     histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], loss_key: str
 ) -> tuple[pd.DataFrame, np.ndarray]:
-    """Per-key ``(step, value, timestamp)`` histories as one table on step.
-
-    Where a key holds several values for one step (a resumed run logged it again), the
-    one with the latest timestamp wins. Returns the table (a ``step`` column and one
-    column per key, NaN where a key was not logged at a step) and a mask of the rows
-    whose loss was logged as NaN.
-    """
-    latest = {key: _latest_per_step(*arrays) for key, arrays in histories.items()}
-    steps = np.unique(np.concatenate([s for s, _ in latest.values()] or [np.array([], np.int64)]))
-    columns: dict[str, np.ndarray] = {"step": steps}
-    nan_loss = np.zeros(len(steps), bool)
-    for key, (key_steps, values) in latest.items():
-        column = np.full(len(steps), np.nan)
-        where = np.searchsorted(steps, key_steps)
-        column[where] = values
-        columns[key] = column
-        if key == loss_key:
-            nan_loss[where] = np.isnan(values)
-    return pd.DataFrame(columns), nan_loss
+    """Per-key ``(step, value, timestamp)`` histories as one table on MLflow's step, and the
+    rows whose loss was logged as NaN; at a step logged twice the latest timestamp wins."""
+    aligned = align_on_step(
+        {key: KeyHistory(step, _restore_infinity(value), stamp) for key, (step, value, stamp) in histories.items()}
+    )
+    return aligned.frame, aligned.logged_nan.get(loss_key, np.zeros(len(aligned.frame), bool))
 
 
-def _latest_per_step(step: np.ndarray, value: np.ndarray, stamp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    step, value, stamp = np.asarray(step, np.int64), np.asarray(value, float), np.asarray(stamp, np.int64)
-    order = np.lexsort((stamp, step))  # by step, then time; stable for equal times
-    step, value = step[order], value[order]
-    last = np.r_[step[1:] != step[:-1], True] if len(step) else np.zeros(0, bool)
-    value = np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
-    return step[last], value[last]
+def _restore_infinity(value: np.ndarray) -> np.ndarray:
+    """MLflow stores a logged +-inf as +-the largest float: read it back as infinity."""
+    value = np.asarray(value, float)
+    return np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
 
 
 def _latest(record: Any) -> dict[str, tuple[int, int, float]]:
@@ -562,20 +556,6 @@ def _same(latest: tuple[int, int, float] | None, value: float | None, step: int)
     if value is None or math.isnan(value):
         return math.isnan(stored)
     return stored == float(value)
-
-
-def _param_values(params: Mapping[str, str]) -> dict[str, Any]:
-    """MLflow params (always strings) with numbers as numbers, as a tracker's config holds them."""
-    values: dict[str, Any] = {}
-    for name, text in params.items():
-        try:
-            values[name] = int(text)
-        except ValueError:
-            try:
-                values[name] = float(text)
-            except ValueError:
-                values[name] = text
-    return values
 
 
 def _run_id(run: RunInfo) -> str:
@@ -599,19 +579,3 @@ def _network_failure(exc: BaseException) -> bool:
         current = current.__cause__ or current.__context__
         seen += 1
     return False
-
-
-def _network_reason(exc: BaseException) -> str:
-    text = str(exc)
-    for needle, reason in (
-        ("Connection refused", "connection refused"),
-        ("timed out", "timed out"),
-        ("Read timed out", "timed out"),
-        ("too many 5", "server errors"),
-        ("Name or service not known", "unknown host"),
-        ("Connection reset", "connection reset"),
-        ("RemoteDisconnected", "connection closed"),
-    ):
-        if needle in text:
-            return reason
-    return _first_line(text)[:120]

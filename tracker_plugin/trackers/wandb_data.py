@@ -13,14 +13,14 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
+from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.plan.params import batch_from_config
 
-__all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode", "whole", "wandb_progress"]
+__all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode", "wandb_progress", "whole"]
 
 ROW_KEY = "_step"  # W&B's own row number: unique, increasing, always logged
 
@@ -84,8 +84,10 @@ def build_wandb_history(
     """The common frame from each chosen key's column, aligned on ``_step``.
 
     The batch comes from the batch key when the run logged one, else from the first of
-    ``batch_params`` in the run's ``config``, else from ``batch_size``. The planned lr
-    schedule comes from the config (see :func:`.base.with_planned_lr`).
+    ``batch_params`` in the run's ``config`` (flattened by
+    :func:`~tracker_plugin.plan.params.flat_params`), else from ``batch_size``. The
+    planned lr schedule comes from the config (see
+    :func:`~tracker_plugin.frame.from_params.with_planned_lr`).
 
     ``data`` maps each key (``_step`` aside, which is the row number) to its column.
     ``all_keys`` are every key the run logged, named in the error when the loss or step
@@ -99,21 +101,12 @@ def build_wandb_history(
         # build_history raises the error, naming the keys the run has.
         names = sorted(set(all_keys) | logged)
         return build_history(pd.DataFrame(columns=names), run=run, columns=columns, batch_size=batch_size)
-    series = {}
-    nan_steps = np.empty(0, np.int64)
-    for key, (steps, values) in data.items():
-        if key == ROW_KEY:
-            continue
-        index = pd.Index(np.asarray(steps, dtype=np.int64), name=ROW_KEY)
-        column = pd.Series(_values(values), index=index)
-        column = column[~index.duplicated(keep="last")]
-        if key == loss_key:
-            nan_steps = column.index[_is_nan(column)].to_numpy()
-        series[key] = column
-    frame = pd.concat(series, axis=1, sort=True)
-    frame.index.name = ROW_KEY
-    frame = frame.reset_index()
-    logged_nan = frame[ROW_KEY].isin(nan_steps).to_numpy()
+    aligned = align_on_step(
+        {key: KeyHistory(steps, [decode(v) for v in values]) for key, (steps, values) in data.items() if key != ROW_KEY},
+        step=ROW_KEY,
+    )
+    frame = aligned.frame
+    logged_nan = aligned.logged_nan.get(loss_key)
     from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
     if from_config is not None:
         batch_size = from_config[0]
@@ -123,18 +116,3 @@ def build_wandb_history(
     if from_config is not None:
         history = with_config_batch(history, f"config '{from_config[1]}'")
     return with_planned_lr(history, config)
-
-
-def _values(values: Sequence[Any]) -> np.ndarray:
-    """The values as a float array when all are numbers, else as objects (so that
-    build_history names the first value that is not a number)."""
-    decoded = [decode(v) for v in values]
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in decoded):
-        return np.asarray(decoded, dtype=float)
-    return np.asarray([math.nan if v is None else whole(v) for v in decoded], dtype=object)
-
-
-def _is_nan(column: pd.Series) -> np.ndarray:
-    if column.dtype == object:
-        return np.array([isinstance(v, float) and math.isnan(v) for v in column], bool)
-    return np.isnan(column.to_numpy(dtype=float))

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import mmap
 import os
-import shutil
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,7 +31,10 @@ from typing import Any
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.plan.params import flat_params
+from tracker_plugin.trackers.atomic import replacing, write_atomic
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.options import ReadOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
@@ -251,15 +253,11 @@ def _update(target: dict[str, Any], updates: Iterable[Any], removes: Iterable[An
             node[path[-1]] = _item_value(item)
     for item in removes:
         path = [item.key] if item.key else list(item.nested_key)
-        node = target
+        found: Any = target
         for part in path[:-1]:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(path[-1], None)
-
-
-def _config_values(config: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if k != "_wandb"}
+            found = found.get(part) if isinstance(found, dict) else None
+        if isinstance(found, dict):
+            found.pop(path[-1], None)
 
 
 class WandbOfflineSource(Source):
@@ -267,9 +265,11 @@ class WandbOfflineSource(Source):
 
     scheme = "wandb-offline"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None) -> None:
         super().__init__(spec, options)
         self._parsed: dict[str, OfflineRun] = {}
+        # .wandb file -> (its identity, its records), from write_content for write_markers
+        self._checked: dict[str, tuple[tuple[int, int, int], list[LogRecord]]] = {}
 
     def runs(self) -> list[RunInfo]:
         infos = []
@@ -296,7 +296,7 @@ class WandbOfflineSource(Source):
             run=run.ref,
             columns=self.options.columns,
             batch_size=self.options.batch_size,
-            config=_config_values(parsed.config),
+            config=flat_params(parsed.config),
             batch_params=self.options.batch_params,
             all_keys=parsed.keys,
         )
@@ -306,15 +306,32 @@ class WandbOfflineSource(Source):
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
 
     # -- writing -------------------------------------------------------------------------
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+        """The artifacts, into the run's ``files/``, once the run is known to be writable."""
         wandb_file = _wandb_file(run.ref)
         _check_writable(wandb_file, run.ref)
-        try:
-            _annotate_file(wandb_file, annotation, run.ref)
-        except OSError as exc:
-            raise SourceError(
-                f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=run.ref
-            ) from None
+        with _os_errors(wandb_file, run.ref), _mapped(wandb_file) as data:
+            entries = _entries(data, wandb_file, run.ref)
+            _exit_index(entries, run.ref)
+            # write_markers takes these records again unless the file has changed since.
+            self._checked[str(wandb_file)] = (_identity(wandb_file), entries)
+            files_dir = wandb_file.parent / "files"
+            files_dir.mkdir(exist_ok=True)
+            for name, content in (
+                (ARTIFACT_JSON, annotation.report_bytes()),
+                (ARTIFACT_PNG, annotation.plot_bytes()),
+            ):
+                write_atomic(files_dir / name, content)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        """The summary, files and marker records, in one rewrite of the ``.wandb`` file: the
+        metrics and the markers are committed together."""
+        wandb_file = _wandb_file(run.ref)
+        checked = self._checked.pop(str(wandb_file), None)
+        with _os_errors(wandb_file, run.ref), _mapped(wandb_file) as data:
+            same = checked is not None and checked[0] == _identity(wandb_file)
+            entries = checked[1] if checked is not None and same else _entries(data, wandb_file, run.ref)
+            _insert(wandb_file, data, entries, _exit_index(entries, run.ref), annotation_records(annotation), run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         wandb_file = _wandb_file(run.ref)
@@ -341,33 +358,27 @@ def _check_writable(wandb_file: Path, ref: str) -> None:
             )
 
 
-def _annotate_file(wandb_file: Path, annotation: Annotation, ref: str) -> None:
-    """Put the artifacts in the run's ``files/`` and the records before its exit record."""
-    records = annotation_records(annotation)
-    with _mapped(wandb_file) as data:
-        try:
-            entries = list(read_log(data))
-        except LogCorrupt as exc:
-            raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
-        exit_index = _exit_index(entries)
-        if exit_index is None:
-            raise SourceError(
-                "has no exit record: the run is still running or was killed, and its file is not "
-                "changed while it may be written to; annotate it once it has finished (or after "
-                "`wandb sync`, online)",
-                run=ref,
-            )
-        files_dir = wandb_file.parent / "files"
-        files_dir.mkdir(exist_ok=True)
-        for name, content in (
-            (ARTIFACT_JSON, annotation.report_bytes()),
-            (ARTIFACT_PNG, annotation.plot_bytes()),
-        ):
-            _replace(files_dir / name, content)
-        _insert(wandb_file, data, entries, exit_index, records, ref)
+@contextmanager
+def _os_errors(wandb_file: Path, ref: str) -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise SourceError(f"cannot write {exc.filename or wandb_file}: {exc.strerror}", run=ref) from None
 
 
-def _exit_index(entries: list[LogRecord]) -> int | None:
+def _identity(path: Path) -> tuple[int, int, int]:
+    stat = path.stat()
+    return stat.st_ino, stat.st_size, stat.st_mtime_ns
+
+
+def _entries(data: bytes, wandb_file: Path, ref: str) -> list[LogRecord]:
+    try:
+        return list(read_log(data))
+    except LogCorrupt as exc:
+        raise DataError(f"{wandb_file.name}: {exc}", run=ref) from None
+
+
+def _exit_index(entries: list[LogRecord], ref: str) -> int:
     """The index of the exit record, searched from the end (where it is)."""
     pb = _proto()
     record = pb.Record()
@@ -375,7 +386,12 @@ def _exit_index(entries: list[LogRecord]) -> int | None:
         record.ParseFromString(entries[index].data)
         if record.WhichOneof("record_type") == "exit":
             return index
-    return None
+    raise SourceError(
+        "has no exit record: the run is still running or was killed, and its file is not "
+        "changed while it may be written to; annotate it once it has finished (or after "
+        "`wandb sync`, online)",
+        run=ref,
+    )
 
 
 def annotation_records(annotation: Annotation) -> list[bytes]:
@@ -412,22 +428,17 @@ def _insert(
     suffix = [entry.data for entry in entries[exit_index:]]
     expected = [entry.data for entry in entries[:exit_index]] + records + suffix
     at = entries[exit_index].offset
-    tmp = wandb_file.with_name(f".{wandb_file.name}.loss_eta.tmp")
-    try:
-        with open(tmp, "wb") as out:
-            out.write(memoryview(data)[:at])
-            write_records(out, records + suffix, at)
-            out.flush()
-            os.fsync(out.fileno())
+
+    def check(tmp: Path) -> None:
         if _records_of(tmp) != expected:
             raise SourceError(
                 f"rewriting {wandb_file.name} did not read back as written; the file was left as it was",
                 run=ref,
             )
-        shutil.copymode(wandb_file, tmp)
-        os.replace(tmp, wandb_file)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    with replacing(wandb_file, check=check, mode_of=wandb_file) as out:
+        out.write(memoryview(data)[:at])
+        write_records(out, records + suffix, at)
 
 
 def _records_of(path: Path) -> list[bytes] | None:
@@ -437,12 +448,6 @@ def _records_of(path: Path) -> list[bytes] | None:
             return [entry.data for entry in read_log(data)]
         except LogCorrupt:
             return None
-
-
-def _replace(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def _run_files(path: Path, spec: str) -> list[Path]:

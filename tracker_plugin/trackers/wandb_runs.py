@@ -10,19 +10,31 @@ Reading takes the full history of the keys the analysis needs with ``scan_histor
 one key at a time, aligned on ``_step``. Annotating writes the keys of
 :mod:`tracker_plugin.jobs.annotation` into the run's summary and attaches ``loss_eta.json``
 and ``loss_eta.png``; the run's state, config and other summary keys are left as they were.
+
+Everything goes through ``wandb.Api(api_key=..., overrides=..., timeout=...)``, made from
+:class:`~.options.WandbOptions`; nothing process-wide (wandb's settings singleton, the
+environment) is changed. ``timeout`` bounds each request, wandb-core's own retries
+included (wandb then cancels it); wandb waits for a file upload without a timeout, so each
+upload is given up on after ``upload_timeout`` (wandb-core may still finish it; the
+annotation is then not marked complete, and the next pass redoes it). wandb 0.31 has no
+per-``Api`` setting for wandb-core's retries: they follow wandb's own settings
+(``WANDB__GRAPHQL_RETRY_MAX``, ``WANDB__FILE_TRANSFER_RETRY_MAX``, ...).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +49,9 @@ from tracker_plugin.errors import (
 )
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, SourceOptions
+from tracker_plugin.plan.params import flat_params
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.options import ReadOptions, SourceOptions, WandbOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
@@ -48,7 +62,7 @@ from tracker_plugin.trackers.wandb_data import (
     whole,
 )
 
-__all__ = ["RETRY_BOUNDS", "WandbSource", "normalise_state", "run_filters"]
+__all__ = ["WandbSource", "normalise_state", "run_filters"]
 
 # W&B run states and the normalised states of RunInfo.
 _STATES = {
@@ -62,26 +76,7 @@ _STATES = {
     "preempted": "killed",
 }
 
-# The labels that mark an annotation complete; written after everything else.
-
-# wandb-core retries a failing request (5xx, 429, timeouts) with exponential backoff for
-# a long time by default; these settings bound it, so that a server answering 500 forever
-# (or rate limiting) fails the run within a minute, not hours: 5 attempts, waits of 1, 2,
-# 4, 8 s. wandb-core reads the waits as whole seconds (a fraction is dropped, and 0 means
-# its default). A user's own WANDB__GRAPHQL_RETRY_MAX (and the other WANDB__* variables
-# of these settings) takes precedence.
-RETRY_BOUNDS: dict[str, int] = {
-    "x_graphql_retry_max": 4,
-    "x_graphql_retry_wait_min_seconds": 1,
-    "x_graphql_retry_wait_max_seconds": 8,
-    "x_graphql_timeout_seconds": 30,
-    "x_file_transfer_retry_max": 4,
-    "x_file_transfer_retry_wait_min_seconds": 1,
-    "x_file_transfer_retry_wait_max_seconds": 8,
-    "x_file_transfer_timeout_seconds": 60,
-}
 _PAGE_SIZE = 1000
-_SETTINGS_LOCK = threading.Lock()
 
 
 def _wandb() -> Any:
@@ -97,7 +92,7 @@ def normalise_state(state: str | None) -> str:
     return _STATES.get((state or "").lower(), "unknown")
 
 
-def run_filters(options: SourceOptions) -> dict[str, Any]:
+def run_filters(options: WandbOptions) -> dict[str, Any]:
     """The W&B run filter for ``--filter``, ``--state``, ``--tag`` and ``--created-after``
     (all must hold; every ``--tag`` must be on the run).
 
@@ -136,7 +131,7 @@ def run_filters(options: SourceOptions) -> dict[str, Any]:
     return parts[0] if len(parts) == 1 else {"$and": parts}
 
 
-def _parse_spec(spec: str, options: SourceOptions) -> tuple[str | None, str, str | None]:
+def _parse_spec(spec: str, options: WandbOptions) -> tuple[str | None, str, str | None]:
     """(entity, project, run id) from ``ENTITY/PROJECT[/runs]/RUN_ID``, ``ENTITY/PROJECT``,
     ``RUN_ID`` or nothing, with -e/-p filling what the string leaves out."""
     parts = [p for p in spec.strip("/").split("/") if p]
@@ -163,13 +158,19 @@ class WandbSource(Source):
 
     scheme = "wandb"
 
-    def __init__(self, spec: str, options: SourceOptions) -> None:
+    def __init__(self, spec: str, options: ReadOptions | None = None, wandb: WandbOptions | None = None) -> None:
         super().__init__(spec, options)
-        self._entity, self._project, self._run_id = _parse_spec(spec, options)
-        self._filters = run_filters(options)
+        self.wandb = wandb or WandbOptions()
+        self._entity, self._project, self._run_id = _parse_spec(spec, self.wandb)
+        self._filters = run_filters(self.wandb)
         self._api: Any = None
         self._found: dict[str, Any] = {}  # ref -> wandb run, from the last runs()
         self._key: str | None = None
+
+    @classmethod
+    def from_options(cls, spec: str, options: SourceOptions) -> WandbSource:
+        wandb = replace(options.wandb, states=options.states) if options.states else options.wandb
+        return cls(spec, options.read, wandb)
 
     # -- listing -------------------------------------------------------------------------
     def runs(self) -> list[RunInfo]:
@@ -212,7 +213,7 @@ class WandbSource(Source):
             # Without a loss key there is nothing to scan: build_wandb_history names the keys.
             rows = int(getattr(wb_run, "history_line_count", 0) or 0)
             data = self._scan(wb_run, keys, history_keys, rows) if has_loss else {}
-            config = wb_run.config
+            config = flat_params(wb_run.config)
         return build_wandb_history(
             data,
             run=run.ref,
@@ -242,7 +243,7 @@ class WandbSource(Source):
             return dict(pool.map(one, wanted))
 
     # -- writing -------------------------------------------------------------------------
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         values = {**annotation.metrics, **annotation.labels}
         with self._errors(run.ref):
             self._update_summary(run, {k: v for k, v in values.items() if k not in MARKERS})
@@ -253,8 +254,12 @@ class WandbSource(Source):
                     path = Path(tmp, name)
                     path.write_bytes(data)
                     # root: the file's name in the run is its path relative to root.
-                    wb_run.upload_file(str(path), root=tmp)
-            self._update_summary(run, {k: values[k] for k in MARKERS})
+                    upload = partial(wb_run.upload_file, str(path), root=tmp)
+                    _within(self.wandb.upload_timeout, f"uploading {name}", upload)
+
+    def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
+        with self._errors(run.ref):
+            self._update_summary(run, {key: annotation.labels[key] for key in MARKERS})
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         lines = super().describe_write(run, annotation)
@@ -277,25 +282,14 @@ class WandbSource(Source):
 
     # -- plumbing ------------------------------------------------------------------------
     def _new_api(self) -> Any:
-        """A fresh ``wandb.Api`` whose requests retry within :data:`RETRY_BOUNDS`."""
+        """A fresh ``wandb.Api`` made from this source's options alone."""
         wandb = _wandb()
-        from wandb.sdk import wandb_setup
-
-        settings = wandb_setup.singleton().settings
-        with _SETTINGS_LOCK:
-            # The Api copies the global settings when it is made; set the bounds for
-            # that moment only, so nothing else in the process is changed.
-            saved = {name: getattr(settings, name) for name in RETRY_BOUNDS}
-            bounds = {
-                name: value if saved[name] is None else saved[name] for name, value in RETRY_BOUNDS.items()
-            }
-            try:
-                for name, value in bounds.items():
-                    setattr(settings, name, value)
-                api = wandb.Api(timeout=_python_timeout(bounds))
-            finally:
-                for name, value in saved.items():
-                    setattr(settings, name, value)
+        overrides = {"base_url": self.wandb.base_url} if self.wandb.base_url else None
+        api = wandb.Api(
+            api_key=self.wandb.api_key,
+            overrides=overrides,
+            timeout=max(1, math.ceil(self.wandb.timeout)),
+        )
         self._key = getattr(api, "api_key", None)
         return api
 
@@ -322,10 +316,10 @@ class WandbSource(Source):
         except TrackerPluginError:
             raise
         except Exception as exc:  # noqa: BLE001 - every client failure becomes one line
-            raise _translate(exc, run, self._secrets()) from None
+            raise _translate(exc, run, self._secrets(), self.wandb.timeout) from None
 
     def _secrets(self) -> list[str]:
-        return [k for k in (self._key, os.environ.get("WANDB_API_KEY")) if k]
+        return [k for k in (self._key, self.wandb.api_key, os.environ.get("WANDB_API_KEY")) if k]
 
 
 def _ref(run: Any) -> str:
@@ -356,15 +350,37 @@ def _column(rows: list[dict[str, Any]], key: str) -> KeyColumn:
     return [whole(decode(r[ROW_KEY])) for r in rows], [r[key] for r in rows]
 
 
-def _python_timeout(bounds: Mapping[str, float]) -> int:
-    """How long to wait for wandb-core on one request: longer than its own retries take,
-    so that its error (not a vague timeout) is what comes back."""
-    retries = int(bounds["x_graphql_retry_max"])
-    waits = sum(
-        min(bounds["x_graphql_retry_wait_min_seconds"] * 2**k, bounds["x_graphql_retry_wait_max_seconds"])
-        for k in range(retries)
-    )
-    return int(bounds["x_graphql_timeout_seconds"] * (retries + 1) + waits + 10)
+class _GaveUp(Exception):
+    """A call given up on after its deadline (see :func:`_within`)."""
+
+    def __init__(self, what: str, seconds: float) -> None:
+        super().__init__(f"{what}: no answer within {seconds:g} s")
+        self.what = what
+        self.seconds = seconds
+
+
+def _within(seconds: float, what: str, call: Callable[[], Any]) -> Any:
+    """``call()``, given up on after ``seconds`` (it goes on in a thread of its own).
+
+    For the wandb calls that wait without a timeout (a file upload).
+    """
+    outcome: dict[str, Any] = {}
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            outcome["error"] = exc
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="wandb-upload", daemon=True).start()
+    if not done.wait(seconds):
+        raise _GaveUp(what, seconds)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
 
 
 # wandb-core words an HTTP failure as "returned error 404: ...", "HTTP 500: ...",
@@ -373,13 +389,17 @@ _STATUS = re.compile(r"(?:\bHTTP(?: status)?|\breturned error|\bstatus:?)\s+(\d{
 _ATTEMPTS = re.compile(r"giving up after (\d+) attempt")
 
 
-def _translate(exc: Exception, run: str, secrets: list[str]) -> TrackerPluginError:
+def _translate(exc: Exception, run: str, secrets: list[str], timeout: float) -> TrackerPluginError:
     """The package's exception for a failure of the wandb client, as one line."""
+    if isinstance(exc, _GaveUp):
+        return TrackerUnavailable(f"W&B did not answer within {exc.seconds:g} s ({exc.what})", run=run)
     text = _one_line(_message(exc), secrets)
     status = _status(exc, text)
     attempts = _ATTEMPTS.search(text)
     tries = f" after {attempts.group(1)} attempts" if attempts else ""
     lowered = text.lower()
+    if status is None and "did not respond in time" in lowered:  # wandb cancelled it after `timeout`
+        return TrackerUnavailable(f"W&B did not answer within {timeout:g} s", run=run)
     if status is None and ("no api key" in lowered or "no authentication" in lowered):
         return AuthError("no W&B API key: set WANDB_API_KEY or run `wandb login`", run=run)
     if status in (401, 403) or (status is None and "api key" in lowered):
