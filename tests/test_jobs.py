@@ -156,7 +156,7 @@ def _annotated(client, experiment_id) -> list[str]:
 
 def test_crontab_line_runs_as_cron_would_run_it(tmp_path, pretraining):
     client, _, experiment_id = pretraining
-    (line,) = [l for l in (EXAMPLES / "scheduling" / "crontab").read_text().splitlines() if l and l[0] != "#"]
+    (line,) = [row for row in (EXAMPLES / "scheduling" / "crontab").read_text().splitlines() if row and row[0] != "#"]
     fields = line.split(None, 5)
     assert _valid_cron(" ".join(fields[:5]))
     # cron runs the command with /bin/sh, HOME set and a minimal PATH; the checkout is $HOME/tracker_plugin

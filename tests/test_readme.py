@@ -50,7 +50,7 @@ def test_example_check_catches_a_changed_number():
 
 def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     """The main job, as the README gives it, on a new local MLflow store in a temp dir."""
-    line = next(l for l in README.splitlines() if l.startswith(".venv/bin/python examples/"))
+    line = next(row for row in README.splitlines() if row.startswith(".venv/bin/python examples/"))
     script, *args = shlex.split(line)[1:]
     store = tmp_path / "mlflow.db"
     monkeypatch.chdir(tmp_path)  # MLflow's artifacts (./mlruns) land here, never in the repo

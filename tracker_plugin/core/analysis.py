@@ -501,7 +501,6 @@ def _law_sweep(
     def one_by_one(start: int, end: int, hint: Model | None) -> LawFit | FitFailure:
         like = None if isinstance(fit, FitFailure) else fit
         # The windows before are fitted with this law too: a hint is always one of its fits.
-        law_hint = hint if isinstance(hint, LawFit) else None
         return fit_window(
             chosen, history, start, end, timeline, config.ema_token_window, prior,
             hint if isinstance(hint, LawFit) else None, smoothed, rounds=1, like=like,

@@ -173,7 +173,7 @@ class Source(ABC):
         lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
         return lines + ["artifact loss_eta.json", "artifact loss_eta.png"]
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""
 
 
