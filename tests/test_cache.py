@@ -62,22 +62,32 @@ def test_concurrent_writers_never_leave_a_partial_entry(tmp_path):
         for _ in range(15):
             cache.store(key, entry(20_000, fill))
 
+    writers_done = threading.Event()
+
     def read() -> None:
+        # Read until the writers are done and once more: on a slow disk every read could
+        # otherwise come before the first write lands.
         try:
-            for _ in range(60):
+            while True:
+                finished = writers_done.is_set()
                 loaded = cache.load(key)
                 if loaded is not None:
                     values = loaded["0.value"]
                     assert len(values) == 20_000 and values.min() == values.max()  # one writer's whole entry
                     seen.append(float(values[0]))
+                if finished:
+                    break
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
 
-    threads = [threading.Thread(target=write, args=(float(k),)) for k in range(4)]
-    threads += [threading.Thread(target=read) for _ in range(2)]
-    for thread in threads:
+    writers = [threading.Thread(target=write, args=(float(k),)) for k in range(4)]
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for thread in writers + readers:
         thread.start()
-    for thread in threads:
+    for thread in writers:
+        thread.join()
+    writers_done.set()
+    for thread in readers:
         thread.join()
     assert not errors
     assert seen and set(seen) <= {0.0, 1.0, 2.0, 3.0}
