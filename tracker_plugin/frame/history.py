@@ -224,6 +224,7 @@ def build_history(
 
     batch, batch_source = _batch(cols.get("batch"), names["batch"], step, batch_size, run)
     tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
+    _lr_not_negative(cols.get("lr"), names["lr"], step, run)
     lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
     if not keep.all():
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
@@ -520,6 +521,16 @@ def _accumulated(step: np.ndarray, batch: np.ndarray) -> np.ndarray:
     accumulated[0] = step[0] * batch[0]
     accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
     return accumulated
+
+
+def _lr_not_negative(lr: np.ndarray | None, column: str | None, step: np.ndarray, run: str) -> None:
+    if lr is None:
+        return
+    with np.errstate(invalid="ignore"):
+        negative = np.flatnonzero(lr < 0)
+    if len(negative):
+        i = int(negative[0])
+        raise DataError(f"a learning rate cannot be negative, found {float(lr[i]):g} at step {step[i]}", run=run, column=column)
 
 
 def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:
