@@ -414,7 +414,7 @@ def _restarted_order(step: np.ndarray, drops: np.ndarray) -> tuple[np.ndarray, i
         else:
             strays.append(overlap)
             line = np.r_[line, segment[step[segment] > top]]
-    order = np.r_[line, *strays] if strays else line
+    order = np.concatenate([line, *strays]) if strays else line
     return order.astype(np.intp), replaced
 
 
