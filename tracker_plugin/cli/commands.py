@@ -177,7 +177,7 @@ def backtest(
     _check_shares("--fit-fractions", fit_fractions, one_allowed=False)
     _check_shares("--target-quantiles", target_quantiles, one_allowed=True)
     # The targets come from the protocol; the config's own is a placeholder.
-    config = AnalysisConfig(targets=(0.0,), **make_settings(options))
+    config = AnalysisConfig(targets=(1.0,), **make_settings(options))
     reading = make_source_options(options)
     result = backtest_runs(
         default_sources(sources, reading), reading, config,
