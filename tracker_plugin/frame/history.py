@@ -212,11 +212,11 @@ def build_history(
     keep = finite & ~cols["nan_loss"]
     kept = int(keep.sum())
     lost = _kept_note(kept, logged_rows, resolved_away, int(bad.sum()))
-    if kept < _MIN_ROWS and lost:
-        raise DataError(f"{lost}, too few to analyse (at least {_MIN_ROWS} are needed)", run=run, column=loss_key)
     if kept < 2:
         what = "no finite values" if not keep.any() else "only one finite value"
         raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=loss_key)
+    if kept < _MIN_ROWS and lost:
+        raise DataError(f"{lost}, too few to analyse (at least {_MIN_ROWS} are needed)", run=run, column=loss_key)
     if bad.any():
         notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
     if lost:
