@@ -64,7 +64,7 @@ def load(path: str) -> tuple[tp.History, float]:
 def one_run(job: tuple[str, tuple[str, ...], float]) -> list[BacktestCase]:
     path, models, gain = job
     history, window = load(path)
-    config = AnalysisConfig(targets=(0.0,), ema_token_window=window, anneal_gain=gain)
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=window, anneal_gain=gain)
     return backtest_run(history, config, fit_fractions=FRACTIONS, target_quantiles=QUANTILES, models=models)
 
 
@@ -175,7 +175,7 @@ def main() -> None:
     files = sorted(str(p) for p in args.runs.glob("*.csv") if not p.name.endswith(".wandb-export.csv"))
     start = time.perf_counter()
     cases = run_all(files, MODELS, args.workers)
-    level = AnalysisConfig(targets=(0.0,)).interval
+    level = AnalysisConfig(targets=(1.0,)).interval
     print(f"{len(files)} runs from {args.runs}; cut at {FRACTIONS} of the tokens, targets at {QUANTILES}; "
           f"the planned lr is each run's logged lr ({time.perf_counter() - start:.0f} s)\n")
     show_requirements(cases, level)

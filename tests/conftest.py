@@ -53,11 +53,26 @@ def sqlite_store(tmp_path_factory) -> str:
 CASES: dict[str, int] = {"analyze": 0, "compare": 0, "frame": 0}
 
 
+# Failure-shaped cases per reader and shape (tests/test_fuzz_shapes.py), with how many
+# ended in a clear error; every other case gave a result that kept >= 90% of the rows or said so.
+SHAPES: dict[str, dict[str, int]] = {}
+
+
 def pytest_terminal_summary(terminalreporter):
     if any(CASES.values()):
         total = sum(CASES.values())
         detail = ", ".join(f"{k} {v}" for k, v in CASES.items())
         terminalreporter.write_line(f"hardening: {total} generated cases ({detail}), none ended in a traceback")
+    if SHAPES:
+        total = sum(sum(v for k, v in counts.items() if k != "clear errors") for counts in SHAPES.values())
+        terminalreporter.write_line(
+            f"failure shapes: {total} generated cases, none ended in a traceback or a silent partial read"
+        )
+        for reader, counts in SHAPES.items():
+            cases = sum(v for k, v in counts.items() if k != "clear errors")
+            detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "clear errors")
+            errors = counts.get("clear errors", 0)
+            terminalreporter.write_line(f"  {reader}: {cases} ({detail}); {errors} clear errors, {cases - errors} results")
 
 
 # -- W&B: one fake server per session, the real wandb client pointed at it ------------------

@@ -45,7 +45,7 @@ def test_protocol_on_a_known_run():
     frame = synthetic_run(3000, batch=131072.0, noise=0.005, log_every=5, seed=2,
                           lr_schedule="cosine:warmup=100,total=3000,final=0.1", anneal_gain=0.15)
     history = tp.build_history(frame, run="known")
-    config = AnalysisConfig(targets=(0.0,), ema_token_window=2.5e7)
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=2.5e7)
     cases = backtest_run(history, config, fit_fractions=(0.5,), target_quantiles=(0.6, 0.8), models=("auto", "power-law"))
     assert [(c.model, c.target_quantile) for c in cases] == [
         ("auto", 0.6), ("auto", 0.8), ("power-law", 0.6), ("power-law", 0.8)

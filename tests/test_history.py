@@ -44,12 +44,21 @@ def test_nan_and_inf_losses_are_dropped_and_counted(tmp_path):
     path = _write(
         tmp_path,
         "diverged.csv",
-        "step,train_loss,global_batch\n0,5,100\n1,nan,100\n2,inf,100\n3,,100\n4,4,100\n5,-inf,100\n6,3.5,100\n",
+        "step,train_loss,global_batch\n0,5,100\n1,nan,100\n2,inf,100\n3,,100\n4,4,100\n5,-inf,100\n6,3.5,100\n"
+        + "".join(f"{s},{3.4 - s / 100},100\n" for s in range(7, 12)),
     )
     history = tp.load_csv(path)
-    assert history.step.tolist() == [0, 4, 6]
+    assert history.step.tolist() == [0, 4, 6, 7, 8, 9, 10, 11]
     # step 3 was not logged: it is not a dropped loss
     assert "dropped 3 rows whose loss was NaN or infinite" in history.notes
+    # 8 of the 11 rows that logged a loss are left: the read says so in one line
+    assert "kept 8 of 11 logged rows (73%) (3 NaN or infinite losses dropped)" in history.notes
+
+
+def test_a_read_left_with_too_few_rows_fails_and_says_why(tmp_path):
+    path = _write(tmp_path, "diverged.csv", "step,train_loss,global_batch\n0,5,100\n1,nan,100\n2,inf,100\n4,4,100\n6,3.5,100\n")
+    with pytest.raises(tp.DataError, match=r"kept 3 of 5 logged rows \(60%\) \(2 NaN or infinite losses dropped\), too few"):
+        tp.load_csv(path)
 
 
 def test_sparse_eval_loss_every_128_steps(data_dir):

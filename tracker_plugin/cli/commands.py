@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -51,7 +53,7 @@ def cli() -> None:
 @source_options
 @tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG plot to this file.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a plot to this file: PNG, PDF or SVG, as its extension (.png, .pdf, .svg) says.")
 def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -> None:
     """Analyse one run and print the report.
 
@@ -62,6 +64,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
       tracker-plugin analyze run.csv --target 3.6 3.3 --loss-col val_loss
     """
     config = make_config(options)
+    _check_plot_path(plot_path)
     try:
         result = analyze_one(source, make_source_options(options), config)
     except NotOneRun as exc:
@@ -71,7 +74,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
     if plot_path:
         from tracker_plugin.report.plot import plot_analysis
 
-        plot_analysis(result, plot_path)
+        _write_plot(plot_path, lambda: plot_analysis(result, plot_path))
     if as_json:
         click.echo(json.dumps(to_json(result), indent=2))
     else:
@@ -174,7 +177,7 @@ def backtest(
     _check_shares("--fit-fractions", fit_fractions, one_allowed=False)
     _check_shares("--target-quantiles", target_quantiles, one_allowed=True)
     # The targets come from the protocol; the config's own is a placeholder.
-    config = AnalysisConfig(targets=(0.0,), **make_settings(options))
+    config = AnalysisConfig(targets=(1.0,), **make_settings(options))
     reading = make_source_options(options)
     result = backtest_runs(
         default_sources(sources, reading), reading, config,
@@ -182,6 +185,28 @@ def backtest(
     )
     click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
     return 1 if result.skipped else 0
+
+
+def _check_plot_path(path: str | None) -> None:
+    """Refuse a plot the command could not write, before the analysis runs."""
+    if not path:
+        return
+    from tracker_plugin.report.plot import plot_format
+
+    try:
+        plot_format(path)
+    except ValueError as exc:
+        raise click.UsageError(f"--plot {path}: {exc}") from None
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise click.UsageError(f"--plot {path}: no such folder {folder}")
+
+
+def _write_plot(path: str, draw: Callable[[], None]) -> None:
+    try:
+        draw()
+    except OSError as exc:
+        raise click.UsageError(f"--plot {path}: cannot write it ({exc.strerror or exc})") from None
 
 
 def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) -> None:
@@ -198,7 +223,7 @@ def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) ->
 @click.option("--json", "fmt", flag_value="json", help="Print the comparison as JSON.")
 @click.option("--csv", "fmt", flag_value="csv", help="Print the comparison as CSV (safe to open in a spreadsheet).")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the comparison as Markdown tables.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write an overlay plot (PNG) of all runs.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write an overlay plot of all runs: PNG, PDF or SVG, as its extension says.")
 def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **options: Any) -> int:
     """Compare runs on the token axis: which reaches each target first, and by how much.
 
@@ -210,6 +235,7 @@ def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **
     from tracker_plugin.report.compare import render_csv, render_json, render_markdown, render_text
 
     config = make_config(options)
+    _check_plot_path(plot_path)
     reading = make_source_options(options)
     comparison = compare_runs(default_sources(sources, reading), reading, config)
     rows = comparison.rows
@@ -224,7 +250,9 @@ def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **
     if plot_path:
         from tracker_plugin.report.plot import plot_comparison
 
-        plot_comparison([(c.name, c.analysis) for c in comparison.runs if c.analysis is not None], plot_path)
+        drawn = [(c.name, c.analysis) for c in comparison.runs if c.analysis is not None]
+        left_out = [c.name for c in comparison.runs if c.analysis is None]
+        _write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out))
     return 1 if comparison.failed else 0
 
 

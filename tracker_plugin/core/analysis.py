@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -95,6 +95,8 @@ class AnalysisConfig:
         for target in targets:
             if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
                 raise ConfigError(f"targets must be finite numbers, got {target!r}")
+            if target <= 0:
+                raise ConfigError(f"targets are losses above 0, got {target!r}")
         object.__setattr__(self, "targets", tuple(float(t) for t in targets))
         _positive("ema_token_window", self.ema_token_window)
         _positive("extrapolation_warn_factor", self.extrapolation_warn_factor)
@@ -200,11 +202,14 @@ def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
 
 
 def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    notes = list(history.notes)
+    config, window_note = _window_within_run(history, config)
+    if window_note:
+        notes.append(window_note)
     stages = batch_stages(history)
     smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
     fit_start, reason = _fit_start(history, stages, config)
     window = np.flatnonzero(history.step >= fit_start)
-    notes = list(history.notes)
     if float(np.min(config.ema_token_window / history.batch)) < 1:
         notes.append(
             f"the EMA window ({config.ema_token_window:,.0f} tokens) is smaller than the batch "
@@ -218,8 +223,11 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         crossing = _crossing(history, smoothed, target)
         if crossing is not None:
             reached = None if power_law else 1.0
+            first = None
+            if smoothed[0] <= target:
+                first = f"the first logged loss ({history.loss[0]:.6g}) is already at or below the target: reached at the first row"
             results[target] = TargetResult(
-                target, Status.REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached
+                target, Status.REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached, note=first
             )
         elif len(window) < min_rows:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
@@ -364,6 +372,24 @@ def _law_result(
         sweep=sweep,
         p_reach_within_plan=found.p_reach_within_plan,
     )
+
+
+# An EMA window longer than this share of the logged tokens is shortened to it: a window
+# as long as the run would smooth it into its first values.
+_MAX_WINDOW_SHARE = 0.25
+
+
+def _window_within_run(history: History, config: AnalysisConfig) -> tuple[AnalysisConfig, str | None]:
+    """The config with an EMA window that fits in the run, and a note when it was shortened."""
+    logged = float(history.tokens[-1] - history.tokens[0])
+    if config.ema_token_window <= logged:
+        return config, None
+    shorter = max(_MAX_WINDOW_SHARE * logged, float(np.max(history.batch)))
+    note = (
+        f"the EMA window ({config.ema_token_window:,.0f} tokens) is longer than the run's logged "
+        f"{logged:,.0f} tokens: smoothed over {shorter:,.0f} tokens instead (set ema_token_window)"
+    )
+    return replace(config, ema_token_window=shorter), note
 
 
 def _fit_start(history: History, stages: Sequence[BatchStage], config: AnalysisConfig) -> tuple[int, str]:

@@ -157,8 +157,9 @@ def _cut(
     config: AnalysisConfig,
     schedule: LrSchedule | None,
 ) -> list[BacktestCase]:
-    if rows < 2:
-        note = f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)"
+    if rows < 2 or any(t <= 0 for _, t, _ in targets):
+        note = (f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)" if rows < 2
+                else "a target from the smoothed loss is not above 0: the loss is not a loss")
         return [BacktestCase(history.run, model, fraction, q, t, truth, Status.FAILED, note=note) for q, t, truth in targets]
     settings = replace(
         config,

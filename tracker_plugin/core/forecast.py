@@ -310,7 +310,7 @@ def forecast_targets(
         found = []
         for (replicate, rep_steps, rep_curve), shift in zip(curves, shifts):
             crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
-            if crossing is not None and error_scale:
+            if crossing is not None and error_scale and observed > 0:
                 # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for
                 # small errors ln(tokens) moves by about scale * h * t, and a forecast never
                 # lands before the tokens already logged.

@@ -8,6 +8,7 @@ analysis never sees an unchecked value.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -179,6 +180,7 @@ def build_history(
     columns = columns or Columns()
     if len(data.columns) == 0:
         raise DataError("the file is empty", run=run)
+    _no_duplicate_columns(data, columns, run)
     step_key, loss_key = _pick(data, columns.step, "step", run), _pick(data, columns.loss, "loss", run)
     names = {
         "step": step_key,
@@ -199,21 +201,30 @@ def build_history(
         raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=step_key)
     if not has_step.all():  # blank rows
         cols = {key: values[has_step] for key, values in cols.items()}
-    cols, notes = _resolve_steps(cols)
+    # What "all the rows" means for the 90% rule: the rows that logged a loss.
+    logged_rows = int(np.count_nonzero(~np.isnan(cols["loss"]) | cols["nan_loss"]))
+    cols, notes, resolved_away = _resolve_steps(cols)
     step = _integer_steps(cols["step"], step_key, run)
 
     loss = cols["loss"]
     finite = np.isfinite(loss)
     bad = (~finite & ~np.isnan(loss)) | cols["nan_loss"]
     keep = finite & ~cols["nan_loss"]
-    if keep.sum() < 2:
+    kept = int(keep.sum())
+    lost = _kept_note(kept, logged_rows, resolved_away, int(bad.sum()))
+    if kept < 2:
         what = "no finite values" if not keep.any() else "only one finite value"
         raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=loss_key)
+    if kept < _MIN_ROWS and lost:
+        raise DataError(f"{lost}, too few to analyse (at least {_MIN_ROWS} are needed)", run=run, column=loss_key)
     if bad.any():
         notes.append(f"dropped {int(bad.sum())} rows whose loss was NaN or infinite")
+    if lost:
+        notes.append(lost)
 
     batch, batch_source = _batch(cols.get("batch"), names["batch"], step, batch_size, run)
     tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
+    _lr_not_negative(cols.get("lr"), names["lr"], step, run)
     lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
     if not keep.all():
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
@@ -267,6 +278,32 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) 
 
 _NAN_SPELLINGS = ("nan", "+nan", "-nan")
 _MAX_STEP = 1e15
+# A read keeping less than this share of the logged rows says why in one line; with fewer
+# than _MIN_ROWS left it fails: no fit or crossing worth the name rests on so few rows.
+_KEEP_SHARE = 0.9
+_MIN_ROWS = 6  # the fewest rows any law is fitted on (MIN_LAW_ROWS in core)
+
+
+def _no_duplicate_columns(data: pd.DataFrame, columns: Columns, run: str) -> None:
+    """Refuse two columns of one name the read would use: which one is meant is a guess."""
+    names = pd.Index(map(str, data.columns))
+    duplicated = sorted(set(names[names.duplicated()]) & set(columns.keys()))
+    if duplicated:
+        listed = ", ".join(f"'{name}'" for name in duplicated)
+        raise DataError(f"has more than one column named {listed}; rename or remove the extra ones", run=run)
+
+
+def _kept_note(kept: int, logged: int, resolved_away: int, bad: int) -> str | None:
+    """One line on a read that kept fewer than 90% of the logged rows, or None."""
+    if logged == 0 or kept >= _KEEP_SHARE * logged:
+        return None
+    why = []
+    if resolved_away:
+        why.append(f"{resolved_away} re-logged or repeated steps")
+    if bad:
+        why.append(f"{bad} NaN or infinite losses")
+    reason = f" ({' and '.join(why)} dropped)" if why else ""
+    return f"kept {kept} of {logged} logged rows ({kept / logged:.0%}){reason}"
 
 
 def _spelled_nan(values: pd.Series) -> np.ndarray:
@@ -282,7 +319,11 @@ def _numeric(values: pd.Series, column: str, run: str) -> np.ndarray:
         raise DataError("holds true/false values, not numbers", run=run, column=column)
     if pd.api.types.is_numeric_dtype(values.dtype):
         return values.to_numpy(dtype=float, na_value=np.nan)
-    converted = pd.to_numeric(values, errors="coerce")
+    text = values.where(values.isna(), values.astype(str).str.strip())  # " inf" like " nan"
+    try:
+        converted = pd.to_numeric(text, errors="coerce")
+    except OverflowError:  # an integer past 1e308: as a float it is infinite, and so refused or dropped
+        converted = pd.Series([_as_float(v) for v in text], index=values.index, dtype=float)
     bad = converted.isna().to_numpy() & values.notna().to_numpy() & ~_spelled_nan(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
@@ -294,12 +335,25 @@ def _numeric(values: pd.Series, column: str, run: str) -> np.ndarray:
     return converted.to_numpy(dtype=float, na_value=np.nan)
 
 
-def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Merge consecutive rows of one step; drop rows that a restart logged again."""
+def _as_float(value: object) -> float:
+    """One cell as a float (NaN when it is not a number); huge integers become infinite."""
+    try:
+        return float(str(value)) if value is not None and value == value else math.nan
+    except ValueError:
+        return math.nan
+
+
+def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str], int]:
+    """Merge consecutive rows of one step, replace what a restart re-logged, sort the rest.
+
+    Returns the rows in increasing step order, the notes saying what was done, and how
+    many rows (after merging) were dropped: replaced by a restart or repeating a step out
+    of order.
+    """
     notes: list[str] = []
     step = cols["step"]
     if np.all(step[1:] > step[:-1]):
-        return cols, notes
+        return cols, notes, 0
     group = np.r_[0, np.cumsum(step[1:] != step[:-1])]
     if group[-1] + 1 < len(step):
         # A trainer may write a step's train and eval keys in separate rows: merge them.
@@ -307,14 +361,61 @@ def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
         cols = {key: merged[key].to_numpy() for key in cols}
         cols["nan_loss"] = cols["nan_loss"].astype(bool)
         step = cols["step"]
-    # A resumed run logs again from its checkpoint step: a row is stale when any later
-    # row has a step at or before its own.
-    later_min = np.minimum.accumulate(step[::-1])[::-1]
-    stale = np.r_[step[:-1] >= later_min[1:], False]
-    if stale.any():
-        notes.append(f"replaced {int(stale.sum())} rows that a resumed run logged again (kept the later rows)")
-        cols = {key: values[~stale] for key, values in cols.items()}
-    return cols, notes
+    drops = np.flatnonzero(step[1:] < step[:-1]) + 1
+    if not len(drops):
+        return cols, notes, 0
+    if len(drops) <= _MAX_RESTARTS:
+        order, replaced = _restarted_order(step, drops)
+    else:  # shuffled or reversed: no restart can be told apart, only an order
+        order, replaced = np.argsort(step, kind="stable"), 0
+    if replaced:
+        notes.append(f"replaced {replaced} rows that a resumed run logged again (kept the later rows)")
+    # What is left out of order: sort it (stably, so a repeated step keeps its first row).
+    order = order[np.argsort(step[order], kind="stable")]
+    ordered = step[order]
+    repeat = np.r_[False, ordered[1:] == ordered[:-1]]
+    order = order[~repeat]
+    if np.any(order[1:] < order[:-1]):
+        how = "in descending order" if len(drops) == len(step) - 1 else f"out of order (the step goes back at {len(drops)} rows)"
+        notes.append(f"sorted the rows by step: they were logged {how}")
+    if repeat.any():
+        notes.append(f"dropped {int(repeat.sum())} out-of-order rows that repeat an earlier step (kept its first row)")
+    cols = {key: values[order] for key, values in cols.items()}
+    return cols, notes, replaced + int(repeat.sum())
+
+
+# More drops than this and the log is shuffled or reversed, not restarted.
+_MAX_RESTARTS = 64
+
+
+def _restarted_order(step: np.ndarray, drops: np.ndarray) -> tuple[np.ndarray, int]:
+    """Rows kept after each real restart (later rows win), in log order; and how many were replaced.
+
+    A drop in the step is a restart when the rows after it re-log the steps the log had
+    already reached: they repeat steps seen before (the checkpoint's cadence), and cover
+    at least half the rows they would replace. One stray row going back (a step 0 near
+    the end of a log) is not a restart: it is sorted in place with the others.
+    """
+    bounds = np.r_[0, drops, len(step)]
+    line = np.arange(bounds[1])  # the rows of the main line, strictly increasing in step
+    strays: list[np.ndarray] = []
+    replaced = 0
+    for start, end in zip(bounds[1:-1], bounds[2:]):
+        segment = np.arange(start, end)
+        top = step[line[-1]]
+        overlap = segment[step[segment] <= top]
+        cut = int(np.searchsorted(step[line], step[start]))
+        at = np.searchsorted(step[line], step[overlap])
+        repeats = int(np.count_nonzero((at < len(line)) & (step[line[np.minimum(at, len(line) - 1)]] == step[overlap])))
+        would_replace = len(line) - cut
+        if repeats >= max(1, len(overlap) // 2) and 2 * len(overlap) >= would_replace:
+            replaced += would_replace
+            line = np.r_[line[:cut], segment]
+        else:
+            strays.append(overlap)
+            line = np.r_[line, segment[step[segment] > top]]
+    order = np.concatenate([line, *strays]) if strays else line
+    return order.astype(np.intp), replaced
 
 
 def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
@@ -394,6 +495,15 @@ def _tokens_unchecked(
     else:
         accumulated = _accumulated(step, batch)
         tokens = np.where(known, logged, accumulated + _filled(logged - accumulated))
+    if len(tokens) > 1 and tokens[-1] == tokens[0] and step[-1] > step[0]:
+        # A count that never moves is not a token count (a zero-filled column): the
+        # forecast would divide by it.
+        raise DataError(
+            f"stays at {tokens[0]:.6g} from step {step[0]} to step {step[-1]}: it does not count tokens "
+            "(name the right column with columns.tokens)",
+            run=run,
+            column=column,
+        )
     drop = np.flatnonzero(np.diff(tokens) < 0)
     if len(drop):
         i = int(drop[0])
@@ -411,6 +521,16 @@ def _accumulated(step: np.ndarray, batch: np.ndarray) -> np.ndarray:
     accumulated[0] = step[0] * batch[0]
     accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
     return accumulated
+
+
+def _lr_not_negative(lr: np.ndarray | None, column: str | None, step: np.ndarray, run: str) -> None:
+    if lr is None:
+        return
+    with np.errstate(invalid="ignore"):
+        negative = np.flatnonzero(lr < 0)
+    if len(negative):
+        i = int(negative[0])
+        raise DataError(f"a learning rate cannot be negative, found {float(lr[i]):g} at step {step[i]}", run=run, column=column)
 
 
 def _lr_on_loss_rows(lr: np.ndarray | None, step: np.ndarray, keep: np.ndarray) -> np.ndarray | None:

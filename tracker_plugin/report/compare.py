@@ -12,7 +12,7 @@ from typing import Any
 
 from tracker_plugin.core.compare import ComparisonRow
 from tracker_plugin.report.render import format_tokens
-from tracker_plugin.report.tables import json_row, text_table
+from tracker_plugin.report.tables import json_row, printable, text_table
 
 __all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "render_text", "spreadsheet_safe"]
 
@@ -57,9 +57,15 @@ def render_text(rows: Sequence[ComparisonRow]) -> str:
     """One aligned table per target."""
     blocks = []
     for target in dict.fromkeys(r.target for r in rows):
-        cells = [_cells(r)[1:] for r in rows if r.target == target]
-        blocks.append("\n".join([f"target {target:g}", *text_table(_HEADER[1:], cells)]))
+        group = [r for r in rows if r.target == target]
+        cells = [_cells(r)[1:] for r in group]
+        blocks.append("\n".join([f"target {target:g}", *text_table(_HEADER[1:], cells), *_failures(group, "  ")]))
     return "\n\n".join(blocks)
+
+
+def _failures(group: Sequence[ComparisonRow], indent: str) -> list[str]:
+    """Why each failed row failed, one line per run: the table's status alone says nothing."""
+    return [f"{indent}{printable(r.run)} failed: {printable(r.note or 'no reason given')}" for r in group if r.status == "failed"]
 
 
 def render_markdown(rows: Sequence[ComparisonRow]) -> str:
@@ -68,14 +74,16 @@ def render_markdown(rows: Sequence[ComparisonRow]) -> str:
     for target in dict.fromkeys(r.target for r in rows):
         header = _HEADER[1:]
         lines = [f"### target {target:g}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for row in (r for r in rows if r.target == target):
+        group = [r for r in rows if r.target == target]
+        for row in group:
             lines.append("| " + " | ".join(_markdown_cell(c) for c in _cells(row)[1:]) + " |")
-        blocks.append("\n".join(lines))
+        failures = [_markdown_cell(line) for line in _failures(group, "- ")]
+        blocks.append("\n".join(lines + ([""] + failures if failures else [])))
     return "\n\n".join(blocks)
 
 
 def _markdown_cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " ")
+    return printable(text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ").replace("\r", " "))
 
 
 # A cell starting with one of these is a formula to a spreadsheet (CSV injection).

@@ -13,7 +13,13 @@ from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.core.models import FitFailure
 from tracker_plugin.core.status import Status
 
-__all__ = ["plot_analysis", "plot_comparison"]
+__all__ = ["PLOT_FORMATS", "decimated", "plot_analysis", "plot_comparison", "plot_format"]
+
+# What matplotlib's Agg, PDF and SVG backends write, by file extension.
+PLOT_FORMATS = ("png", "pdf", "svg")
+# Columns of the log token axis the curves are binned into: about twice the figure's
+# pixel columns, so a bin's min and max draw what every row would have drawn.
+_BINS = 2048
 
 # matplotlib's text layout (mathtext, font cache) is not thread-safe: one plot at a time.
 _LOCK = threading.Lock()
@@ -31,17 +37,56 @@ def _figure() -> Any:
     return fig
 
 
-def plot_analysis(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
-    """Write a PNG: raw and smoothed loss, batch stages, targets, crossings and the fit.
+def plot_format(path: str | os.PathLike[str] | BinaryIO) -> str:
+    """The format a plot path's extension names (png for a file object or no extension).
 
-    The x axis is tokens on a log scale, which shows the logged run and an extrapolation
-    several times longer in one picture.
+    Raises ValueError for an extension matplotlib is not asked to write here.
     """
+    if hasattr(path, "write"):
+        return "png"
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if not suffix:
+        return "png"
+    if suffix not in PLOT_FORMATS:
+        raise ValueError(f"cannot write a .{suffix} plot; use .png, .pdf or .svg")
+    return suffix
+
+
+def decimated(x: np.ndarray, *ys: np.ndarray, bins: int = _BINS) -> np.ndarray:
+    """Rows that draw the same curves as all of them: each log-x bin's first, last, min and max.
+
+    ``x`` is positive and non-decreasing. A plot of millions of rows then costs a few
+    thousand points, and no spike is lost.
+    """
+    n = len(x)
+    if n <= 4 * bins:
+        return np.arange(n)
+    edges = np.geomspace(x[0], x[-1], bins + 1)[1:-1]
+    starts = np.flatnonzero(np.r_[True, np.diff(np.searchsorted(edges, x, side="right")) != 0])
+    ends = np.r_[starts[1:], n]
+    keep = [starts, ends - 1]
+    for y in ys:
+        for reduce in (np.minimum, np.maximum):
+            extreme = np.repeat(reduce.reduceat(y, starts), ends - starts)
+            hit = np.flatnonzero(y == extreme)  # every row at its bin's extreme: keep one per bin
+            _, first = np.unique(np.searchsorted(starts, hit, "right"), return_index=True)
+            keep.append(hit[first])
+    return np.unique(np.concatenate(keep))
+
+
+def plot_analysis(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
+    """Write a plot: raw and smoothed loss, batch stages, targets, crossings and the fit.
+
+    The format is the extension's (see :func:`plot_format`): PNG, PDF or SVG. The x axis
+    is tokens on a log scale, which shows the logged run and an extrapolation several
+    times longer in one picture.
+    """
+    fmt = plot_format(path)
     with _LOCK:
-        _draw(analysis, path)
+        _draw(analysis, path, fmt)
 
 
-def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
+def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO, fmt: str) -> None:
     history, smoothed = analysis.history, analysis.smoothed
     fig = _figure()
     ax = fig.add_subplot()
@@ -49,8 +94,9 @@ def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
     fit_start = tokens[min(np.searchsorted(history.step, analysis.fit_start_step), len(tokens) - 1)]
     # Start a little before the fit: the first steps' loss says nothing about the forecast.
     x_min = max(tokens[0], 0.5 * fit_start)
-    ax.plot(tokens, history.loss, color="0.75", lw=0.8, label="loss (raw)")
-    ax.plot(tokens, smoothed, color="tab:blue", lw=1.8, label="loss (token-window EMA)")
+    rows = decimated(tokens, history.loss, smoothed)
+    ax.plot(tokens[rows], history.loss[rows], color="0.75", lw=0.8, label="loss (raw)")
+    ax.plot(tokens[rows], smoothed[rows], color="tab:blue", lw=1.8, label="loss (token-window EMA)")
     _stages(ax, analysis, x_min)
     x_max = _fit_curve(ax, analysis, tokens, fit_start)
     _plan_end(ax, analysis)
@@ -64,11 +110,12 @@ def _draw(analysis: Analysis, path: str | os.PathLike[str] | BinaryIO) -> None:
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="upper right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format="png")
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=fmt)
 
 
 def _title(analysis: Analysis) -> str:
-    run = analysis.run if len(analysis.run) <= 70 else "..." + analysis.run[-67:]
+    run = _printable(analysis.run)
+    run = run if len(run) <= 70 else "..." + run[-67:]
     model = ""
     if analysis.selection is not None:
         model = f" | model: {analysis.selection.chosen}" + (" (auto)" if analysis.config.model == "auto" else "")
@@ -168,18 +215,26 @@ _RUN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "
                "tab:gray", "tab:olive", "tab:cyan")
 
 
-def plot_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO) -> None:
+def plot_comparison(
+    analyses: Sequence[tuple[str, Analysis]],
+    path: str | os.PathLike[str] | BinaryIO,
+    left_out: Sequence[str] = (),
+) -> None:
     """Overlay several runs' smoothed losses on one token axis, with their forecasts.
 
     Each run gets a colour; each target a marker shape. A solid curve is the logged
     (smoothed) loss, its dashed continuation the fitted law out to the forecast, and a
-    bar at the target's height the forecast's interval.
+    bar at the target's height the forecast's interval. ``left_out`` names the runs that
+    could not be analysed; the figure says so under its title.
     """
+    fmt = plot_format(path)
     with _LOCK:
-        _draw_comparison(analyses, path)
+        _draw_comparison(analyses, path, fmt, left_out)
 
 
-def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO) -> None:
+def _draw_comparison(
+    analyses: Sequence[tuple[str, Analysis]], path: str | os.PathLike[str] | BinaryIO, fmt: str, left_out: Sequence[str]
+) -> None:
     fig = _figure()
     ax = fig.add_subplot()
     targets = sorted({t.target for _, a in analyses for t in a.targets}, reverse=True)
@@ -190,8 +245,9 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         tokens = np.maximum(history.tokens, history.batch[0])
         after = history.step >= analysis.fit_start_step
         start = int(np.argmax(after)) if after.any() else 0
-        label = f"{_short(name)}  (batch {_batch_text(analysis)})"
-        ax.plot(tokens[start:], analysis.smoothed[start:], color=color, lw=1.6, label=label)
+        label = f"{_short(_printable(name))}  (batch {_batch_text(analysis)})"
+        rows = start + decimated(tokens[start:], analysis.smoothed[start:])
+        ax.plot(tokens[rows], analysis.smoothed[rows], color=color, lw=1.6, label=label)
         x_lo.append(tokens[start])
         x_hi.append(tokens[-1])
         lows.append(float(np.min(analysis.smoothed[start:])))
@@ -231,13 +287,22 @@ def _draw_comparison(analyses: Sequence[tuple[str, Analysis]], path: str | os.Pa
         ax.set_xlim(min([*enters, *x_hi]) * 0.8, max(x_hi) * 1.2)
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (token-window EMA)")
-    ax.set_title("Tokens to each target, runs side by side", fontsize=10)
+    title = "Tokens to each target, runs side by side"
+    if left_out:
+        names = ", ".join(_short(_printable(name), 30) for name in left_out[:5]) + (" ..." if len(left_out) > 5 else "")
+        title += f"\nleft out, could not be analysed ({len(left_out)}): {names}"
+    ax.set_title(title, fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     runs_legend = ax.legend(loc="upper right", fontsize=8, title="run", title_fontsize=8)
     ax.add_artist(runs_legend)
     ax.legend(handles=_key_handles(analyses), loc="lower left", fontsize=8, framealpha=0.9)
     fig.tight_layout()
-    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format="png")
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=fmt)
+
+
+def _printable(name: str) -> str:
+    """A run name with control characters escaped, and matplotlib's mathtext ($) defused."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name).replace("$", r"\$")
 
 
 def _first_below(analysis: Analysis, level: float) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT, FitStatus, Model
 from tracker_plugin.core.status import Status, Verdict
+from tracker_plugin.report.tables import printable
 
 __all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
 
@@ -145,7 +146,7 @@ def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
     settings they name as its flags).
     """
     analysis = _reworded(analysis, wording)
-    lines = [f"run: {analysis.run}", _header(analysis)]
+    lines = [f"run: {printable(analysis.run)}", _header(analysis)]
     if analysis.selection is not None:
         lines.append(_model_line(analysis))
     if analysis.dynamic_batch:

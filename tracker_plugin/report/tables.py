@@ -12,7 +12,18 @@ from dataclasses import asdict
 from enum import Enum
 from typing import Any, Literal
 
-__all__ = ["json_row", "json_value", "text_table"]
+__all__ = ["json_row", "json_value", "printable", "text_table"]
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (newlines, ANSI escapes) written as escapes.
+
+    A run name comes from whoever named the run; printed raw, a newline would break a
+    table's rows and an escape sequence would recolour or rewrite the terminal.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 Align = Literal["<", ">"]
 
@@ -23,7 +34,7 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], *, align: S
     Cells are left-aligned unless ``align`` gives ``">"`` for their column; lines carry no
     trailing spaces, so a last column of notes may be as long as it needs.
     """
-    lines = [tuple(header), *(tuple(row) for row in rows)]
+    lines = [tuple(header), *(tuple(map(printable, row)) for row in rows)]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     rest: list[Align] = ["<"] * (len(header) - len(align))
     sides = [*align, *rest]

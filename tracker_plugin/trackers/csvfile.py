@@ -46,6 +46,7 @@ def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, ba
         raise RunNotFound("no such file" if not os.path.isdir(run) else "is a directory, not a CSV file", run=run)
     try:
         header = pd.read_csv(run, nrows=0).columns
+        _no_duplicate_columns(run, header, columns)
         wanted = [c for c in header if c in set(columns.keys())]
         if not any(c in wanted for c in columns.loss) or not any(c in wanted for c in columns.step):
             return build_history(pd.DataFrame(columns=header), run=run, columns=columns, batch_size=batch_size)
@@ -98,6 +99,20 @@ def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
     keep = ~(np.isnan(numbers[step_col]) | np.isnan(numbers[lr_col]))
     schedule = LrSchedule.from_table(numbers[step_col][keep], numbers[lr_col][keep], source="file", name=where)
     return replace(schedule, description=f"{where} ({len(schedule.steps)} rows, steps {schedule.steps[0]:,.0f} to {schedule.steps[-1]:,.0f})")
+
+
+def _no_duplicate_columns(run: str, header: pd.Index, columns: Columns) -> None:
+    """Two columns of one name the read would use: pandas renames the second ``name.1``
+    and the first would silently win."""
+    if not any(str(c).rsplit(".", 1)[-1].isdigit() for c in header):
+        return  # no renamed duplicate: skip reading the header row again
+    first = pd.read_csv(run, nrows=1, header=None, dtype=str, keep_default_na=False)
+    names = [str(c) for c in first.iloc[0]] if len(first) else []
+    wanted = set(columns.keys())
+    duplicated = sorted({n for n in names if names.count(n) > 1} & wanted)
+    if duplicated:
+        listed = ", ".join(f"'{name}'" for name in duplicated)
+        raise DataError(f"has more than one column named {listed}; rename or remove the extra ones", run=run)
 
 
 def _first_line(exc: Exception) -> str:
