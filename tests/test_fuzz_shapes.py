@@ -28,7 +28,7 @@ import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.jobs.runs import analyze_one
-from tracker_plugin.trackers import SourceOptions
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
 
 from .conftest import SHAPES
 
@@ -184,7 +184,7 @@ def test_mlflow_runs_of_every_failure_shape(mlflow_store, case):
     logged = int(frame["step"].nunique())
 
     def read() -> None:
-        analysis = analyze_one(f"mlflow:{run_id}", SourceOptions(tracking_uri=uri, use_cache=False), _CONFIG)
+        analysis = analyze_one(f"mlflow:{run_id}", SourceOptions(read=ReadOptions(use_cache=False), mlflow=MlflowOptions(tracking_uri=uri)), _CONFIG)
         _check(analysis, logged)
 
     _outcome("mlflow", shape, read)
