@@ -241,3 +241,32 @@ def test_bad_time_input_is_one_line_and_exit_2(tmp_path, capsys, frame, args, me
     assert message in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
     assert math.isfinite(len(err))
+
+
+def test_annotation_writes_the_time_keys(tmp_path):
+    from tracker_plugin.jobs.annotation import build_annotation, settings_of
+
+    history = _history(_log(1.7e9 + steady()))
+    config = tp.AnalysisConfig(targets=(4.0, 3.0), deadline="+1")
+    analysis = tp.analyze(history, config.targets, deadline="+1")
+    metrics = build_annotation(analysis, settings_of(config, tp.Columns(), None)).metrics
+    when = analysis.timing.targets[1]
+    prefix = "loss_eta/target_3p00"
+    assert metrics[f"{prefix}/hours_left"] == pytest.approx(when.seconds_left / 3600, rel=1e-12)
+    assert metrics[f"{prefix}/hours_left_low"] < metrics[f"{prefix}/hours_left"]
+    assert metrics[f"{prefix}/eta_unix"] == pytest.approx(when.eta_unix, rel=1e-12)
+    assert metrics[f"{prefix}/seconds"] == pytest.approx(when.seconds, rel=1e-12)
+    assert metrics[f"{prefix}/p_by_deadline"] == pytest.approx(when.p_by_deadline, rel=1e-12)
+    assert metrics["loss_eta/target_4p00/hours_left"] == 0.0
+
+
+def test_compare_sorts_by_hours(tmp_path, capsys):
+    fast, slow = tmp_path / "fast.csv", tmp_path / "slow.csv"
+    _log(steady() * 3).to_csv(slow, index=False)  # same tokens, three times the hours
+    _log(steady()).to_csv(fast, index=False)
+    assert main(["compare", str(slow), str(fast), "-t", "3.0", "--sort", "hours", "--json"]) == 0
+    (group,) = json.loads(capsys.readouterr().out)
+    runs = [row["run"] for row in group["rows"]]
+    assert runs == ["fast", "slow"]
+    hours = [row["hours_left"] for row in group["rows"]]
+    assert hours[1] == pytest.approx(3 * hours[0], rel=1e-6)

@@ -21,6 +21,7 @@ __all__ = [
     "iso_utc",
     "target_time_json",
     "target_time_text",
+    "time_metrics",
     "throughput_json",
     "throughput_line",
 ]
@@ -65,6 +66,25 @@ def _hours_pair(low: float, high: float) -> str:
         return f"{low / 60:.0f}-{high / 60:.0f} min" if math.isfinite(high) else f"{low / 60:.0f} min-inf"
     hi = "inf" if not math.isfinite(high) else f"{high / 3600:,.1f}"
     return f"{low / 3600:,.1f}-{hi} h"
+
+
+def time_metrics(analysis: Analysis, k: int) -> dict[str, float | None]:
+    """The per-target time keys written back to a run (``seconds``, ``hours_left``, its
+    interval, ``eta_unix``, ``p_by_deadline``): every key always, None where no value."""
+    when = _time_of(analysis, k) or TargetTime()
+    low, high = when.seconds_left_interval or (None, None)
+
+    def hours(seconds: float | None) -> float | None:
+        return None if seconds is None or not math.isfinite(seconds) else seconds / 3600.0
+
+    return {
+        "seconds": _num(when.seconds),
+        "hours_left": hours(when.seconds_left),
+        "hours_left_low": hours(low),
+        "hours_left_high": hours(high),
+        "eta_unix": _num(when.eta_unix),
+        "p_by_deadline": _num(when.p_by_deadline),
+    }
 
 
 def target_time_json(analysis: Analysis, k: int, result: TargetResult) -> dict[str, Any]:
