@@ -124,7 +124,8 @@ def measure_throughput(
 
 
 def _measured(history: History, count_pauses: bool) -> Throughput | None:
-    dt = np.diff(history.time)  # type: ignore[arg-type]
+    assert history.time is not None
+    dt = np.diff(history.time)
     dk = np.diff(history.tokens)
     ds = np.diff(history.step).astype(float)
     usable = (dk > 0) & (dt >= 0)
