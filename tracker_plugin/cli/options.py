@@ -272,7 +272,7 @@ def make_source_options(options: dict[str, Any]) -> SourceOptions:
     from tracker_plugin.trackers import MlflowOptions, ReadOptions, WandbOptions
 
     columns = Columns().with_overrides(
-        **{key: options.pop(f"{key}_col") or None for key in ("step", "loss", "tokens", "batch", "lr", "time")}
+        **{key: options.pop(f"{key}_col", None) or None for key in ("step", "loss", "tokens", "batch", "lr", "time")}
     )
     batch_params = options.pop("batch_params", ())
     run_filter = options.pop("filter_", None)

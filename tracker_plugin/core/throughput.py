@@ -17,16 +17,18 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
-from scipy.stats import norm
 
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import History
 
 __all__ = ["Deadline", "TargetTime", "Throughput", "Timing", "measure_throughput", "parse_deadline", "time_target"]
 
+# The standard normal (stdlib: scipy.stats would load scipy.optimize for every report).
+_NORMAL = NormalDist()
 # The recent stretch: this share of the logged rows, but at least this many intervals.
 RECENT_SHARE = 0.3
 MIN_INTERVALS = 8
@@ -309,7 +311,7 @@ def _eta(history: History, seconds: float) -> float | None:
 
 def _widened(left: float, low: float, high: float, spread: float, level: float) -> tuple[float, float]:
     """The interval of ``left`` with the throughput spread added in log space."""
-    z = float(norm.ppf(0.5 + level / 2))
+    z = _NORMAL.inv_cdf(0.5 + level / 2)
     extra = z * spread
     if left <= 0:
         return (0.0, high)
@@ -326,7 +328,7 @@ def _p_by(available: float, left: float, interval: tuple[float, float] | None, l
         return 1.0
     if interval is None:
         return 1.0 if available >= left else 0.0
-    z = float(norm.ppf(0.5 + level / 2))
+    z = _NORMAL.inv_cdf(0.5 + level / 2)
     low, high = interval
     if available >= left:
         if not math.isfinite(high):
@@ -341,7 +343,7 @@ def _p_by(available: float, left: float, interval: tuple[float, float] | None, l
         return 1.0 if available >= left else 0.0
     if not math.isfinite(sigma):
         return 0.5
-    return float(norm.cdf(math.log(available / left) / sigma))
+    return _NORMAL.cdf(math.log(available / left) / sigma)
 
 
 def timing(
