@@ -56,7 +56,8 @@ def test_json_follows_the_contract(capsys, data_dir):
     assert code == 0
     doc = json.loads(out)
     assert {"run", "loss_key", "ema_token_window", "fit_start_step", "observed", "batch", "targets"} <= set(doc)
-    assert set(doc["observed"]) == {"step", "tokens"}
+    assert set(doc["observed"]) == {"step", "tokens", "seconds"}
+    assert doc["observed"]["seconds"] is None  # the file logs no clock
     assert doc["batch"]["dynamic"] is False
     assert set(doc["batch"]["stages"][0]) == {"first_step", "last_step", "first_tokens", "last_tokens", "batch"}
     statuses = [t["status"] for t in doc["targets"]]
@@ -64,7 +65,7 @@ def test_json_follows_the_contract(capsys, data_dir):
     for target in doc["targets"]:
         assert set(target) >= {
             "target", "status", "tokens", "step", "tokens_interval", "step_interval", "model",
-            "extrapolation_factor", "note",
+            "extrapolation_factor", "note", "seconds", "seconds_interval", "seconds_left", "eta",
         }
     extrapolated = doc["targets"][1]
     assert extrapolated["model"]["name"] == "power-law"

@@ -16,6 +16,10 @@ The keys, for a target of 3.3::
     loss_eta/target_3p30/step              the step there
     loss_eta/target_3p30/tokens_low, tokens_high, step_low, step_high   the interval
     loss_eta/target_3p30/extrapolation_factor
+    loss_eta/target_3p30/seconds           the run's clock at the crossing, from its first logged time
+    loss_eta/target_3p30/hours_left, hours_left_low, hours_left_high   hours from the last row, and the interval
+    loss_eta/target_3p30/eta_unix          Unix time of the crossing (when the clock is Unix time)
+    loss_eta/target_3p30/p_by_deadline     P(reached by the deadline), when one is given
     loss_eta/last_step, loss_eta/last_tokens   how far the analysed history went
     loss_eta/settings_hash, loss_eta/settings, loss_eta/loss_key, loss_eta/version
     loss_eta/progress                          the source's marker of how far the run had got

@@ -224,7 +224,15 @@ def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) ->
 @click.option("--csv", "fmt", flag_value="csv", help="Print the comparison as CSV (safe to open in a spreadsheet).")
 @click.option("--markdown", "fmt", flag_value="markdown", help="Print the comparison as Markdown tables.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write an overlay plot of all runs: PNG, PDF or SVG, as its extension says.")
-def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **options: Any) -> int:
+@click.option(
+    "--sort",
+    "sort",
+    type=click.Choice(("tokens", "hours")),
+    default="tokens",
+    show_default=True,
+    help="Order each target's runs by tokens to reach it, or by wall-clock hours left.",
+)
+def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, sort: str, **options: Any) -> int:
     """Compare runs on the token axis: which reaches each target first, and by how much.
 
     SOURCES are CSV files or directories, MLflow experiments or runs, W&B projects or
@@ -237,7 +245,7 @@ def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, **
     config = make_config(options)
     _check_plot_path(plot_path)
     reading = make_source_options(options)
-    comparison = compare_runs(default_sources(sources, reading), reading, config)
+    comparison = compare_runs(default_sources(sources, reading), reading, config, sort)
     rows = comparison.rows
     if fmt == "json":
         click.echo(json.dumps(render_json(rows), indent=2))

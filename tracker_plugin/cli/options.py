@@ -54,6 +54,11 @@ SETTINGS = {
     "sweep_step": "Steps between sweep windows.",
     "sweep_min_window": "Steps after the fit start before the first sweep window.",
     "convergence_tol": "Largest relative change between the last sweep windows that counts as converged.",
+    "step_time": "Seconds per step, for hours when the log has no clock (or to override it).",
+    "throughput": "Tokens per second, for hours when the log has no clock (or to override it).",
+    "count_pauses": "Include the observed rate of pauses (evals, checkpoints, downtime) in the hours.",
+    "deadline": "A deadline: an ISO date (UTC unless it says) or +HOURS after the last logged row; "
+    "gives P(reached by then) per target.",
 }
 # Fields that are not among the settings options: the targets and the model have options
 # of their own (the backtest sets them by its protocol); the sampling cap is for the API.
@@ -200,6 +205,12 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--batch-col", multiple=True, help="Column or key holding tokens per step [default: global_batch, ...]."),
         click.option("--lr-col", multiple=True, help="Column or key holding the learning rate [default: lr, learning_rate, ...]."),
         click.option(
+            "--time-col",
+            multiple=True,
+            help="Column or key holding the run's clock, seconds since start or Unix time "
+            "[default: time, timestamp, _timestamp, _runtime, train_time, ...].",
+        ),
+        click.option(
             "--batch-size",
             type=float,
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
@@ -261,7 +272,7 @@ def make_source_options(options: dict[str, Any]) -> SourceOptions:
     from tracker_plugin.trackers import MlflowOptions, ReadOptions, WandbOptions
 
     columns = Columns().with_overrides(
-        **{key: options.pop(f"{key}_col") or None for key in ("step", "loss", "tokens", "batch", "lr")}
+        **{key: options.pop(f"{key}_col", None) or None for key in ("step", "loss", "tokens", "batch", "lr", "time")}
     )
     batch_params = options.pop("batch_params", ())
     run_filter = options.pop("filter_", None)

@@ -25,7 +25,11 @@ from tracker_plugin.frame.history import Columns
 __all__ = ["in_flags", "setting_flags"]
 
 # Settings set by more than the option of the same name.
-_SPELLED_OUT = {"lr_schedule": "--lr-schedule or --lr-spec"}
+_SPELLED_OUT = {
+    "lr_schedule": "--lr-schedule or --lr-spec",
+    # ``throughput`` alone is a plain word; named beside step_time it is the setting.
+    "step_time (seconds per step) or throughput": "--step-time (seconds per step) or --throughput",
+}
 _SNAKE = re.compile(r"^[a-z]+(_[a-z]+)+$")
 
 

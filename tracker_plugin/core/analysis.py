@@ -29,6 +29,7 @@ from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import SmoothedLaw, smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status, Verdict
+from tracker_plugin.core.throughput import Timing, timing
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
@@ -87,6 +88,12 @@ class AnalysisConfig:
     sweep_min_window: int = 500
     convergence_tol: float = 0.05
     max_fit_points: int | None = None
+    # Wall-clock time: a rate when the log has no clock, pauses in the rate, a deadline
+    # (``+HOURS`` after the last row, or an ISO date); see ``core.throughput``.
+    step_time: float | None = None
+    throughput: float | None = None
+    count_pauses: bool = False
+    deadline: str | None = None
 
     def __post_init__(self) -> None:
         targets = tuple(self.targets)
@@ -108,6 +115,9 @@ class AnalysisConfig:
             raise ConfigError(f"fit_start_step must be >= 0, got {self.fit_start_step}")
         if self.max_fit_points is not None and self.max_fit_points < 16:
             raise ConfigError(f"max_fit_points must be at least 16 (or None for every row), got {self.max_fit_points}")
+        for name in ("step_time", "throughput"):
+            if getattr(self, name) is not None:
+                _positive(name, getattr(self, name))
         if self.model not in MODELS:
             raise ConfigError(f"unknown model {self.model!r}; choose from {', '.join(MODELS)}")
         if self.clock not in CLOCKS:
@@ -187,6 +197,8 @@ class Analysis:
     fit: Model | FitFailure | None = None
     selection: Selection | None = None
     plan: Plan | None = None
+    # The wall-clock side: throughput, and each target's seconds (in ``targets`` order).
+    timing: Timing | None = None
 
     @property
     def dynamic_batch(self) -> bool:
@@ -239,6 +251,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
         forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
         results.update(forecasts.results)
+    ordered = tuple(results[t] for t in config.targets)
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -249,13 +262,24 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         observed_tokens=history.last_tokens,
         stages=stages,
         batch_source=history.batch_source,
-        targets=tuple(results[t] for t in config.targets),
+        targets=ordered,
         history=history,
         smoothed=smoothed,
         notes=(*notes, *forecasts.notes),
         fit=forecasts.fit,
         selection=forecasts.selection,
         plan=forecasts.plan,
+        timing=_timing(history, ordered, config),
+    )
+
+
+def _timing(history: History, results: Sequence[TargetResult], config: AnalysisConfig) -> Timing:
+    located = [
+        (r.tokens if r.status.located else None, r.tokens_interval, r.status == Status.REACHED) for r in results
+    ]
+    return timing(
+        history, located, step_time=config.step_time, tokens_per_second=config.throughput,
+        count_pauses=config.count_pauses, deadline=config.deadline, level=config.interval,
     )
 
 

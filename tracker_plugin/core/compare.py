@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.core.status import Status
 
-__all__ = ["Compared", "ComparisonRow", "compare"]
+__all__ = ["SORT_KEYS", "Compared", "ComparisonRow", "compare"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class ComparisonRow:
     tokens_high: float | None
     vs_best: float | None  # tokens / the best run's tokens for this target
     note: str | None
+    hours_left: float | None = None  # wall-clock hours from the run's last row (0 when reached)
+    eta_unix: float | None = None  # when, in Unix time, where the run's clock is Unix time
 
 
 @dataclass(frozen=True)
@@ -43,23 +45,37 @@ class Compared:
     error: str | None = None
 
 
-def compare(runs: Sequence[Compared], targets: Sequence[float]) -> list[ComparisonRow]:
-    """Rows grouped by target, each group sorted by tokens to target (runs without one last)."""
+SORT_KEYS = ("tokens", "hours")
+
+
+def compare(runs: Sequence[Compared], targets: Sequence[float], sort: str = "tokens") -> list[ComparisonRow]:
+    """Rows grouped by target, each group sorted by tokens to target, or with ``sort="hours"``
+    by wall-clock hours left (runs without one last)."""
+    if sort not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {SORT_KEYS}, got {sort!r}")
     rows = []
     for target in targets:
         group = [_row(run, target) for run in runs]
         best = min((r.tokens for r in group if r.tokens is not None), default=None)
         group = [_with_ratio(r, best) for r in group]
-        group.sort(key=lambda r: (r.tokens is None, r.tokens if r.tokens is not None else 0.0, r.run))
+        group.sort(key=lambda r: _order(r, sort))
         rows += group
     return rows
+
+
+def _order(row: ComparisonRow, sort: str) -> tuple[bool, float, str]:
+    value = row.tokens if sort == "tokens" else row.hours_left
+    return (value is None, value if value is not None else 0.0, row.run)
 
 
 def _row(run: Compared, target: float) -> ComparisonRow:
     if run.analysis is None:
         return ComparisonRow(target, run.name, run.ref, None, None, False, Status.FAILED, None, None, None, None, None, run.error)
-    result = next(t for t in run.analysis.targets if t.target == target)
+    k, result = next((k, t) for k, t in enumerate(run.analysis.targets) if t.target == target)
     low, high = result.tokens_interval or (None, None)
+    timing = run.analysis.timing
+    when = None if timing is None else timing.targets[k]
+    left = None if when is None or when.seconds_left is None else when.seconds_left / 3600.0
     return ComparisonRow(
         target=target,
         run=run.name,
@@ -74,6 +90,8 @@ def _row(run: Compared, target: float) -> ComparisonRow:
         tokens_high=high,
         vs_best=None,
         note=result.note,
+        hours_left=left,
+        eta_unix=None if when is None else when.eta_unix,
     )
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import ConfigError, DataError
+from tracker_plugin.frame.time import read_clock
 
 if TYPE_CHECKING:
     from tracker_plugin.plan.schedule import LrSchedule
@@ -40,10 +41,14 @@ class Columns:
     tokens: tuple[str, ...] = ("tokens", "throughput/total_tokens", "train/tokens", "total_tokens")
     batch: tuple[str, ...] = ("global_batch", "batch_size_in_tokens", "train/global_batch")
     lr: tuple[str, ...] = ("lr", "learning_rate", "optim/learning_rate_group0", "train/lr")
+    # The run's clock: W&B's absolute ``_timestamp`` before its relative ``_runtime``.
+    time: tuple[str, ...] = (
+        "time", "timestamp", "wall_time", "_timestamp", "_runtime", "train_time", "elapsed", "elapsed_time",
+    )
 
     def with_overrides(self, **names: str | Sequence[str] | None) -> Columns:
         """Return a copy where each given (non-None) field is pinned to the names given."""
-        unknown = set(names) - {"step", "loss", "tokens", "batch", "lr"}
+        unknown = set(names) - {"step", "loss", "tokens", "batch", "lr", "time"}
         if unknown:
             raise ConfigError(f"unknown column field(s): {', '.join(sorted(unknown))}")
         pinned = {
@@ -55,7 +60,7 @@ class Columns:
 
     def keys(self) -> tuple[str, ...]:
         """Every candidate name, for sources that can fetch only the keys they need."""
-        return self.step + self.loss + self.tokens + self.batch + self.lr
+        return self.step + self.loss + self.tokens + self.batch + self.lr + self.time
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,13 @@ class History:
     # The planned lr a source found in the run's own params or config
     # (``LrSchedule.from_params``); a plan given on the command line takes precedence.
     lr_plan: LrSchedule | None = None
+    # The run's clock in seconds at each row (None when the run logged none); Unix time
+    # when ``time_absolute``, else seconds since some start of the run's own.
+    time: np.ndarray | None = None
+    time_absolute: bool = False
+    time_source: str | None = None
+    # The first logged time on any row (rows without a loss too): where seconds count from.
+    time_start: float | None = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -108,14 +120,18 @@ class History:
         columns = {"step": self.step, "tokens": self.tokens, "batch": self.batch}
         if self.lr is not None:
             columns["lr"] = self.lr
+        if self.time is not None:
+            columns["time"] = self.time
         columns["loss"] = self.loss
         return pd.DataFrame(columns)
 
     def head(self, rows: int) -> History:
         """The first ``rows`` rows: the run as it stood when it had logged that far."""
         lr = None if self.lr is None else self.lr[:rows]
+        time = None if self.time is None else self.time[:rows]
         return replace(
             self,
+            time=time,
             step=self.step[:rows],
             tokens=self.tokens[:rows],
             batch=self.batch[:rows],
@@ -188,6 +204,7 @@ def build_history(
         "tokens": _find(data, columns.tokens),
         "batch": _find(data, columns.batch),
         "lr": _find(data, columns.lr),
+        "time": _find(data, columns.time),
     }
     nan_loss = _spelled_nan(data[loss_key])
     if logged_nan_loss is not None:
@@ -226,6 +243,8 @@ def build_history(
     tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
     _lr_not_negative(cols.get("lr"), names["lr"], step, run)
     lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
+    clock = read_clock(cols.get("time"), step, keep, names["time"], run)
+    notes += clock.notes
     if not keep.all():
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
     return History(
@@ -238,6 +257,10 @@ def build_history(
         lr=lr,
         batch_source=batch_source,
         notes=tuple(notes),
+        time=clock.seconds,
+        time_absolute=clock.absolute,
+        time_source=clock.source,
+        time_start=clock.start,
     )
 
 

@@ -18,6 +18,7 @@ from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
 from tracker_plugin.keys import NAMESPACE, target_slug
 from tracker_plugin.report.render import to_json
+from tracker_plugin.report.timing import time_metrics
 from tracker_plugin.trackers.base import Annotation
 
 __all__ = ["build_annotation", "settings_hash", "settings_of"]
@@ -63,8 +64,9 @@ def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str
         f"{NAMESPACE}/loss_key": analysis.loss_key,
         f"{NAMESPACE}/version": str(settings.get("version", "")),
     }
-    for result in analysis.targets:
+    for k, result in enumerate(analysis.targets):
         prefix = f"{NAMESPACE}/{target_slug(result.target)}"
+        metrics.update({f"{prefix}/{name}": value for name, value in time_metrics(analysis, k).items()})
         labels[f"{prefix}/status"] = str(result.status)
         low_high = result.tokens_interval or (None, None)
         step_low_high = result.step_interval or (None, None)

@@ -27,11 +27,13 @@ class Comparison:
         return any(run.analysis is None for run in self.runs)
 
 
-def compare_runs(specs: Sequence[str], options: SourceOptions, config: AnalysisConfig) -> Comparison:
-    """Every run's analysis, and per target the runs sorted by tokens to reach it."""
+def compare_runs(
+    specs: Sequence[str], options: SourceOptions, config: AnalysisConfig, sort: str = "tokens"
+) -> Comparison:
+    """Every run's analysis, and per target the runs sorted by tokens (or hours) to reach it."""
     outcomes = []
     with opened_runs(specs, options) as opened:
         for source, runs in opened:
             outcomes += process_runs(source, runs, config, write=False, workers=options.workers)
     compared = tuple(Compared(o.run.name, o.run.ref, o.analysis, o.error) for o in outcomes)
-    return Comparison(compared, tuple(compare(compared, config.targets)))
+    return Comparison(compared, tuple(compare(compared, config.targets, sort)))

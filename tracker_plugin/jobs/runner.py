@@ -140,11 +140,14 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
         if outcome.analysis is None:
             rows.append(RunRow(run.name, run.ref, outcome.action, note=outcome.error))
             continue
-        for result in outcome.analysis.targets:
+        timing = outcome.analysis.timing
+        for k, result in enumerate(outcome.analysis.targets):
+            when = None if timing is None else timing.targets[k]
+            left = None if when is None or when.seconds_left is None else when.seconds_left / 3600.0
             rows.append(
                 RunRow(
                     run.name, run.ref, outcome.action, result.target, result.status, result.tokens, result.step,
-                    result.tokens_interval, result.note,
+                    result.tokens_interval, result.note, left, None if when is None else when.eta_unix,
                 )
             )
     return rows

@@ -13,6 +13,7 @@ from typing import Any
 from tracker_plugin.core.compare import ComparisonRow
 from tracker_plugin.report.render import format_tokens
 from tracker_plugin.report.tables import json_row, printable, text_table
+from tracker_plugin.report.timing import eta_text
 
 __all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "render_text", "spreadsheet_safe"]
 
@@ -53,13 +54,28 @@ def _relative(ratio: float | None) -> str:
     return "best" if ratio == 1.0 else f"+{(ratio - 1) * 100:.1f}%"
 
 
+_TIME_HEADER = ("hours left", "eta")
+
+
+def _timed(rows: Sequence[ComparisonRow]) -> bool:
+    """Whether the hours columns are shown: when some run has hours."""
+    return any(r.hours_left is not None for r in rows)
+
+
+def _time_cells(row: ComparisonRow) -> tuple[str, ...]:
+    hours = "-" if row.hours_left is None or not math.isfinite(row.hours_left) else f"{row.hours_left:,.2f}"
+    return (hours, eta_text(row.eta_unix))
+
+
 def render_text(rows: Sequence[ComparisonRow]) -> str:
-    """One aligned table per target."""
+    """One aligned table per target; hours left and ETA columns when some run has a clock."""
     blocks = []
+    timed = _timed(rows)
+    header = _HEADER[1:] + (_TIME_HEADER if timed else ())
     for target in dict.fromkeys(r.target for r in rows):
         group = [r for r in rows if r.target == target]
-        cells = [_cells(r)[1:] for r in group]
-        blocks.append("\n".join([f"target {target:g}", *text_table(_HEADER[1:], cells), *_failures(group, "  ")]))
+        cells = [_cells(r)[1:] + (_time_cells(r) if timed else ()) for r in group]
+        blocks.append("\n".join([f"target {target:g}", *text_table(header, cells), *_failures(group, "  ")]))
     return "\n\n".join(blocks)
 
 

@@ -11,6 +11,13 @@ from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT, FitStatus, Model
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.report.tables import printable
+from tracker_plugin.report.timing import (
+    deadline_json,
+    target_time_json,
+    target_time_text,
+    throughput_json,
+    throughput_line,
+)
 
 __all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
 
@@ -28,7 +35,11 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "loss_key": analysis.loss_key,
         "ema_token_window": config.ema_token_window,
         "fit_start_step": analysis.fit_start_step,
-        "observed": {"step": float(analysis.observed_step), "tokens": analysis.observed_tokens},
+        "observed": {
+            "step": float(analysis.observed_step),
+            "tokens": analysis.observed_tokens,
+            "seconds": _num(None if analysis.timing is None else analysis.timing.observed_seconds),
+        },
         "batch": {
             "dynamic": analysis.dynamic_batch,
             "source": analysis.batch_source,
@@ -43,13 +54,18 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
                 for s in analysis.stages
             ],
         },
-        "targets": [_target_json(t) for t in analysis.targets],
+        "targets": [
+            {**_target_json(t), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
+        ],
         "fit_start_reason": analysis.fit_start_reason,
         "notes": list(analysis.notes),
         "model_selection": _selection_json(analysis),
         "lr_plan": _plan_json(analysis),
         "clock": None if config.model == "power-law" else config.clock,
         "interval_level": None if config.model == "power-law" else config.interval,
+        "read_as": {"time": analysis.history.time_source},
+        "throughput": throughput_json(analysis),
+        "deadline": deadline_json(analysis),
     }
 
 
@@ -152,9 +168,13 @@ def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
     if analysis.dynamic_batch:
         lines += _stage_table(analysis)
     lines += [f"note: {note}" for note in analysis.notes]
+    lines.append(wording(throughput_line(analysis)))
     lines.append(_RULE)
-    for result in analysis.targets:
+    for k, result in enumerate(analysis.targets):
         lines += _target_lines(analysis, result)
+        when = target_time_text(analysis, k)
+        if when:
+            lines.append(f"{'':<15}{when}")
     return "\n".join(lines)
 
 

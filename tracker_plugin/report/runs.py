@@ -9,6 +9,7 @@ from typing import Any
 from tracker_plugin.core.status import Status
 from tracker_plugin.report.render import Wording, as_written, format_tokens, upper_tokens
 from tracker_plugin.report.tables import json_row, text_table
+from tracker_plugin.report.timing import eta_text
 
 __all__ = ["RunRow", "runs_json", "runs_table"]
 
@@ -28,6 +29,8 @@ class RunRow:
     step: float | None = None
     tokens_interval: tuple[float, float] | None = None
     note: str | None = None
+    hours_left: float | None = None  # wall-clock hours from the run's last row
+    eta_unix: float | None = None
 
     @property
     def shown_status(self) -> str:
@@ -49,7 +52,16 @@ def runs_table(rows: Sequence[RunRow], wording: Wording = as_written) -> str:
 
     ``wording`` rewords the notes for the reader (the command line names its flags).
     """
-    return "\n".join(text_table(_HEADER, [_cells(row, wording) for row in rows]))
+    if not any(row.hours_left is not None for row in rows):
+        return "\n".join(text_table(_HEADER, [_cells(row, wording) for row in rows]))
+    # Runs with a clock: hours left and the ETA before the note, so a watch shows them move.
+    header = (*_HEADER[:-1], "hours left", "eta", _HEADER[-1])
+    cells = [(*c[:-1], _hours(row.hours_left), eta_text(row.eta_unix), c[-1]) for row, c in ((r, _cells(r, wording)) for r in rows)]
+    return "\n".join(text_table(header, cells))
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None or value != value or value == float("inf") else f"{value:,.2f}"
 
 
 def _cells(row: RunRow, wording: Wording) -> tuple[str, ...]:

@@ -92,6 +92,8 @@ _STATES = {
     "KILLED": "killed",
 }
 _ROLES = ("loss", "tokens", "batch", "lr")  # the step is MLflow's own
+# The clock: each loss point's own timestamp, unless --time-col names a logged metric.
+_TIMESTAMP = "mlflow_timestamp"
 
 
 class MlflowSource(Source):
@@ -209,10 +211,13 @@ class MlflowSource(Source):
         latest = _latest(record)
         keys = self._keys(run, latest)
         histories = self._histories(run, record, keys, latest)
+        loss_steps, _, loss_stamps = histories[keys["loss"]]
+        histories[_TIMESTAMP] = (loss_steps, np.asarray(loss_stamps, float) / 1000.0, loss_stamps)
         frame, nan_loss = _aligned(histories, keys["loss"])
         params = flat_params(record.data.params, text_numbers=True)
         batch_size, batch_source = self._batch(run, params, keys)
         columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
+        columns = replace(columns, time=(keys["time"],) if "time" in keys else (_TIMESTAMP,))
         history = build_history(
             frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
         )
@@ -230,6 +235,10 @@ class MlflowSource(Source):
             key = _first_present(getattr(self.options.columns, role), latest)
             if key is not None:
                 keys[role] = key
+        if self.options.columns.time != Columns().time:  # a time metric named with --time-col
+            key = _first_present(self.options.columns.time, latest)
+            if key is not None:
+                keys["time"] = key
         if "loss" not in keys:
             wanted = " or ".join(f"'{k}'" for k in self.options.columns.loss)
             logged = sorted(k for k in latest if not k.startswith(f"{NAMESPACE}/"))

@@ -57,7 +57,7 @@ def chosen_keys(available: Iterable[str], columns: Columns) -> list[str]:
     (the choice :func:`build_history` makes again on the frame), plus ``_step``."""
     present = set(available)
     keys = [ROW_KEY]
-    for candidates in (columns.step, columns.loss, columns.tokens, columns.batch, columns.lr):
+    for candidates in (columns.step, columns.loss, columns.tokens, columns.batch, columns.lr, columns.time):
         key = next((c for c in candidates if c in present), None)
         if key is not None and key not in keys:
             keys.append(key)

@@ -1,0 +1,171 @@
+"""Wall-clock forecasts on real speedrun logs, beside a naive baseline.
+
+    python benchmarks/bench_eta.py [--runs ../shared/data/runs-time] [--json]
+
+The protocol (issue 12): each of the 18 modded-nanogpt speedrun logs (``runs-time``, with
+``train_time`` as the run's clock) is read on steps (``batch_size=1``, the val loss,
+``ema_token_window=250``). It is cut at half its steps; the target is the full run's
+smoothed val loss at 80% of its steps, and the truth is where (in steps and in seconds)
+the full run's smoothed val loss first reaches it. Scored per case:
+
+- ``|ln(seconds_pred / seconds_true)|`` and ``|ln(steps_pred / steps_true)|``, seconds
+  counted from the first analysed row, steps as logged;
+- whether the 80% seconds interval holds the true seconds.
+
+Printed: cases without a seconds answer (must be 0), the median over cases of
+(|ln| seconds - |ln| steps) (must be <= 0.01), the seconds-interval coverage (must be
+70-90%), and the same figures for the baseline: the step forecast converted with the mean
+seconds per step of the last 20% of the cut (no pauses told apart, no interval).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import tracker_plugin as tp
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.status import Status
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_RUNS = next(
+    (p / "shared" / "data" / "runs-time" for p in ROOT.parents if (p / "shared" / "data" / "runs-time").is_dir()),
+    ROOT.parent / "shared" / "data" / "runs-time",
+)
+CUT, QUANTILE, WINDOW, LEVEL = 0.5, 0.8, 250.0, 0.8
+COLUMNS = tp.Columns().with_overrides(loss="val_loss")
+
+
+def case(path: Path) -> dict[str, object]:
+    """One log: the forecast from the cut, the truth from the full log, the baseline."""
+    full = tp.load_csv(path, columns=COLUMNS, batch_size=1)
+    smoothed = token_window_ema(full.loss, full.step, full.batch, WINDOW)
+    at = int(np.searchsorted(full.step, QUANTILE * full.last_step, side="right")) - 1
+    target = float(smoothed[at])
+    truth = run_analysis(full, AnalysisConfig(targets=(target,), ema_token_window=WINDOW))
+    true_result, true_time = truth.targets[0], truth.timing.targets[0]  # type: ignore[union-attr]
+    assert true_result.status == Status.REACHED and true_time.seconds is not None
+    rows = int(np.searchsorted(full.step, CUT * full.last_step, side="right"))
+    cut = full.head(rows)
+    found = run_analysis(cut, AnalysisConfig(targets=(target,), ema_token_window=WINDOW, interval=LEVEL))
+    result, when = found.targets[0], found.timing.targets[0]  # type: ignore[union-attr]
+    row: dict[str, object] = {"run": path.stem, "status": str(result.status), "target": target}
+    row["true_step"], row["true_seconds"] = true_result.step, true_time.seconds
+    row["step"], row["seconds"] = result.step, when.seconds
+    row["seconds_interval"] = when.seconds_interval
+    row["step_interval"] = result.step_interval
+    row["baseline_seconds"] = _baseline(cut, result.step)
+    return row
+
+
+def _baseline(cut: tp.History, step: float | None) -> float | None:
+    """The step forecast x the mean seconds per step of the last 20% of the cut."""
+    if step is None or cut.time is None:
+        return None
+    first = int(np.searchsorted(cut.step, cut.step[0] + 0.8 * (cut.last_step - cut.step[0])))
+    first = min(first, len(cut) - 2)
+    per_step = (cut.time[-1] - cut.time[first]) / (cut.step[-1] - cut.step[first])
+    start = cut.time[0] if cut.time_start is None else cut.time_start
+    return float(cut.time[-1] - start + (step - cut.last_step) * per_step)
+
+
+def _ln(pred: object, true: object) -> float | None:
+    if not isinstance(pred, float) or not isinstance(true, float) or pred <= 0 or true <= 0:
+        return None
+    return abs(math.log(pred / true))
+
+
+def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
+    missing = sum(1 for r in rows if r["seconds"] is None)
+    ln_steps = [_ln(r["step"], r["true_step"]) for r in rows]
+    ln_sec = [_ln(r["seconds"], r["true_seconds"]) for r in rows]
+    ln_base = [_ln(r["baseline_seconds"], r["true_seconds"]) for r in rows]
+    diff = [s - k for s, k in zip(ln_sec, ln_steps) if s is not None and k is not None]
+    diff_base = [s - k for s, k in zip(ln_base, ln_steps) if s is not None and k is not None]
+    covered = []
+    for r in rows:
+        iv = r["seconds_interval"]
+        if iv is not None:
+            low, high = iv  # type: ignore[misc]
+            covered.append(low <= r["true_seconds"] <= high)  # type: ignore[operator]
+    steps_covered = [
+        r["step_interval"][0] <= r["true_step"] <= r["step_interval"][1]  # type: ignore[index,operator]
+        for r in rows
+        if r["step_interval"] is not None
+    ]
+    return {
+        "cases": len(rows),
+        "without_step": sum(1 for r in rows if r["step"] is None),
+        "step_coverage_80": float(np.mean(steps_covered)) if steps_covered else None,
+        "without_seconds": missing,
+        "median_ln_seconds": _median([v for v in ln_sec if v is not None]),
+        "median_ln_steps": _median([v for v in ln_steps if v is not None]),
+        "median_ln_seconds_minus_steps": _median(diff),
+        "coverage_80": float(np.mean(covered)) if covered else None,
+        "intervals": len(covered),
+        "baseline_median_ln_seconds": _median([v for v in ln_base if v is not None]),
+        "baseline_median_ln_seconds_minus_steps": _median(diff_base),
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return float(np.median(values)) if values else None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
+    args = parser.parse_args()
+    paths = sorted(args.runs.glob("*.csv"))
+    if not paths:
+        print(f"no CSV logs in {args.runs}", file=sys.stderr)
+        return 2
+    rows = [case(p) for p in paths]
+    figures = summary(rows)
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": figures}, indent=2))
+        return 0
+    print(f"{'run':<48} {'status':<13} {'ln steps':>9} {'ln sec':>9} {'ln base':>9} {'in 80%':>7}")
+    for r in rows:
+        iv = r["seconds_interval"]
+        inside = "-" if iv is None else ("yes" if iv[0] <= r["true_seconds"] <= iv[1] else "no")  # type: ignore[index,operator]
+        print(
+            f"{r['run']:<48} {r['status']:<13} {_fmt(_ln(r['step'], r['true_step']))} "
+            f"{_fmt(_ln(r['seconds'], r['true_seconds']))} {_fmt(_ln(r['baseline_seconds'], r['true_seconds']))} {inside:>7}"
+        )
+    print()
+    print(
+        f"cases: {figures['cases']}, without a seconds answer: {figures['without_seconds']} (must be 0); "
+        f"without a step forecast: {figures['without_step']}"
+    )
+    print(
+        f"median |ln| seconds - |ln| steps: {_fmt(figures['median_ln_seconds_minus_steps'])} (must be <= 0.01); "
+        f"baseline: {_fmt(figures['baseline_median_ln_seconds_minus_steps'])}"
+    )
+    print(
+        f"median |ln| seconds: {_fmt(figures['median_ln_seconds'])}, baseline {_fmt(figures['baseline_median_ln_seconds'])}; "
+        f"median |ln| steps: {_fmt(figures['median_ln_steps'])}"
+    )
+    cov = figures["coverage_80"]
+    print(
+        f"80% seconds intervals cover: {'-' if cov is None else f'{cov:.0%}'} of {figures['intervals']} (must be 70-90%); "
+        "baseline: no interval"
+    )
+    step_cov = figures["step_coverage_80"]
+    print(f"80% step intervals cover: {'-' if step_cov is None else f'{step_cov:.0%}'}")
+    return 0
+
+
+def _fmt(value: object) -> str:
+    return f"{value:>9.4f}" if isinstance(value, float) else f"{'-':>9}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
