@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,8 @@ class AnalysisConfig:
 
     targets: tuple[float, ...]
     ema_token_window: float = 100_000_000.0
+    # The EMA window when the run has no tokens to be had (History.on_steps): in steps.
+    ema_steps: float = 100.0
     model: str = "auto"
     lr_schedule: LrSchedule | None = None
     clock: str = "tokens"
@@ -97,6 +99,7 @@ class AnalysisConfig:
                 raise ConfigError(f"targets must be finite numbers, got {target!r}")
         object.__setattr__(self, "targets", tuple(float(t) for t in targets))
         _positive("ema_token_window", self.ema_token_window)
+        _positive("ema_steps", self.ema_steps)
         _positive("extrapolation_warn_factor", self.extrapolation_warn_factor)
         _positive("sweep_step", self.sweep_step)
         _positive("convergence_tol", self.convergence_tol)
@@ -200,6 +203,8 @@ def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
 
 
 def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    if history.on_steps:  # a batch of one "token" per step: the window is in steps
+        config = replace(config, ema_token_window=config.ema_steps)
     stages = batch_stages(history)
     smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
     fit_start, reason = _fit_start(history, stages, config)

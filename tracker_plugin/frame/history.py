@@ -90,6 +90,11 @@ class History:
     # The planned lr a source found in the run's own params or config
     # (``LrSchedule.from_params``); a plan given on the command line takes precedence.
     lr_plan: LrSchedule | None = None
+    # How each column was found: (role, description) pairs, "framework" among them
+    # (see frame/conventions.py); empty for a frame built without a reading.
+    read_as: tuple[tuple[str, str], ...] = ()
+    # No tokens to be had: ``tokens`` counts steps (a batch of 1) and the EMA is in steps.
+    on_steps: bool = False
 
     def __len__(self) -> int:
         return len(self.step)

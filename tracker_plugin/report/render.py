@@ -45,6 +45,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "targets": [_target_json(t) for t in analysis.targets],
         "fit_start_reason": analysis.fit_start_reason,
         "notes": list(analysis.notes),
+        "read_as": dict(analysis.history.read_as) or None,
         "model_selection": _selection_json(analysis),
         "lr_plan": _plan_json(analysis),
         "clock": None if config.model == "power-law" else config.clock,
@@ -146,6 +147,8 @@ def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
     """
     analysis = _reworded(analysis, wording)
     lines = [f"run: {analysis.run}", _header(analysis)]
+    if analysis.history.read_as:
+        lines.append(wording(f"read as: {_read_as(analysis)}"))
     if analysis.selection is not None:
         lines.append(_model_line(analysis))
     if analysis.dynamic_batch:
@@ -169,6 +172,13 @@ def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
         notes=tuple(wording(note) for note in analysis.notes),
         targets=targets,
     )
+
+
+def _read_as(analysis: Analysis) -> str:
+    """``Hugging Face Trainer (step: train/global_step, loss: train/loss, ...)``."""
+    items = dict(analysis.history.read_as)
+    name = items.pop("framework", "generic")
+    return f"{name} (" + ", ".join(f"{k}: {v}" for k, v in items.items()) + ")"
 
 
 def _header(analysis: Analysis) -> str:
