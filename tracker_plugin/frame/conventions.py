@@ -291,7 +291,9 @@ def read_as(
             f"tokens from '{tokens_key}' count one device's tokens; pass world_size with the number of "
             "devices (the token axis is too short by that factor)"
         )
-    if tokens_key is not None and batch_key is None:
+    # A batch the user or a tokens-per-step param gives wins over one worked out from tokens.
+    explicit = batch_size is not None or _batch_param(config, batch_params) is not None
+    if tokens_key is not None and batch_key is None and not explicit:
         batch_key = BATCH_FROM_TOKENS
         described["tokens"] = described.get("tokens", f"{tokens_key} (logged)")
     if batch_key is None:
@@ -349,10 +351,11 @@ def build_read_history(
         if exc.column != loss or "only one finite value" not in str(exc):
             raise
         others = sorted(k for k in logged if "loss" in k.lower() and k != loss)
-        hint = f"; the run also logs {others[:8]}" if others else ""
+        if not others:
+            raise
         raise DataError(
-            f"has only one finite value: a run aggregate, not a loss history{hint} "
-            "(choose the per-step loss with columns.loss)",
+            f"has only one finite value: a run aggregate, not a loss history; the run also logs "
+            f"{others[:8]} (choose the per-step loss with columns.loss)",
             run=run,
             column=loss,
         ) from None
@@ -488,10 +491,10 @@ def _composed(
     """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts."""
     if batch_size is not None:
         return float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)"
-    for name in batch_params:
-        value = _number(_param(config, (name,)))
-        if value is not None and value > 0:
-            return value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')"
+    explicit = _batch_param(config, batch_params)
+    if explicit is not None:
+        value, name = explicit
+        return value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')"
     if convention is None:
         return None, None, "no batch key or param"
     seq_found = _param(config, convention.seq_len, with_name=True)
@@ -506,6 +509,15 @@ def _composed(
     tokens = seqs * seq
     how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
     return tokens, "params", how
+
+
+def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
+    """Tokens per step from the first of ``names`` (``--batch-param``) the config holds."""
+    for name in names:  # the name exactly (dotted for nested): these hold tokens, not sequences
+        value = _number(config.get(name))
+        if value is not None and value > 0:
+            return value, name
+    return None
 
 
 def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> float | None:

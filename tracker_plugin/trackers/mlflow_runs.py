@@ -214,8 +214,9 @@ class MlflowSource(Source):
         reading = self._reading(run, logged, params)
         loss_key = reading.columns.loss[0]
         if loss_key not in logged:
+            wanted = " or ".join(f"'{k}'" for k in self.options.columns.loss)
             raise DataError(
-                f"no loss metric '{loss_key}'; the run logs {sorted(logged)[:20]}{' ...' if len(logged) > 20 else ''} "
+                f"no loss metric {wanted}; the run logs {sorted(logged)[:20]}{' ...' if len(logged) > 20 else ''} "
                 "(choose one with --loss-col)",
                 run=run.ref,
             )

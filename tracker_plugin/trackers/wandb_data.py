@@ -142,7 +142,7 @@ def build_wandb_history(
             reading.prepare(frame), run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
         )
         if reading.batch_source is not None and reading.batch_source.startswith("param '"):
-            history = with_config_batch(history, f"config ({reading.batch_source})")
+            history = with_config_batch(history, "config " + reading.batch_source.removeprefix("param "))
         return with_planned_lr(finish_reading(history, reading, finished=finished), config)
     from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
     if from_config is not None:

@@ -56,9 +56,9 @@ from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
     build_wandb_history,
-    wandb_reading,
     decode,
     wandb_progress,
+    wandb_reading,
     whole,
 )
 
