@@ -137,13 +137,20 @@ def test_old_silent_cases(mlflow_store):
     assert _read("torchtitan-wandb", mlflow_store).loss_key == "loss_metrics/global_avg_loss"
 
 
-def test_litgpt_per_device_tokens_scaled_by_a_known_world_size(mlflow_store):
-    """litgpt's 'tokens' is one device's; with the total hidden, the world size scales it."""
-    history = _read("litgpt-wandb", mlflow_store, columns=__import__(
-        "tracker_plugin.frame.history", fromlist=["Columns"]).Columns().with_overrides(tokens="tokens"))
-    # Pinned by the user: read as given, a quarter... of the true count? Here 1/devices.
-    per_step = CASES["litgpt-wandb"][1]
-    np.testing.assert_allclose(history.batch, per_step / CONFIG["litgpt"]["devices"], rtol=0.01)
+def test_per_device_tokens_are_scaled_by_a_known_world_size_and_noted_without_one():
+    """litgpt's 'tokens' counts one device's tokens: times the world size from the config
+    ('devices' x 'num_nodes'), or read as it is with a note naming world_size."""
+    from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
+
+    steps = np.arange(5, 205, 5)
+    frame = pd.DataFrame({"_step": steps * 8 - 1, "iter": steps * 8, "step": steps, "loss": curve(steps),
+                          "tokens": steps * 8 * 2 * 64})  # 8 micro-iterations of 2 x 64 tokens per step
+    for config, expected, noted in (({"devices": 2, "num_nodes": 2}, 4 * 1024, False), ({}, 1024, True)):
+        reading = read_as(set(frame.columns) - {"_step"}, config, native_step="_step")
+        history = finish_reading(build_read_history(frame, reading, run="litgpt", logged=frame.columns), reading)
+        np.testing.assert_allclose(history.batch, expected, rtol=1e-12)
+        assert history.last_step == 200
+        assert any("world_size" in note for note in history.notes) == noted
 
 
 def test_step_override_works_for_mlflow(mlflow_store):
@@ -153,7 +160,15 @@ def test_step_override_works_for_mlflow(mlflow_store):
     history = _read("litgpt-mlflow", mlflow_store, columns=Columns().with_overrides(step="iter"))
     accum = CONFIG["litgpt"]["global"] // (CONFIG["litgpt"]["micro"] * CONFIG["litgpt"]["devices"])
     assert history.last_step == STEPS * accum
-    assert any("past the planned" in note for note in history.notes) or history.last_step == STEPS * accum
+
+
+def test_a_step_that_counts_log_calls_is_noted(mlflow_store):
+    """The old silent case: HF -> W&B read on _step ends at 39 of 400 planned steps."""
+    from tracker_plugin.frame.history import Columns
+
+    history = _read("hf-wandb", mlflow_store, columns=Columns().with_overrides(step="_step"))
+    assert history.last_step == STEPS // CONFIG["log_every"] - 1
+    assert any("far below its planned 400 steps" in note and "columns.step" in note for note in history.notes)
 
 
 def test_a_loss_key_with_one_value_names_the_others(mlflow_store):

@@ -577,9 +577,11 @@ def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
     if len(rows) >= 2:
         gap = np.diff(s[rows])
         with np.errstate(divide="ignore", invalid="ignore"):
-            rate = np.where(gap > 0, np.diff(t[rows]) / gap, np.nan)
+            rate = np.diff(t[rows]) / gap
+        # A row that repeats the count (a trainer's end-of-run log) says nothing of the batch.
+        rate = np.where((gap > 0) & (rate > 0), rate, np.nan)
         out[rows[1:]] = rate
-        out[rows[0]] = rate[0]
+        out[rows[0]] = next((r for r in rate if np.isfinite(r)), np.nan)
     elif len(rows) == 1 and s[rows[0]] > 0:
         out[rows[0]] = t[rows[0]] / s[rows[0]]
     return out
