@@ -27,19 +27,18 @@ def test_consecutive_steps_equal_pandas_ewm():
 
 
 def test_thinned_log_averages_over_the_same_tokens():
-    """A value logged every N steps stands for the N steps since the previous log.
-
-    Feed the full-resolution EMA a loss that is constant over each block of N steps and
-    equal to the value logged at the block's end: at the logged steps both must agree.
-    """
+    """A log thinned to every N-th step smooths the loss as the straight line between its
+    rows: feed the full-resolution EMA that line, and at the logged steps both agree."""
     every = 25
     step = np.arange(1, 20_001)
     logged = _noisy(len(step) // every, seed=3)
-    full_loss = np.repeat(logged, every)
+    logged_steps = step[every - 1 :: every]
+    full_steps = step[every - 1 :]
+    full_loss = np.interp(full_steps, logged_steps, logged)
     batch = np.full(len(step), 262_144.0)
-    full = token_window_ema(full_loss, step, batch, 5e7)
-    thinned = token_window_ema(logged, step[every - 1 :: every], batch[::every], 5e7)
-    # the two start differently (first value vs first block); compare after the start washes out
+    full = token_window_ema(full_loss, full_steps, batch[every - 1 :], 5e7)
+    thinned = token_window_ema(logged, logged_steps, batch[::every], 5e7)
+    full = np.r_[np.zeros(every - 1), full]
     np.testing.assert_allclose(thinned[40:], full[every - 1 :: every][40:], rtol=1e-12)
 
 

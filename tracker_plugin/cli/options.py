@@ -42,6 +42,7 @@ Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 # them. A field missing here and from _NOT_SETTINGS fails the check below.
 SETTINGS = {
     "ema_token_window": "EMA smoothing window in tokens (converted to a span per step from that step's batch).",
+    "ema_steps": "EMA window in steps, used when the run has no tokens to be had (the analysis is then on steps).",
     "fit_start_step": "First step of the fit [default: end of lr warmup].",
     "fit_last_stage": "Start the fit no earlier than the last batch stage in the log.",
     "batch_schedule": "Planned batch stages, e.g. '0:589824 2e9:786432'; converts forecast tokens to steps.",
@@ -215,6 +216,17 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
             type=float,
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
         ),
+        click.option(
+            "--seq-len",
+            type=click.FloatRange(min=1),
+            help="Tokens per sequence, for tokens per step composed from the run's config "
+            "(per-device batch x accumulation x world size x sequence length).",
+        ),
+        click.option(
+            "--world-size",
+            type=click.FloatRange(min=1),
+            help="Data-parallel devices, when the run's config does not say (scales per-device counts).",
+        ),
     ]
     return _with(options, func)
 
@@ -279,6 +291,8 @@ def make_source_options(options: dict[str, Any]) -> SourceOptions:
     read = ReadOptions(
         columns=columns,
         batch_size=options.pop("batch_size"),
+        seq_len=options.pop("seq_len", None),
+        world_size=options.pop("world_size", None),
         workers=options.pop("workers", 4),
         cache_dir=options.pop("cache_dir", None),
         use_cache=not options.pop("no_cache", False),

@@ -74,6 +74,8 @@ class AnalysisConfig:
 
     targets: tuple[float, ...]
     ema_token_window: float = 100_000_000.0
+    # The EMA window when the run has no tokens to be had (History.on_steps): in steps.
+    ema_steps: float = 100.0
     model: str = "auto"
     lr_schedule: LrSchedule | None = None
     clock: str = "tokens"
@@ -106,6 +108,7 @@ class AnalysisConfig:
                 raise ConfigError(f"targets are losses above 0, got {target!r}")
         object.__setattr__(self, "targets", tuple(float(t) for t in targets))
         _positive("ema_token_window", self.ema_token_window)
+        _positive("ema_steps", self.ema_steps)
         _positive("extrapolation_warn_factor", self.extrapolation_warn_factor)
         _positive("sweep_step", self.sweep_step)
         _positive("convergence_tol", self.convergence_tol)
@@ -214,6 +217,8 @@ def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
 
 
 def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    if history.on_steps:  # a batch of one "token" per step: the window is in steps
+        config = replace(config, ema_token_window=config.ema_steps)
     notes = list(history.notes)
     config, window_note = _window_within_run(history, config)
     if window_note:

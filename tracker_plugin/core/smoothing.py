@@ -4,7 +4,9 @@ A fixed step count covers a different amount of data at each batch size, which b
 comparison across batch sizes (and across the stages of one dynamic-batch run). So each
 step's EMA span is ``token_window / batch``. A row logged ``g`` steps after the previous
 logged row decays the average by ``g`` steps' worth, so a log thinned to every N-th step
-averages over the same tokens as the full log.
+averages over the same tokens as the full log, and the loss between two logged rows is
+taken as the straight line between them, so a log thinned to every N-th step crosses a
+target where the full log does (to the curve's bend over one gap), not half a gap early.
 """
 
 from __future__ import annotations
@@ -41,7 +43,33 @@ def token_window_ema(loss: np.ndarray, step: np.ndarray, batch: np.ndarray, toke
     ``pd.Series(loss).ewm(span=token_window / B, adjust=False).mean()``.
     """
     decay = ema_decay(step, batch, token_window)
-    return linear_recurrence(decay, (1.0 - decay) * np.asarray(loss, float))
+    x = np.asarray(loss, float)
+    drive = (1.0 - decay) * x
+    gap = np.diff(np.asarray(step, float))
+    skipped = np.flatnonzero(gap > 1) + 1
+    if len(skipped):
+        # A logging gap of g steps: the EMA of the loss interpolated linearly between the
+        # two logged rows, stepped g times, rather than the later value held over the gap
+        # (which leads the dense log's EMA by about half a gap). Exact for a linear curve,
+        # and the same as before for consecutive steps.
+        g = gap[skipped - 1]
+        per_step = np.power(decay[skipped], 1.0 / g)  # the decay of one step
+        weight = _ramp_weight(per_step, g)
+        drive[skipped] = (1.0 - decay[skipped]) * x[skipped - 1] + weight * (x[skipped] - x[skipped - 1])
+    return linear_recurrence(decay, drive)
+
+
+def _ramp_weight(d: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """``(1 - d) / g * sum_{k=1..g} k d**(g-k)``: how much of a linear rise over ``g`` steps
+    an EMA with per-step decay ``d`` has taken in by the end of them."""
+    one_minus = 1.0 - d
+    small = one_minus * g < 1e-4  # the closed form cancels: its first-order series
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dg = np.power(d, g)
+        s0 = (1.0 - dg) / one_minus  # sum_{j<g} d**j
+        s1 = d * (s0 - g * np.power(d, g - 1.0)) / one_minus  # sum_{j<g} j d**j
+        closed = one_minus / g * (g * s0 - s1)
+    return np.where(small, one_minus * (g + 1.0) / 2.0, np.where(one_minus <= 0, 0.0, closed))
 
 
 def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:

@@ -103,6 +103,11 @@ class History:
     time_source: str | None = None
     # The first logged time on any row (rows without a loss too): where seconds count from.
     time_start: float | None = None
+    # How each column was found: (role, description) pairs, "framework" among them
+    # (see frame/conventions.py); empty for a frame built without a reading.
+    read_as: tuple[tuple[str, str], ...] = ()
+    # No tokens to be had: ``tokens`` counts steps (a batch of 1) and the EMA is in steps.
+    on_steps: bool = False
 
     def __len__(self) -> int:
         return len(self.step)

@@ -63,7 +63,8 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "lr_plan": _plan_json(analysis),
         "clock": None if config.model == "power-law" else config.clock,
         "interval_level": None if config.model == "power-law" else config.interval,
-        "read_as": {"time": analysis.history.time_source},
+        # How each column was found (the trainer's conventions), and the clock.
+        "read_as": {**dict(analysis.history.read_as), "time": analysis.history.time_source},
         "throughput": throughput_json(analysis),
         "deadline": deadline_json(analysis),
     }
@@ -163,6 +164,8 @@ def to_text(analysis: Analysis, wording: Wording = as_written) -> str:
     """
     analysis = _reworded(analysis, wording)
     lines = [f"run: {printable(analysis.run)}", _header(analysis)]
+    if analysis.history.read_as:
+        lines.append(wording(f"read as: {_read_as(analysis)}"))
     if analysis.selection is not None:
         lines.append(_model_line(analysis))
     if analysis.dynamic_batch:
@@ -190,6 +193,13 @@ def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
         notes=tuple(wording(note) for note in analysis.notes),
         targets=targets,
     )
+
+
+def _read_as(analysis: Analysis) -> str:
+    """``Hugging Face Trainer (step: train/global_step, loss: train/loss, ...)``."""
+    items = dict(analysis.history.read_as)
+    name = items.pop("framework", "generic")
+    return f"{name} (" + ", ".join(f"{k}: {v}" for k, v in items.items()) + ")"
 
 
 def _header(analysis: Analysis) -> str:

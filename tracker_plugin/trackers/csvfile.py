@@ -17,6 +17,15 @@ from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.options import ReadOptions
+from tracker_plugin.trackers.trainer_files import (
+    TRAINER_STATE,
+    is_trainer_state,
+    read_frame_as_trainer,
+    read_trainer_state,
+    sibling_hparams,
+    trainer_detected,
+)
 
 __all__ = ["CsvSource", "read_csv", "read_lr_schedule"]
 
@@ -26,10 +35,18 @@ _MISSING = ["", "NA", "N/A", "n/a", "null", "NULL", "None", "<NA>"]
 _WIDE = 3
 
 
-def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, batch_size: float | None = None) -> History:
+def read_csv(
+    path: str | os.PathLike[str],
+    *,
+    columns: Columns | None = None,
+    batch_size: float | None = None,
+    options: ReadOptions | None = None,
+) -> History:
     """Read a CSV training log into a :class:`~tracker_plugin.History`.
 
-    Only the columns named in ``columns`` (candidates included) are parsed, which keeps
+    A trainer's own log (Lightning ``CSVLogger``'s ``metrics.csv``: ``lr-<Optimizer>``,
+    ``*_step``/``*_epoch`` keys) is read by its trainer's conventions, with
+    ``hparams.yaml`` beside it as the config (:mod:`.trainer_files`). Only the columns named in ``columns`` (candidates included) are parsed, which keeps
     a wide export with hundreds of keys fast to read.
 
     Raises
@@ -47,6 +64,11 @@ def read_csv(path: str | os.PathLike[str], *, columns: Columns | None = None, ba
     try:
         header = pd.read_csv(run, nrows=0).columns
         _no_duplicate_columns(run, header, columns)
+        if trainer_detected(header):
+            options = options or ReadOptions(columns=columns, batch_size=batch_size)
+            data = pd.read_csv(run, keep_default_na=False, na_values=_MISSING)
+            config = sibling_hparams(Path(run))
+            return read_frame_as_trainer(data, config, options, run=run, native_step="step", finished=True)
         wanted = [c for c in header if c in set(columns.keys())]
         if not any(c in wanted for c in columns.loss) or not any(c in wanted for c in columns.step):
             return build_history(pd.DataFrame(columns=header), run=run, columns=columns, batch_size=batch_size)
@@ -131,9 +153,9 @@ class CsvSource(Source):
     def runs(self) -> list[RunInfo]:
         path = Path(self.spec)
         if path.is_dir():
-            files = sorted(p for p in path.glob("*.csv") if p.is_file())
+            files = sorted(p for p in [*path.glob("*.csv"), *path.glob(TRAINER_STATE)] if p.is_file())
             if not files:
-                raise RunNotFound("the directory holds no *.csv files", run=self.spec)
+                raise RunNotFound(f"the directory holds no *.csv or {TRAINER_STATE} files", run=self.spec)
         elif path.is_file():
             files = [path]
         else:
@@ -144,7 +166,11 @@ class CsvSource(Source):
         ]
 
     def read(self, run: RunInfo) -> History:
-        return read_csv(run.ref, columns=self.options.columns, batch_size=self.options.batch_size)
+        if is_trainer_state(run.ref):
+            return read_trainer_state(run.ref, self.options)
+        return read_csv(
+            run.ref, columns=self.options.columns, batch_size=self.options.batch_size, options=self.options
+        )
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         _, png_path = _sidecars(Path(run.ref))

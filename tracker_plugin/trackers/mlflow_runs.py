@@ -55,10 +55,11 @@ from tracker_plugin.errors import (
     TrackerUnavailable,
 )
 from tracker_plugin.frame.align import KeyHistory, align_on_step
+from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading, read_as
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
-from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
+from tracker_plugin.frame.history import Columns, History, batch_from_name
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
-from tracker_plugin.plan.params import batch_from_config, flat_params
+from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
 from tracker_plugin.trackers.cache import HistoryCache
 from tracker_plugin.trackers.mlflow_rest import (
@@ -91,9 +92,10 @@ _STATES = {
     "FAILED": "failed",
     "KILLED": "killed",
 }
-_ROLES = ("loss", "tokens", "batch", "lr")  # the step is MLflow's own
 # The clock: each loss point's own timestamp, unless --time-col names a logged metric.
 _TIMESTAMP = "mlflow_timestamp"
+# MLflow's own metric step, as a frame column (a run may log a metric named ``step``).
+MLFLOW_STEP = "_mlflow_step"
 
 
 class MlflowSource(Source):
@@ -209,59 +211,64 @@ class MlflowSource(Source):
     def read(self, run: RunInfo) -> History:
         record = self._record(run)
         latest = _latest(record)
-        keys = self._keys(run, latest)
-        histories = self._histories(run, record, keys, latest)
-        loss_steps, _, loss_stamps = histories[keys["loss"]]
-        histories[_TIMESTAMP] = (loss_steps, np.asarray(loss_stamps, float) / 1000.0, loss_stamps)
-        frame, nan_loss = _aligned(histories, keys["loss"])
         params = flat_params(record.data.params, text_numbers=True)
-        batch_size, batch_source = self._batch(run, params, keys)
-        columns = Columns(step=("step",), **{role: (keys[role],) if role in keys else () for role in _ROLES})
-        columns = replace(columns, time=(keys["time"],) if "time" in keys else (_TIMESTAMP,))
-        history = build_history(
-            frame, run=run.ref, columns=columns, batch_size=batch_size, logged_nan_loss=nan_loss
-        )
-        if batch_source == _FROM_NAME:
-            history = replace(history, batch_source=batch_source)
-        elif batch_source:
-            history = with_config_batch(history, batch_source)
-        return with_planned_lr(history, params)
-
-
-    def _keys(self, run: RunInfo, latest: Mapping[str, Any]) -> dict[str, str]:
-        """Role -> the first candidate key the run logged; the loss key must be there."""
-        keys = {}
-        for role in _ROLES:
-            key = _first_present(getattr(self.options.columns, role), latest)
-            if key is not None:
-                keys[role] = key
-        if self.options.columns.time != Columns().time:  # a time metric named with --time-col
-            key = _first_present(self.options.columns.time, latest)
-            if key is not None:
-                keys["time"] = key
-        if "loss" not in keys:
+        logged = {k for k in latest if not k.startswith(f"{NAMESPACE}/")}
+        reading = self._reading(run, logged, params)
+        loss_key = reading.columns.loss[0]
+        if loss_key not in logged:
             wanted = " or ".join(f"'{k}'" for k in self.options.columns.loss)
-            logged = sorted(k for k in latest if not k.startswith(f"{NAMESPACE}/"))
             raise DataError(
-                f"no loss metric {wanted}; the run logs {logged[:20]}{' ...' if len(logged) > 20 else ''} "
+                f"no loss metric {wanted}; the run logs {sorted(logged)[:20]}{' ...' if len(logged) > 20 else ''} "
                 "(choose one with --loss-col)",
                 run=run.ref,
             )
-        return keys
+        # The clock is each loss point's timestamp, unless --time-col names a metric.
+        keys = {name: name for name in reading.keys() if name in logged and name not in reading.columns.time}
+        time_key = self._time_key(logged)
+        if time_key is not None:
+            keys[time_key] = time_key
+        histories = self._histories(run, record, keys, latest)
+        loss_steps, _, loss_stamps = histories[loss_key]
+        histories[_TIMESTAMP] = (loss_steps, np.asarray(loss_stamps, float) / 1000.0, loss_stamps)
+        frame, nan_loss = _aligned(histories, loss_key)
+        time = (time_key,) if time_key is not None else (_TIMESTAMP,)
+        reading = replace(reading, columns=replace(reading.columns, time=time))
+        history = build_read_history(frame, reading, run=run.ref, logged=logged, logged_nan_loss=nan_loss)
+        if reading.batch_source == _FROM_NAME:
+            history = replace(history, batch_source=_FROM_NAME)
+        elif reading.batch_source is not None and reading.batch_source.startswith("param '"):
+            history = with_config_batch(history, reading.batch_source)
+        return with_planned_lr(finish_reading(history, reading, finished=run.state == "finished"), params)
 
-    def _batch(
-        self, run: RunInfo, params: Mapping[str, Any], keys: Mapping[str, str]
-    ) -> tuple[float | None, str | None]:
-        """Tokens per step when no batch metric is logged: a param, the flag, the run name."""
-        if "batch" in keys:
-            return self.options.batch_size, None
-        found = batch_from_config(params, self.options.batch_params)
-        if found is not None:
-            return found[0], f"param '{found[1]}'"
-        if self.options.batch_size is not None:
-            return self.options.batch_size, None
+    def _time_key(self, logged: set[str]) -> str | None:
+        """A time metric named with ``--time-col``; else each loss point's own timestamp."""
+        if self.options.columns.time == Columns().time:
+            return None
+        return next((key for key in self.options.columns.time if key in logged), None)
+
+    def _reading(self, run: RunInfo, logged: set[str], params: Mapping[str, Any]) -> Reading:
+        """Which metric is what. MLflow's own step is the trainer's ``step=``; a logged
+        optimizer-step key (litgpt's ``step``, its metric step counting micro-batches)
+        takes its place, and a batch in the run name (``_1Mbs``) is the last resort."""
+        options = self.options
+
+        def reading(batch_size: float | None) -> Reading:
+            return read_as(
+                logged,
+                params,
+                options.columns,
+                native_step=MLFLOW_STEP,
+                seq_len=options.seq_len,
+                world_size=options.world_size,
+                batch_size=batch_size,
+                batch_params=options.batch_params,
+            )
+
+        found = reading(options.batch_size)
         from_name = batch_from_name(run.name)
-        return (from_name, _FROM_NAME) if from_name is not None else (None, None)
+        if found.on_steps and from_name is not None:
+            found = replace(reading(from_name), batch_source=_FROM_NAME)
+        return found
 
     def _histories(
         self, run: RunInfo, record: Any, keys: Mapping[str, str], latest: Mapping[str, Any]
@@ -537,7 +544,8 @@ def _aligned(
     """Per-key ``(step, value, timestamp)`` histories as one table on MLflow's step, and the
     rows whose loss was logged as NaN; at a step logged twice the latest timestamp wins."""
     aligned = align_on_step(
-        {key: KeyHistory(step, _restore_infinity(value), stamp) for key, (step, value, stamp) in histories.items()}
+        {key: KeyHistory(step, _restore_infinity(value), stamp) for key, (step, value, stamp) in histories.items()},
+        step=MLFLOW_STEP,
     )
     return aligned.frame, aligned.logged_nan.get(loss_key, np.zeros(len(aligned.frame), bool))
 

@@ -30,6 +30,9 @@ class ReadOptions:
     workers: int = 4  # runs, and a run's keys, fetched at once
     cache_dir: str | None = None  # None: the default cache directory
     use_cache: bool = True  # finished runs' histories from the local cache
+    # What the run may never log, for composing tokens per step from its config.
+    seq_len: float | None = None  # tokens per sequence
+    world_size: float | None = None  # data-parallel devices
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,22 @@ from typing import Any
 import pandas as pd
 
 from tracker_plugin.frame.align import KeyHistory, align_on_step
+from tracker_plugin.frame.conventions import Reading, finish_reading, read_as
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.plan.params import batch_from_config
+from tracker_plugin.trackers.options import ReadOptions
 
-__all__ = ["ROW_KEY", "KeyColumn", "build_wandb_history", "chosen_keys", "decode", "wandb_progress", "whole"]
+__all__ = [
+    "ROW_KEY",
+    "KeyColumn",
+    "build_wandb_history",
+    "chosen_keys",
+    "decode",
+    "wandb_progress",
+    "wandb_reading",
+    "whole",
+]
 
 ROW_KEY = "_step"  # W&B's own row number: unique, increasing, always logged
 
@@ -64,6 +75,21 @@ def chosen_keys(available: Iterable[str], columns: Columns) -> list[str]:
     return keys
 
 
+def wandb_reading(available: Iterable[str], config: Mapping[str, Any], options: ReadOptions) -> Reading:
+    """Which of a W&B run's keys are what: the trainer's step key over ``_step`` (which
+    counts ``log`` calls), its loss, lr and tokens (see :mod:`tracker_plugin.frame.conventions`)."""
+    return read_as(
+        set(available) - {ROW_KEY},
+        config,
+        options.columns,
+        native_step=ROW_KEY,
+        seq_len=options.seq_len,
+        world_size=options.world_size,
+        batch_size=options.batch_size,
+        batch_params=options.batch_params,
+    )
+
+
 def wandb_progress(step: Any) -> str | None:
     """How far a run has got, as ``loss_eta/progress`` records it: ``_step N``."""
     step = whole(decode(step))
@@ -80,6 +106,8 @@ def build_wandb_history(
     config: Mapping[str, Any],
     batch_params: Sequence[str],
     all_keys: Iterable[str] = (),
+    reading: Reading | None = None,
+    finished: bool = False,
 ) -> History:
     """The common frame from each chosen key's column, aligned on ``_step``.
 
@@ -94,6 +122,8 @@ def build_wandb_history(
     key is missing. A loss the run logged as NaN is passed on as such (dropped and
     counted), unlike a row that did not log the loss.
     """
+    if reading is not None:
+        columns, batch_size = reading.columns, reading.batch_size
     logged = set(data) | {ROW_KEY}
     loss_key = next((c for c in columns.loss if c in logged), None)
     step_key = next((c for c in columns.step if c in logged), None)
@@ -107,6 +137,13 @@ def build_wandb_history(
     )
     frame = aligned.frame
     logged_nan = aligned.logged_nan.get(loss_key)
+    if reading is not None:
+        history = build_history(
+            reading.prepare(frame), run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
+        )
+        if reading.batch_source is not None and reading.batch_source.startswith("param '"):
+            history = with_config_batch(history, "config " + reading.batch_source.removeprefix("param "))
+        return with_planned_lr(finish_reading(history, reading, finished=finished), config)
     from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
     if from_config is not None:
         batch_size = from_config[0]

@@ -39,8 +39,8 @@ from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
     build_wandb_history,
-    chosen_keys,
     wandb_progress,
+    wandb_reading,
     whole,
 )
 from tracker_plugin.trackers.wandb_log import LogCorrupt, LogRecord, LogTail, read_log, write_records
@@ -289,16 +289,23 @@ class WandbOfflineSource(Source):
 
     def read(self, run: RunInfo) -> History:
         parsed = self._parsed.get(run.ref) or self._read(_wandb_file(run.ref), run.ref)
-        keys = chosen_keys(parsed.keys, self.options.columns)
+        config = flat_params(parsed.config)
+        reading = wandb_reading(parsed.keys, config, self.options)
+        keys = [ROW_KEY, *reading.keys()]
+        if any(k in parsed.keys and k not in parsed.data for k in keys):
+            # The trainer's keys were not among those first parsed: parse them now.
+            parsed = read_offline_run(parsed.path, keys, ref=run.ref)
         data: dict[str, KeyColumn] = {k: parsed.data[k] for k in keys if k in parsed.data}
         return build_wandb_history(
             data,
             run=run.ref,
             columns=self.options.columns,
             batch_size=self.options.batch_size,
-            config=flat_params(parsed.config),
+            config=config,
             batch_params=self.options.batch_params,
             all_keys=parsed.keys,
+            reading=reading,
+            finished=parsed.state == "finished",
         )
 
 

@@ -56,9 +56,9 @@ from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
     build_wandb_history,
-    chosen_keys,
     decode,
     wandb_progress,
+    wandb_reading,
     whole,
 )
 
@@ -208,12 +208,13 @@ class WandbSource(Source):
             wb_run = self._run(run)
             history_keys = _history_keys(wb_run)
             available = set(history_keys.get("keys") or {}) | {ROW_KEY}
-            keys = chosen_keys(available, self.options.columns)
-            has_loss = any(c in available for c in self.options.columns.loss)
+            config = flat_params(wb_run.config)
+            reading = wandb_reading(available, config, self.options)
+            keys = [ROW_KEY, *(k for k in reading.keys() if k in available)]
+            has_loss = any(c in available for c in reading.columns.loss)
             # Without a loss key there is nothing to scan: build_wandb_history names the keys.
             rows = int(getattr(wb_run, "history_line_count", 0) or 0)
             data = self._scan(wb_run, keys, history_keys, rows) if has_loss else {}
-            config = flat_params(wb_run.config)
         return build_wandb_history(
             data,
             run=run.ref,
@@ -222,6 +223,8 @@ class WandbSource(Source):
             config=config,
             batch_params=self.options.batch_params,
             all_keys=available,
+            reading=reading,
+            finished=run.state == "finished",
         )
 
 

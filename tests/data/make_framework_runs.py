@@ -1,0 +1,342 @@
+"""Write small training runs through the real trainers' own tracker integrations (developer only).
+
+Not run by CI: CI reads the fixtures this writes into ``tests/data/frameworks/``. Each run
+trains a one-parameter module whose loss is a known function of the optimizer step
+(:func:`curve`), so every crossing has an answer computed without the plugin (see
+``tests/test_frameworks.py``). Make the throwaway venv and run it from the worktree::
+
+    python -m venv /tmp/fw-venv && /tmp/fw-venv/bin/pip install torch==2.13.0 transformers \
+        lightning mlflow wandb accelerate datasets
+    /tmp/fw-venv/bin/python tests/data/make_framework_runs.py tests/data/frameworks
+
+What writes what:
+
+- ``hf``: the ``transformers`` ``Trainer`` with ``report_to=["mlflow"]`` and, in a second
+  run with ``include_num_input_tokens_seen``, ``report_to=["wandb"]``; the checkpoint's
+  ``trainer_state.json``.
+- ``lightning``: a ``lightning`` ``Trainer`` with ``MLFlowLogger``, ``WandbLogger`` and
+  ``CSVLogger`` at once, and ``LearningRateMonitor``; CSVLogger's ``metrics.csv``.
+- ``nanogpt``, ``torchtitan``, ``litgpt``: these trainers need GPUs and their own data, so
+  their logging code path is copied minimally (the calls and the metric dicts, with the
+  source each came from) and driven against the real ``wandb`` and ``mlflow`` clients
+  (litgpt logs through Lightning's own ``WandbLogger``/``MLFlowLogger``, as it does).
+
+The W&B runs are offline (``WANDB_MODE=offline`` in this script's own environment); only
+their ``.wandb`` files are kept. MLflow runs go to one sqlite store, ``mlflow.db``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+# The generator's known configuration; tests/test_frameworks.py repeats these numbers.
+STEPS = 400  # optimizer steps of every run
+LOG_EVERY = 10  # logging_steps / log_every_n_steps / eval_interval / log_freq
+BATCH = 4  # per-device sequences per micro-batch
+ACCUM = 2  # gradient accumulation
+SEQ = 64  # tokens per sequence
+WARMUP = 40
+PEAK_LR = 1e-3
+# litgpt: micro_batch_size 2 on 2 devices, global batch 32 -> 8 micro-iterations per step.
+LITGPT = {"micro": 2, "devices": 2, "global": 32, "log_interval": 5}
+
+
+def curve(step: float) -> float:
+    """The training loss at optimizer step ``step`` (1-based): a power law to 2.0."""
+    return 2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6
+
+
+def cosine_lr(step: int, total: int = STEPS) -> float:
+    """HF's ``cosine`` schedule (get_cosine_schedule_with_warmup) at 0-based ``step``."""
+    if step < WARMUP:
+        return PEAK_LR * step / WARMUP
+    progress = (step - WARMUP) / (total - WARMUP)
+    return PEAK_LR * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def _env(out: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        WANDB_MODE="offline",
+        WANDB_SILENT="true",
+        WANDB_DISABLE_CODE="true",
+        WANDB_DIR=str(out / "_wandb"),
+        MLFLOW_TRACKING_URI=f"sqlite:///{out / 'mlflow.db'}",
+        TOKENIZERS_PARALLELISM="false",
+        HF_MLFLOW_LOG_ARTIFACTS="0",
+    )
+    return env
+
+
+def _hf(out: Path, tracker: str) -> None:
+    import torch
+    from torch import nn
+    from transformers import Trainer, TrainingArguments
+
+    class Curve(nn.Module):
+        """Loss = curve(optimizer step); the forward pass counts micro-batches."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+            self.calls = 0
+
+        def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+            step = self.calls // ACCUM + 1
+            self.calls += 1
+            return {"loss": torch.tensor(curve(step)) + 0.0 * self.w.sum() + 0.0 * input_ids.float().mean()}
+
+    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return STEPS * BATCH * ACCUM
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            ids = torch.zeros(SEQ, dtype=torch.long)
+            return {"input_ids": ids, "labels": ids}
+
+    name = f"hf-{tracker}"
+    args = TrainingArguments(
+        output_dir=str(out / "_hf" / name),
+        run_name=name,
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        learning_rate=PEAK_LR,
+        lr_scheduler_type="cosine",
+        warmup_steps=WARMUP,
+        logging_steps=LOG_EVERY,
+        save_strategy="steps",
+        save_steps=STEPS,
+        report_to=[tracker],
+        include_num_input_tokens_seen=tracker == "wandb",
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    Trainer(model=Curve(), args=args, train_dataset=Data()).train()
+    if tracker == "mlflow":
+        state = out / "_hf" / name / f"checkpoint-{STEPS}" / "trainer_state.json"
+        shutil.copy(state, out / "hf" / "trainer_state.json")
+
+
+def _lightning(out: Path) -> None:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import LearningRateMonitor
+    from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+    from torch import nn
+
+    class Module(L.LightningModule):
+        def __init__(self, batch_size: int, seq_len: int, accumulate_grad_batches: int, max_steps: int) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            loss = torch.tensor(curve(self.global_step + 1)) + 0.0 * self.w.sum()
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+        def configure_optimizers(self) -> dict[str, object]:
+            opt = torch.optim.AdamW(self.parameters(), lr=PEAK_LR)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s) / PEAK_LR)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    data = torch.utils.data.DataLoader(torch.zeros(STEPS * ACCUM * BATCH, SEQ, dtype=torch.long), batch_size=BATCH)
+    loggers = [
+        MLFlowLogger(experiment_name="frameworks", run_name="lightning-mlflow", tracking_uri=_env(out)["MLFLOW_TRACKING_URI"]),
+        WandbLogger(project="frameworks", name="lightning-wandb", save_dir=str(out / "_wandb"), offline=True),
+        CSVLogger(str(out / "_csv"), name="lightning"),
+    ]
+    trainer = L.Trainer(
+        max_steps=STEPS,
+        accumulate_grad_batches=ACCUM,
+        log_every_n_steps=LOG_EVERY,
+        logger=loggers,
+        callbacks=[LearningRateMonitor(logging_interval="step")],
+        accelerator="cpu",
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(Module(BATCH, SEQ, ACCUM, STEPS), data)
+    (metrics,) = (out / "_csv").rglob("metrics.csv")
+    shutil.copy(metrics, out / "lightning" / "metrics.csv")
+    shutil.copy(metrics.with_name("hparams.yaml"), out / "lightning" / "hparams.yaml")
+
+
+def _nanogpt(out: Path) -> None:
+    """nanoGPT's train.py logging (https://github.com/karpathy/nanoGPT/blob/e2221318e607eb5ee0669d6b7641af25a2111545/train.py):
+    ``config`` holds the script's globals; every ``eval_interval`` iters it logs
+    ``iter``, ``train/loss``, ``val/loss``, ``lr`` and ``mfu`` with ``wandb.log``."""
+    import wandb
+
+    config = {
+        "batch_size": BATCH, "block_size": SEQ, "gradient_accumulation_steps": ACCUM, "max_iters": STEPS,
+        "eval_interval": LOG_EVERY, "learning_rate": PEAK_LR, "decay_lr": True, "warmup_iters": WARMUP,
+        "lr_decay_iters": STEPS, "min_lr": 0.0, "wandb_log": True,
+    }
+    wandb.init(project="frameworks", name="nanogpt-wandb", config=config)
+
+    def get_lr(it: int) -> float:  # nanoGPT's get_lr, with its config
+        if it < WARMUP:
+            return PEAK_LR * (it + 1) / (WARMUP + 1)
+        ratio = (it - WARMUP) / (STEPS - WARMUP)
+        return 0.0 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (PEAK_LR - 0.0)
+
+    for iter_num in range(STEPS + 1):
+        if iter_num % LOG_EVERY == 0:
+            # estimate_loss() on the model after iter_num optimizer steps
+            loss = curve(iter_num) if iter_num else curve(0.0)
+            wandb.log({"iter": iter_num, "train/loss": loss, "val/loss": loss + 0.05, "lr": get_lr(iter_num), "mfu": 0.0})
+    wandb.finish()
+
+
+def _torchtitan(out: Path) -> None:
+    """torchtitan's WandBLogger and MetricsProcessor.log (v0.2.2,
+    https://github.com/pytorch/torchtitan/blob/00fbaafa6ea1b54dd1a9b451a648f196781e8b26/torchtitan/components/metrics.py):
+    ``wandb.init(config=job_config.to_dict())``; at step 1 and every ``metrics.log_freq``
+    steps ``wandb.log(metrics, step=step)`` with ``loss_metrics/*`` and the trainer's
+    ``extra_metrics`` (``n_tokens_seen``, ``lr``)."""
+    import wandb
+
+    dp = 2
+    job_config = {
+        "training": {"local_batch_size": BATCH, "seq_len": SEQ, "steps": STEPS, "global_batch_size": BATCH * ACCUM * dp},
+        "parallelism": {"data_parallel_shard_degree": dp},
+        "lr_scheduler": {"warmup_steps": WARMUP, "decay_ratio": None, "decay_type": "cosine", "min_lr_factor": 0.0},
+        "optimizer": {"name": "AdamW", "lr": PEAK_LR},
+        "metrics": {"log_freq": LOG_EVERY, "enable_wandb": True},
+    }
+    wandb.init(project="frameworks", name="torchtitan-wandb", config=job_config)
+    per_step = BATCH * ACCUM * dp * SEQ
+    for step in range(1, STEPS + 1):
+        if step == 1 or step % LOG_EVERY == 0:
+            metrics = {
+                "loss_metrics/global_avg_loss": curve(step),
+                "loss_metrics/global_max_loss": curve(step) + 0.1,
+                "grad_norm": 1.0,
+                "throughput(tps)": 1000.0,
+                "n_tokens_seen": step * per_step,
+                "lr": cosine_lr(step - 1),
+            }
+            wandb.log(metrics, step=step)
+    wandb.finish()
+
+
+def _litgpt(out: Path) -> None:
+    """litgpt's pretrain.py fit loop logging (https://github.com/Lightning-AI/litgpt/blob/0363060b9b9952baada5e5e91c5f2ca1030acd35/litgpt/pretrain.py):
+    every ``log_interval`` optimizer steps ``fabric.log_dict(metrics, step=iter_num - 1)``
+    with ``iter`` (micro-iterations), ``step`` (optimizer steps), per-device ``tokens``,
+    ``total_tokens`` and ``learning_rate``; hyperparameters through ``log_hyperparams``.
+    The loggers are Lightning's, as litgpt's ``choose_logger`` makes them."""
+    from lightning.pytorch.loggers import MLFlowLogger, WandbLogger
+
+    micro, devices, global_batch = LITGPT["micro"], LITGPT["devices"], LITGPT["global"]
+    accum = global_batch // (micro * devices)
+    max_iters = STEPS * accum
+    hparams = {
+        "model_name": "pythia-14m", "devices": devices, "num_nodes": 1,
+        "train": {
+            "global_batch_size": global_batch, "micro_batch_size": micro, "max_tokens": max_iters * micro * devices * SEQ,
+            "max_seq_length": SEQ, "lr_warmup_steps": WARMUP, "log_interval": LITGPT["log_interval"], "min_lr": 0.0,
+        },
+        "optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": PEAK_LR}},
+    }
+    loggers = [
+        WandbLogger(project="frameworks", name="litgpt-wandb", save_dir=str(out / "_wandb"), offline=True),
+        MLFlowLogger(experiment_name="frameworks", run_name="litgpt-mlflow", tracking_uri=_env(out)["MLFLOW_TRACKING_URI"]),
+    ]
+    for logger in loggers:
+        logger.log_hyperparams(hparams)
+    log_iter_interval = LITGPT["log_interval"] * accum
+    state = {"iter_num": 0, "step_count": 0}
+    for _ in range(max_iters):
+        state["iter_num"] += 1
+        is_accumulating = state["iter_num"] % accum != 0
+        if not is_accumulating:
+            state["step_count"] += 1
+        if state["iter_num"] % log_iter_interval == 0:
+            metrics = {
+                "loss": curve(state["step_count"]),
+                "iter": state["iter_num"],
+                "step": state["step_count"],
+                "epoch": 0,
+                "iter_time": 0.01,
+                "remaining_time": 1.0,
+                "tokens": state["iter_num"] * micro * SEQ,
+                "total_tokens": state["iter_num"] * micro * SEQ * devices,
+                "learning_rate": cosine_lr(state["step_count"]),
+            }
+            for logger in loggers:
+                logger.log_metrics(metrics, step=state["iter_num"] - 1)
+    for logger in loggers:
+        logger.finalize("success")
+
+
+_SETUPS = {
+    "hf-mlflow": lambda out: _hf(out, "mlflow"),
+    "hf-wandb": lambda out: _hf(out, "wandb"),
+    "lightning": _lightning,
+    "nanogpt": _nanogpt,
+    "torchtitan": _torchtitan,
+    "litgpt": _litgpt,
+}
+
+
+def _keep_wandb(out: Path) -> None:
+    """Each offline run's ``.wandb`` file, in ``wandb/<run name>/offline-run-*/``."""
+    for wandb_file in sorted((out / "_wandb").rglob("run-*.wandb")):
+        run_dir = wandb_file.parent
+        name = _run_name(wandb_file)
+        target = out / "wandb" / name / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wandb_file, target / wandb_file.name)
+
+
+def _run_name(wandb_file: Path) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from tracker_plugin.trackers.wandb_offline import read_offline_run
+
+    return read_offline_run(wandb_file, (), ref=str(wandb_file)).name
+
+
+def main(out: Path) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for folder in ("hf", "lightning"):
+            (work / folder).mkdir()
+        for name in _SETUPS:
+            print(f"writing {name}", flush=True)
+            subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work), check=True)
+        _keep_wandb(work)
+        with sqlite3.connect(work / "mlflow.db") as db:
+            db.execute("VACUUM")
+        out.mkdir(parents=True, exist_ok=True)
+        for item in ("hf", "lightning", "wandb", "mlflow.db"):
+            target = out / item
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+            src = work / item
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, target)
+    (out / "CONFIG.json").write_text(json.dumps({
+        "steps": STEPS, "log_every": LOG_EVERY, "batch": BATCH, "accum": ACCUM, "seq": SEQ, "warmup": WARMUP,
+        "peak_lr": PEAK_LR, "litgpt": LITGPT, "curve": "2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6",
+    }, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--one":
+        _SETUPS[sys.argv[2]](Path(sys.argv[3]))
+    else:
+        main(Path(sys.argv[1]))

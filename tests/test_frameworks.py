@@ -1,0 +1,204 @@
+"""Runs written by the real trainers (tests/data/make_framework_runs.py), read with no flags
+but the ones the README's table says a trainer needs, checked against answers computed
+from the generator's known configuration without the plugin."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.errors import DataError
+from tracker_plugin.report.render import to_json, to_text
+from tracker_plugin.trackers import ReadOptions
+from tracker_plugin.trackers.csvfile import CsvSource
+from tracker_plugin.trackers.wandb_offline import WandbOfflineSource
+
+FRAMEWORKS = Path(__file__).parent / "data" / "frameworks"
+CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
+STEPS = CONFIG["steps"]
+HF_TOKENS = CONFIG["batch"] * CONFIG["accum"] * CONFIG["seq"]  # 512 tokens per step, world 1
+TARGET = 3.5
+EMA_STEPS = 20  # the EMA window in steps every check uses (tokens: EMA_STEPS x tokens per step)
+
+
+def curve(step: np.ndarray) -> np.ndarray:
+    return 2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6
+
+
+def expected_crossing(mean_over: int = 1) -> float:
+    """The step where pandas' EMA (span EMA_STEPS) of the true per-step loss reaches TARGET.
+
+    HF logs the mean loss since its last log (``logging_steps`` steps), a trailing mean
+    the trainer itself applies: ``mean_over`` applies it to the true curve too.
+    """
+    steps = np.arange(1, STEPS + 1, dtype=float)
+    loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
+    ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()
+    i = int(np.flatnonzero(ema <= TARGET)[0])
+    return float(np.interp(TARGET, [ema[i], ema[i - 1]], [steps[i], steps[i - 1]]))
+
+
+# name -> (source, tokens per step, true last optimizer step, options, framework)
+CASES = {
+    "hf-wandb": ("wandb-offline:wandb/hf-wandb", HF_TOKENS, STEPS, {}, "Hugging Face Trainer"),
+    "hf-mlflow": ("mlflow:hf-mlflow", HF_TOKENS, STEPS, {"seq_len": CONFIG["seq"]}, "Hugging Face Trainer"),
+    # trainer_state.json does not record gradient accumulation: tokens per step are given.
+    "hf-trainer-state": ("hf/trainer_state.json", HF_TOKENS, STEPS, {"batch_size": HF_TOKENS}, "Hugging Face Trainer"),
+    # Lightning numbers its steps from 0: its 400th optimizer step is logged as step 399.
+    "lightning-wandb": ("wandb-offline:wandb/lightning-wandb", HF_TOKENS, STEPS - 1, {}, "PyTorch Lightning"),
+    "lightning-mlflow": ("mlflow:lightning-mlflow", HF_TOKENS, STEPS - 1, {}, "PyTorch Lightning"),
+    "lightning-csv": ("lightning/metrics.csv", HF_TOKENS, STEPS - 1, {}, "PyTorch Lightning"),
+    "nanogpt-wandb": ("wandb-offline:wandb/nanogpt-wandb", HF_TOKENS, STEPS, {}, "nanoGPT"),
+    "torchtitan-wandb": ("wandb-offline:wandb/torchtitan-wandb", 2 * HF_TOKENS, STEPS, {}, "torchtitan"),
+    "litgpt-wandb": ("wandb-offline:wandb/litgpt-wandb", CONFIG["litgpt"]["global"] * CONFIG["seq"], STEPS, {}, "litgpt"),
+    "litgpt-mlflow": ("mlflow:litgpt-mlflow", CONFIG["litgpt"]["global"] * CONFIG["seq"], STEPS, {}, "litgpt"),
+}
+
+
+@pytest.fixture(scope="module")
+def mlflow_store(tmp_path_factory) -> str:
+    pytest.importorskip("mlflow")
+    root = tmp_path_factory.mktemp("frameworks")
+    shutil.copy(FRAMEWORKS / "mlflow.db", root / "mlflow.db")
+    return f"sqlite:///{root / 'mlflow.db'}"
+
+
+def _read(name: str, store: str, **extra):
+    spec, _, _, options, _ = CASES[name]
+    read = ReadOptions(use_cache=False, **{**options, **extra})
+    if spec.startswith("mlflow:"):
+        from tracker_plugin.trackers.mlflow_runs import MlflowSource
+        from tracker_plugin.trackers.options import MlflowOptions
+
+        source = MlflowSource("", read, MlflowOptions(tracking_uri=store, experiment_ids=()))
+        from mlflow import MlflowClient
+
+        client = MlflowClient(store)
+        (run_id,) = [r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
+                     if r.info.run_name == spec.removeprefix("mlflow:")]
+        source = MlflowSource(run_id, read, MlflowOptions(tracking_uri=store))
+    elif spec.startswith("wandb-offline:"):
+        source = WandbOfflineSource(str(FRAMEWORKS / spec.removeprefix("wandb-offline:")), read)
+    else:
+        source = CsvSource(str(FRAMEWORKS / spec), read)
+    (run,) = source.runs()
+    return source.read(run)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_trainer_read_right_with_the_documented_flags(name, mlflow_store):
+    _, per_step, last_step, _, framework = CASES[name]
+    history = _read(name, mlflow_store)
+    assert history.last_step == last_step  # the true last optimizer step, not a count of log calls
+    assert dict(history.read_as)["framework"] == framework
+    assert not history.on_steps
+    # Tokens: within 1% of the generator's tokens per step x steps.
+    np.testing.assert_allclose(history.batch, per_step, rtol=0.01)
+    np.testing.assert_allclose(history.last_tokens, per_step * last_step, rtol=0.01)
+    config = AnalysisConfig(targets=(TARGET,), ema_token_window=EMA_STEPS * per_step, model="power-law")
+    analysis = run_analysis(history, config)
+    (result,) = analysis.targets
+    assert result.status.value == "reached"
+    mean_over = CONFIG["log_every"] if framework == "Hugging Face Trainer" else 1
+    np.testing.assert_allclose(result.step, expected_crossing(mean_over), rtol=0.01)
+    np.testing.assert_allclose(result.tokens, expected_crossing(mean_over) * per_step, rtol=0.01)
+    document = to_json(analysis)
+    assert document["read_as"]["framework"] == framework
+    assert "read as: " + framework in to_text(analysis)
+
+
+def test_hf_mlflow_without_seq_len_works_on_steps_and_says_which_flag(mlflow_store):
+    """Nothing in HF's MLflow params says the sequence length: steps, not a refusal."""
+    spec, *_ = CASES["hf-mlflow"]
+    history = _read("hf-mlflow", mlflow_store, seq_len=None)
+    assert history.on_steps and history.last_step == STEPS
+    assert any("seq_len" in note for note in history.notes)
+    analysis = run_analysis(history, AnalysisConfig(targets=(TARGET,), ema_steps=EMA_STEPS, model="power-law"))
+    np.testing.assert_allclose(analysis.targets[0].step, expected_crossing(CONFIG["log_every"]), rtol=0.01)
+
+
+def test_old_silent_cases(mlflow_store):
+    # HF -> W&B: _step counts log calls (40 of them); the step is train/global_step.
+    assert dict(_read("hf-wandb", mlflow_store).read_as)["step"] == "train/global_step"
+    # HF -> MLflow: the loss is 'loss' (40 points), never the one-off mean 'train_loss'.
+    assert _read("hf-mlflow", mlflow_store).loss_key == "loss"
+    # litgpt -> MLflow: the metric step counts micro-iterations (8 per step): 'step' wins.
+    assert dict(_read("litgpt-mlflow", mlflow_store).read_as)["step"] == "step"
+    # Lightning: LearningRateMonitor's lr-AdamW is the lr.
+    history = _read("lightning-mlflow", mlflow_store)
+    assert history.lr is not None and dict(history.read_as)["lr"] == "lr-AdamW"
+    # torchtitan: its loss and n_tokens_seen.
+    assert _read("torchtitan-wandb", mlflow_store).loss_key == "loss_metrics/global_avg_loss"
+
+
+def test_per_device_tokens_are_scaled_by_a_known_world_size_and_noted_without_one():
+    """litgpt's 'tokens' counts one device's tokens: times the world size from the config
+    ('devices' x 'num_nodes'), or read as it is with a note naming world_size."""
+    from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
+
+    steps = np.arange(5, 205, 5)
+    frame = pd.DataFrame({"_step": steps * 8 - 1, "iter": steps * 8, "step": steps, "loss": curve(steps),
+                          "tokens": steps * 8 * 2 * 64})  # 8 micro-iterations of 2 x 64 tokens per step
+    for config, expected, noted in (({"devices": 2, "num_nodes": 2}, 4 * 1024, False), ({}, 1024, True)):
+        reading = read_as(set(frame.columns) - {"_step"}, config, native_step="_step")
+        history = finish_reading(build_read_history(frame, reading, run="litgpt", logged=frame.columns), reading)
+        np.testing.assert_allclose(history.batch, expected, rtol=1e-12)
+        assert history.last_step == 200
+        assert any("world_size" in note for note in history.notes) == noted
+
+
+def test_step_override_works_for_mlflow(mlflow_store):
+    """--step-col is honoured by MLflow sources: litgpt's 'iter' counts micro-iterations."""
+    from tracker_plugin.frame.history import Columns
+
+    history = _read("litgpt-mlflow", mlflow_store, columns=Columns().with_overrides(step="iter"))
+    accum = CONFIG["litgpt"]["global"] // (CONFIG["litgpt"]["micro"] * CONFIG["litgpt"]["devices"])
+    assert history.last_step == STEPS * accum
+
+
+def test_a_step_that_counts_log_calls_is_noted(mlflow_store):
+    """The old silent case: HF -> W&B read on _step ends at 39 of 400 planned steps."""
+    from tracker_plugin.frame.history import Columns
+
+    history = _read("hf-wandb", mlflow_store, columns=Columns().with_overrides(step="_step"))
+    assert history.last_step == STEPS // CONFIG["log_every"] - 1
+    assert any("far below its planned 400 steps" in note and "columns.step" in note for note in history.notes)
+
+
+def test_a_loss_key_with_one_value_names_the_others(mlflow_store):
+    from tracker_plugin.frame.history import Columns
+
+    with pytest.raises(DataError, match=r"run aggregate.*'loss'"):
+        _read("hf-mlflow", mlflow_store, columns=Columns().with_overrides(loss="train_loss"))
+
+
+@pytest.mark.parametrize("window", [100.0, 1000.0])
+def test_sparse_logging_crosses_where_the_dense_log_does(window):
+    """Logged every 500 steps or every 10: crossings within 1% (the curve's bend over one
+    500-step gap; holding the value over the gap gave 1.2% and 7.5%)."""
+    from tracker_plugin.core.smoothing import token_window_ema
+
+    def crossing(every: int) -> float:
+        steps = np.arange(every, 5001, every, dtype=float)
+        loss = 2 + 6 * (steps / 200 + 1) ** -0.6
+        ema = token_window_ema(loss, steps, np.ones(len(steps)), window)
+        i = int(np.flatnonzero(ema <= 3.3)[0])
+        return float(np.interp(3.3, [ema[i], ema[i - 1]], [steps[i], steps[i - 1]]))
+
+    np.testing.assert_allclose(crossing(500), crossing(10), rtol=0.01)
+
+
+def test_a_linear_stretch_logged_sparsely_smooths_exactly_as_logged_densely():
+    from tracker_plugin.core.smoothing import token_window_ema
+
+    steps = np.arange(0, 1001, dtype=float)
+    loss = 5 - 0.002 * steps
+    dense = token_window_ema(loss, steps, np.ones(len(steps)), 50.0)
+    sparse = token_window_ema(loss[::10], steps[::10], np.ones(101), 50.0)
+    np.testing.assert_allclose(sparse, dense[::10], rtol=1e-12)

@@ -1,0 +1,589 @@
+"""How each trainer logs a run, and which of a run's keys the frame reads as what ("read as").
+
+Every trainer writes its own keys, and its own step. W&B numbers rows by ``_step``, which
+counts ``log`` calls, not optimizer steps; MLflow's metric step is whatever the trainer
+passed (HF and Lightning pass the optimizer step, litgpt passes micro-iterations). So a
+source hands :func:`read_as` the keys a run logged and its flattened config, and gets back
+which key is the step, the loss, the lr and the tokens, where tokens per step come from,
+and a description of each choice for the report. A user's ``columns`` override any
+choice. The key names are the trainers' own, from their source (README, "Trainer
+conventions").
+
+Tokens come, in this order, from a logged cumulative count, a per-device count times the
+world size, or tokens per step composed from the config (per-device batch x gradient
+accumulation x world size x sequence length, ``seq_len`` and ``world_size`` filling what
+the run never logged). With none of these the analysis works on steps.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tracker_plugin.errors import DataError
+from tracker_plugin.frame.history import Columns, History, build_history
+
+__all__ = [
+    "BATCH_FROM_TOKENS",
+    "CONVENTIONS",
+    "Convention",
+    "Reading",
+    "build_read_history",
+    "detect",
+    "finish_reading",
+    "read_as",
+]
+
+# The frame column holding tokens per step worked out from a logged cumulative count.
+BATCH_FROM_TOKENS = "__batch_from_tokens"
+_SCALED_TOKENS = "__tokens_x_world"
+
+
+@dataclass(frozen=True)
+class Convention:
+    """One trainer's keys (as logged) and config names (flattened, matched on their end).
+
+    ``markers``: the trainer is detected when every key of one group is logged.
+    ``step``: its optimizer-step keys; empty when the tracker's own step is the optimizer
+    step. ``seqs_per_step``: config names of sequences per optimizer step across devices.
+    """
+
+    name: str
+    markers: tuple[tuple[str, ...], ...]
+    step: tuple[str, ...] = ()
+    loss: tuple[str, ...] = ()
+    eval_loss: tuple[str, ...] = ()
+    lr: tuple[str, ...] = ()
+    tokens: tuple[str, ...] = ()
+    device_tokens: tuple[str, ...] = ()
+    device_batch: tuple[str, ...] = ()
+    accumulation: tuple[str, ...] = ()
+    seqs_per_step: tuple[str, ...] = ()
+    world: tuple[str, ...] = ()
+    seq_len: tuple[str, ...] = ()
+    planned_steps: tuple[str, ...] = ()
+    # The config's accumulation already counts every device (nanoGPT's global value).
+    accumulation_is_global: bool = False
+
+
+_HF = Convention(
+    name="Hugging Face Trainer",
+    markers=(("train/global_step",), ("loss", "learning_rate", "epoch"), ("loss", "grad_norm", "epoch")),
+    step=("train/global_step",),
+    loss=("train/loss", "loss"),  # never train_loss: the end-of-run mean, logged once
+    eval_loss=("eval/loss", "eval_loss"),
+    lr=("train/learning_rate", "learning_rate"),
+    tokens=("train/num_input_tokens_seen", "num_input_tokens_seen"),
+    device_batch=("per_device_train_batch_size", "train_batch_size"),
+    accumulation=("gradient_accumulation_steps",),
+    world=("world_size",),
+    seq_len=("max_seq_length", "max_length", "block_size", "sequence_len", "seq_len"),
+    planned_steps=("max_steps",),
+)
+_LITGPT = Convention(
+    name="litgpt",
+    markers=(("iter", "step", "total_tokens"), ("iter", "step", "tokens"), ("iter_time", "remaining_time")),
+    step=("step",),
+    loss=("loss",),
+    eval_loss=("val_loss",),
+    lr=("learning_rate",),
+    tokens=("total_tokens",),
+    device_tokens=("tokens",),
+    seqs_per_step=("train.global_batch_size",),
+    world=("devices",),
+    seq_len=("train.max_seq_length", "block_size"),
+    planned_steps=("train.max_steps",),
+)
+_NANOGPT = Convention(
+    name="nanoGPT",
+    markers=(("iter", "train/loss"), ("iter", "val/loss")),
+    step=("iter",),
+    loss=("train/loss",),
+    eval_loss=("val/loss",),
+    lr=("lr",),
+    device_batch=("batch_size",),
+    accumulation=("gradient_accumulation_steps",),
+    seq_len=("block_size",),
+    planned_steps=("max_iters",),
+    accumulation_is_global=True,
+)
+_TORCHTITAN = Convention(
+    name="torchtitan",
+    markers=(("loss_metrics/global_avg_loss",),),
+    loss=("loss_metrics/global_avg_loss",),
+    eval_loss=("validation_metrics/loss",),
+    lr=("lr",),
+    tokens=("n_tokens_seen", "ntokens_seen"),
+    seqs_per_step=("training.global_batch_size",),
+    device_batch=("training.local_batch_size", "training.batch_size"),
+    world=("parallelism.data_parallel_shard_degree",),
+    seq_len=("training.seq_len",),
+    planned_steps=("training.steps",),
+)
+_OLMO = Convention(
+    name="OLMo",
+    markers=(("train/CrossEntropyLoss",),),
+    loss=("train/CrossEntropyLoss",),
+    eval_loss=("eval/CrossEntropyLoss",),
+    lr=("optim/learning_rate_group0",),
+    tokens=("throughput/total_tokens",),
+    seqs_per_step=("global_train_batch_size",),
+    seq_len=("model.max_sequence_length", "max_sequence_length"),
+    planned_steps=("max_duration",),
+)
+_COMPOSER = Convention(
+    name="Composer / llm-foundry",
+    markers=(("loss/train/total",),),
+    step=("time/batch",),
+    loss=("loss/train/total",),
+    tokens=("time/token",),
+    seqs_per_step=("global_train_batch_size",),
+    seq_len=("max_seq_len",),
+)
+_MEGATRON = Convention(
+    name="Megatron-LM",
+    markers=(("lm loss",),),
+    loss=("lm loss",),
+    lr=("learning-rate",),
+    seqs_per_step=("global_batch_size",),
+    seq_len=("seq_length",),
+    planned_steps=("train_iters",),
+)
+_NEMO = Convention(
+    name="NeMo",
+    markers=(("reduced_train_loss",),),
+    step=("global_step", "trainer/global_step"),
+    loss=("reduced_train_loss",),
+    eval_loss=("val_loss",),
+    lr=("lr",),
+    seqs_per_step=("model.global_batch_size", "global_batch_size"),
+    seq_len=("model.encoder_seq_length", "encoder_seq_length", "seq_length"),
+    planned_steps=("trainer.max_steps",),
+)
+# Lightning's keys are the user's own names, with its suffixes (_step, _epoch) and
+# LearningRateMonitor's lr-<Optimizer>[/pg<N>]; its step is trainer/global_step (W&B) or
+# the step column (CSVLogger).
+_LIGHTNING = Convention(
+    name="PyTorch Lightning",
+    markers=(("trainer/global_step",),),
+    step=("trainer/global_step", "step"),
+    device_batch=("batch_size",),
+    accumulation=("accumulate_grad_batches",),
+    world=("world_size", "devices"),
+    seq_len=("seq_len", "block_size", "max_seq_length", "seq_length", "context_length"),
+    planned_steps=("max_steps",),
+)
+# In the order they are tried: the more specific markers first (litgpt logs through
+# Lightning's loggers, so its runs carry trainer/global_step too).
+CONVENTIONS = (_LITGPT, _NANOGPT, _TORCHTITAN, _OLMO, _COMPOSER, _MEGATRON, _NEMO, _HF, _LIGHTNING)
+
+_LR_PATTERN = re.compile(r"^(lr-.+|lr/.+|.*learning_rate.*|.*learning-rate.*)$")
+_LIGHTNING_LOSS = re.compile(r"^(?!val|eval|test).*loss.*_step$")
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What to read as what: the source builds its frame with :attr:`columns` and hands it
+    and this to :func:`finish_reading` around ``build_history``."""
+
+    framework: str
+    columns: Columns
+    batch_size: float | None  # tokens per step for build_history (None: from a column)
+    batch_source: str | None
+    on_steps: bool  # no tokens to be had: tokens per step is 1, the window in steps
+    world: float | None  # the per-device tokens column is multiplied by this
+    described: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    planned_steps: float | None = None
+    eval_loss: str | None = None
+    seq_len: float | None = None  # the sequence length, when the config or the user gave it
+
+    def keys(self) -> list[str]:
+        """The logged keys the frame needs, each once."""
+        names: list[str] = []
+        roles = (self.columns.step, self.columns.loss, self.columns.tokens, self.columns.batch, self.columns.lr)
+        for candidates in (*roles, self.columns.time):
+            for name in candidates:
+                if name not in names and not name.startswith("__"):
+                    names.append(name)
+        if self.world is not None and self.columns.tokens == (_SCALED_TOKENS,):
+            names.append(self._device_tokens)
+        return names
+
+    @property
+    def _device_tokens(self) -> str:
+        return self.described.get("_device_tokens", "")
+
+    def prepare(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` with the columns this reading adds: per-device tokens times the world
+        size, and tokens per step from a cumulative count (so no batch is demanded)."""
+        if self.columns.tokens == (_SCALED_TOKENS,) and self._device_tokens in frame:
+            frame = frame.assign(**{_SCALED_TOKENS: pd.to_numeric(frame[self._device_tokens], errors="coerce") * (self.world or 1.0)})
+        if self.columns.batch == (BATCH_FROM_TOKENS,):
+            (tokens_key,) = self.columns.tokens
+            (step_key,) = self.columns.step
+            if tokens_key in frame and step_key in frame:
+                frame = frame.assign(**{BATCH_FROM_TOKENS: _batch_from_tokens(frame[step_key], frame[tokens_key])})
+        return frame
+
+
+def read_as(
+    keys: Collection[str],
+    config: Mapping[str, Any],
+    columns: Columns | None = None,
+    *,
+    native_step: str,
+    seq_len: float | None = None,
+    world_size: float | None = None,
+    batch_size: float | None = None,
+    batch_params: Sequence[str] = (),
+) -> Reading:
+    """Decide which of ``keys`` the frame reads as step, loss, lr, tokens and batch.
+
+    ``keys``: the keys the run logged (``native_step``, the tracker's own step column,
+    aside). ``config``: the run's flattened config or params. ``columns``: the user's
+    choices; a field that differs from the default :class:`Columns` is pinned and wins.
+    ``batch_size``/``seq_len``/``world_size``: what the user gave for what the run never
+    logged. ``batch_params``: config names holding tokens per step.
+    """
+    columns = columns or Columns()
+    default = Columns()
+    logged = set(keys)
+    convention = detect(logged)
+    described: dict[str, str] = {}
+    notes: list[str] = []
+
+    def pinned(role: str) -> tuple[str, ...] | None:
+        value: tuple[str, ...] = getattr(columns, role)
+        return value if value != getattr(default, role) else None
+
+    step = _choose(pinned("step"), convention.step if convention else (), logged)
+    if step is None:
+        step = native_step if native_step in logged or not _first(default.step, logged) else _first(default.step, logged)
+    loss = _choose(pinned("loss"), _loss_keys(convention, logged), logged)
+    if loss is None:
+        loss = _first(default.loss, logged)
+    lr = _choose(pinned("lr"), convention.lr if convention else (), logged) or _lr_key(logged, default.lr)
+    eval_loss = _first(convention.eval_loss, logged) if convention else None
+    step = step or native_step
+    own = {"_mlflow_step": "MLflow's metric step", "_step": "_step (W&B's row step)"}
+    described.update(step=own.get(step, step), loss=loss or "(none)", lr=lr or "(none)")
+    if eval_loss and loss:
+        described["loss"] = f"{loss} (training; eval {eval_loss} left aside)"
+
+    world, world_from = _world(convention, config, world_size)
+    tokens_key, batch_key, scale = _tokens(pinned, convention, logged, default, world)
+    batch_size_out: float | None = None
+    batch_source: str | None = None
+    on_steps = False
+    if batch_key is not None:
+        described["tokens"] = f"{tokens_key} (logged)" if tokens_key else f"from the batch column {batch_key}"
+    if tokens_key == _SCALED_TOKENS:
+        device = _first(convention.device_tokens if convention else (), logged) or ""
+        described["_device_tokens"] = device
+        described["tokens"] = f"{device} (per device) x world size {world:g} (from {world_from})"
+    elif tokens_key is not None and convention is not None and tokens_key in convention.device_tokens:
+        notes.append(
+            f"tokens from '{tokens_key}' count one device's tokens; pass world_size with the number of "
+            "devices (the token axis is too short by that factor)"
+        )
+    # A batch the user or a tokens-per-step param gives wins over one worked out from tokens.
+    explicit = batch_size is not None or _batch_param(config, batch_params) is not None
+    if tokens_key is not None and batch_key is None and not explicit:
+        batch_key = BATCH_FROM_TOKENS
+        described["tokens"] = described.get("tokens", f"{tokens_key} (logged)")
+    if batch_key is None:
+        batch_size_out, batch_source, how = _composed(convention, config, batch_size, batch_params, seq_len, world)
+        if batch_size_out is None:
+            on_steps, batch_size_out, batch_source = True, 1.0, "no tokens: one per step"
+            described["tokens"] = "none (on steps)"
+            notes.append(f"no tokens logged and none can be composed ({how}): working on steps; pass seq_len "
+                         "(and world_size) or batch_size for tokens")
+        else:
+            described["tokens"] = how
+    planned = _number(_param(config, convention.planned_steps)) if convention else None
+    return Reading(
+        framework=convention.name if convention else "generic",
+        columns=Columns(
+            step=(step,),
+            loss=(loss,) if loss else default.loss,
+            tokens=(tokens_key,) if tokens_key else (),
+            batch=(batch_key,) if batch_key else (),
+            lr=(lr,) if lr else (),
+            time=columns.time,  # the clock is found by its own names (frame/time.py)
+        ),
+        batch_size=batch_size_out,
+        batch_source=batch_source,
+        on_steps=on_steps,
+        world=scale,
+        described=described,
+        notes=tuple(notes),
+        planned_steps=planned,
+        eval_loss=eval_loss,
+        seq_len=_seq_len(convention, config, seq_len),
+    )
+
+
+def build_read_history(
+    frame: pd.DataFrame,
+    reading: Reading,
+    *,
+    run: str,
+    logged: Collection[str],
+    logged_nan_loss: np.ndarray | None = None,
+) -> History:
+    """``build_history`` on ``frame`` as ``reading`` reads it. A loss key with one value
+    (a run aggregate, such as HF's ``train_loss`` in MLflow) is an error that names the
+    run's other loss keys."""
+    try:
+        return build_history(
+            reading.prepare(frame),
+            run=run,
+            columns=reading.columns,
+            batch_size=reading.batch_size,
+            logged_nan_loss=logged_nan_loss,
+        )
+    except DataError as exc:
+        (loss,) = reading.columns.loss[:1] or ("",)
+        if exc.column != loss or "only one finite value" not in str(exc):
+            raise
+        others = sorted(k for k in logged if "loss" in k.lower() and k != loss)
+        if not others:
+            raise
+        raise DataError(
+            f"has only one finite value: a run aggregate, not a loss history; the run also logs "
+            f"{others[:8]} (choose the per-step loss with columns.loss)",
+            run=run,
+            column=loss,
+        ) from None
+
+
+def detect(keys: Collection[str]) -> Convention | None:
+    """The first trainer whose markers the keys hold."""
+    for convention in CONVENTIONS:
+        if any(all(k in keys for k in group) for group in convention.markers):
+            return convention
+    # Lightning's own marks: LearningRateMonitor's lr-<Optimizer>, or a key logged with
+    # both on_step and on_epoch (``train_loss_step`` beside ``train_loss_epoch``).
+    if any(k.startswith("lr-") or (k.endswith("_step") and f"{k[:-5]}_epoch" in keys) for k in keys):
+        return _LIGHTNING
+    return None
+
+
+def finish_reading(history: History, reading: Reading, *, finished: bool = False) -> History:
+    """``history`` with how it was read, and the sanity checks' notes."""
+    notes = list(history.notes) + list(reading.notes)
+    planned = reading.planned_steps
+    last = history.last_step
+    step_key = reading.described.get("step", "")
+    if planned and last > 1.05 * planned:
+        notes.append(
+            f"the last step {last:,} is past the planned {planned:,.0f} steps: '{step_key}' may count "
+            "micro-batches or log calls; choose the optimizer step with columns.step"
+        )
+    elif planned and finished and last < 0.5 * planned:
+        notes.append(
+            f"the run finished at step {last:,}, far below its planned {planned:,.0f} steps: if '{step_key}' "
+            "counts log calls, choose the optimizer step with columns.step"
+        )
+    seq = reading.seq_len
+    if seq and not reading.on_steps and float(np.median(history.batch)) < seq:
+        notes.append(
+            f"tokens per step ({float(np.median(history.batch)):,.0f}) are fewer than one sequence of {seq:,.0f} "
+            "tokens: the count may be of sequences or of one device; check columns.tokens and world_size"
+        )
+    described = {k: v for k, v in reading.described.items() if not k.startswith("_")}
+    described["framework"] = reading.framework
+    source = history.batch_source
+    if reading.columns.batch == (BATCH_FROM_TOKENS,):
+        source = f"the logged tokens '{described['tokens'].split(' ')[0]}'"
+    elif reading.batch_source == "params":
+        source = "params: per-device batch x accumulation x world size x sequence length"
+    elif reading.on_steps:
+        source = "none: the analysis is on steps"
+    return replace(
+        history, notes=tuple(notes), read_as=tuple(described.items()), on_steps=reading.on_steps, batch_source=source
+    )
+
+
+# -- choices ---------------------------------------------------------------------------------
+
+
+def _first(candidates: Sequence[str], logged: Collection[str]) -> str | None:
+    return next((c for c in candidates if c in logged), None)
+
+
+def _choose(pinned: tuple[str, ...] | None, candidates: Sequence[str], logged: Collection[str]) -> str | None:
+    """The pinned name (which then must be logged: build_history says so), else the first
+    candidate logged."""
+    if pinned is not None:
+        return _first(pinned, logged) or pinned[0]
+    return _first(candidates, logged)
+
+
+def _loss_keys(convention: Convention | None, logged: Collection[str]) -> tuple[str, ...]:
+    if convention is None:
+        return ()
+    if convention is _LIGHTNING:
+        return tuple(sorted(k for k in logged if _LIGHTNING_LOSS.match(k) and "train" in k)) + tuple(
+            sorted(k for k in logged if _LIGHTNING_LOSS.match(k))
+        )
+    return convention.loss
+
+
+def _lr_key(logged: Collection[str], defaults: Sequence[str]) -> str | None:
+    """An lr key in any trainer's form: the defaults, then lr-*, lr/*, *learning_rate*."""
+    found = _first(defaults, logged)
+    if found is not None:
+        return found
+    matches = sorted(k for k in logged if _LR_PATTERN.match(k) and "scheduler" not in k)
+    return matches[0] if matches else None
+
+
+def _world(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> tuple[float | None, str]:
+    if given is not None:
+        return float(given), "world_size"
+    if convention is None:
+        return None, ""
+    found = _param(config, convention.world, with_name=True)
+    if found is None:
+        return None, ""
+    value, name = found
+    number = _number(value)
+    nodes = _number(_param(config, ("num_nodes",))) if name == "devices" else None
+    if number is None or number < 1:
+        return None, ""
+    return number * (nodes or 1), f"config '{name}'" + (" x num_nodes" if nodes else "")
+
+
+def _tokens(
+    pinned: Any, convention: Convention | None, logged: Collection[str], default: Columns, world: float | None
+) -> tuple[str | None, str | None, float | None]:
+    """(tokens key, batch key, world scale): pinned, a logged total, a per-device count
+    times a known world size, the default candidates."""
+    tokens_pin, batch_pin = pinned("tokens"), pinned("batch")
+    batch = _choose(batch_pin, (), logged) if batch_pin else _first(default.batch, logged)
+    if tokens_pin is not None:
+        return _choose(tokens_pin, (), logged), batch, None
+    if convention is not None:
+        total = _first(convention.tokens, logged)
+        if total is not None:
+            return total, batch, None
+        device = _first(convention.device_tokens, logged)
+        if device is not None:
+            if world is not None:
+                return _SCALED_TOKENS, batch, world
+            return device, batch, None
+    return _first(default.tokens, logged), batch, None
+
+
+def _composed(
+    convention: Convention | None,
+    config: Mapping[str, Any],
+    batch_size: float | None,
+    batch_params: Sequence[str],
+    seq_len: float | None,
+    world: float | None,
+) -> tuple[float | None, str | None, str]:
+    """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts."""
+    if batch_size is not None:
+        return float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)"
+    explicit = _batch_param(config, batch_params)
+    if explicit is not None:
+        value, name = explicit
+        return value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')"
+    if convention is None:
+        return None, None, "no batch key or param"
+    seq_found = _param(config, convention.seq_len, with_name=True)
+    seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
+        (_number(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
+    )
+    seqs, parts = _sequences(convention, config, world)
+    if seqs is None:
+        return None, None, "no batch size in the config"
+    if seq is None or seq <= 0:
+        return None, None, f"{parts} sequences per step, but no sequence length"
+    tokens = seqs * seq
+    how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
+    return tokens, "params", how
+
+
+def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
+    """Tokens per step from the first of ``names`` (``--batch-param``) the config holds."""
+    for name in names:  # the name exactly (dotted for nested): these hold tokens, not sequences
+        value = _number(config.get(name))
+        if value is not None and value > 0:
+            return value, name
+    return None
+
+
+def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> float | None:
+    if given is not None:
+        return float(given)
+    return _number(_param(config, convention.seq_len)) if convention else None
+
+
+def _sequences(convention: Convention, config: Mapping[str, Any], world: float | None) -> tuple[float | None, str]:
+    """Sequences per optimizer step: a global count, else per-device x accumulation x world."""
+    found = _param(config, convention.seqs_per_step, with_name=True)
+    if found is not None and (_number(found[0]) or 0) > 0:
+        return _number(found[0]), f"'{found[1]}' {found[0]}"
+    device = _param(config, convention.device_batch, with_name=True)
+    if device is None or not _number(device[0]):
+        return None, ""
+    found_accum = _number(_param(config, convention.accumulation))
+    accum = found_accum or 1.0
+    accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
+    per_device = _number(device[0]) or 0.0
+    if convention.accumulation_is_global:
+        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}"
+    size = world or 1.0
+    word = f"{size:g}" if world is not None else "1 (assumed; world_size)"
+    return per_device * accum * size, f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
+
+
+def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool = False) -> Any:
+    """The first of ``names`` in a flattened config: the name itself, else a key ending in
+    ``.name`` (a nested section)."""
+    for name in names:
+        if name in config and config[name] not in (None, ""):
+            return (config[name], name) if with_name else config[name]
+        for key, value in config.items():
+            if key.endswith("." + name) and value not in (None, ""):
+                return (value, name) if with_name else value
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
+
+
+def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
+    """Tokens per step between consecutive rows that logged the count (NaN elsewhere, so
+    build_history fills them); the first row takes the second's."""
+    s = pd.to_numeric(step, errors="coerce").to_numpy(float)
+    t = pd.to_numeric(tokens, errors="coerce").to_numpy(float)
+    out = np.full(len(s), np.nan)
+    rows = np.flatnonzero(np.isfinite(s) & np.isfinite(t))
+    if len(rows) >= 2:
+        gap = np.diff(s[rows])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate = np.diff(t[rows]) / gap
+        # A row that repeats the count (a trainer's end-of-run log) says nothing of the batch.
+        rate = np.where((gap > 0) & (rate > 0), rate, np.nan)
+        out[rows[1:]] = rate
+        out[rows[0]] = next((r for r in rate if np.isfinite(r)), np.nan)
+    elif len(rows) == 1 and s[rows[0]] > 0:
+        out[rows[0]] = t[rows[0]] / s[rows[0]]
+    return out

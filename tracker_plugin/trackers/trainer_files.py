@@ -1,0 +1,108 @@
+"""The local files trainers write: HF ``trainer_state.json`` and Lightning ``metrics.csv``.
+
+Both are read as their trainer logs them (:mod:`tracker_plugin.frame.conventions`):
+
+- ``trainer_state.json`` (in every HF checkpoint): its ``log_history`` is one entry per
+  ``on_log`` call, with ``step`` the global (optimizer) step; its top-level fields
+  (``max_steps``, ``global_step``, ``train_batch_size``, ``logging_steps``) are the config.
+  Gradient accumulation is not recorded there, so tokens per step need ``batch_size``
+  unless the run logged ``num_input_tokens_seen``.
+- Lightning ``CSVLogger``'s ``metrics.csv``: a row per ``log_metrics`` call, ``step`` the
+  global step; ``hparams.yaml`` beside it is the config (read when PyYAML is installed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tracker_plugin.errors import DataError
+from tracker_plugin.frame.conventions import Reading, build_read_history, detect, finish_reading, read_as
+from tracker_plugin.frame.from_params import with_planned_lr
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.params import flat_params
+from tracker_plugin.trackers.options import ReadOptions
+
+__all__ = ["TRAINER_STATE", "is_trainer_state", "read_frame_as_trainer", "read_trainer_state", "sibling_hparams"]
+
+TRAINER_STATE = "trainer_state.json"
+
+
+def is_trainer_state(path: str | os.PathLike[str]) -> bool:
+    return Path(path).suffix.lower() == ".json"
+
+
+def read_trainer_state(path: str | os.PathLike[str], options: ReadOptions) -> History:
+    """An HF ``trainer_state.json`` as a :class:`History`.
+
+    Raises
+    ------
+    DataError
+        The file is not JSON or has no ``log_history`` list.
+    """
+    run = os.fspath(path)
+    try:
+        state = json.loads(Path(run).read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"cannot be read as a trainer_state.json ({type(exc).__name__})", run=run) from None
+    log = state.get("log_history") if isinstance(state, dict) else None
+    if not isinstance(log, list) or not all(isinstance(row, dict) for row in log):
+        raise DataError("has no 'log_history' list: not an HF trainer_state.json", run=run)
+    config = {k: v for k, v in state.items() if k != "log_history" and not isinstance(v, (dict, list))}
+    frame = pd.DataFrame(log)
+    return read_frame_as_trainer(frame, config, options, run=run, native_step="step", finished=True)
+
+
+def sibling_hparams(path: Path) -> dict[str, Any]:
+    """Lightning's ``hparams.yaml`` beside a ``metrics.csv``, flattened; empty without one
+    (or without PyYAML)."""
+    hparams = path.with_name("hparams.yaml")
+    if not hparams.is_file():
+        return {}
+    try:
+        import yaml
+    except ImportError:
+        return {}
+    try:
+        loaded = yaml.safe_load(hparams.read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return flat_params(loaded) if isinstance(loaded, Mapping) else {}
+
+
+def read_frame_as_trainer(
+    frame: pd.DataFrame,
+    config: Mapping[str, Any],
+    options: ReadOptions,
+    *,
+    run: str,
+    native_step: str,
+    finished: bool,
+) -> History:
+    """A local file's table, read by its trainer's conventions."""
+    reading = reading_for(frame.columns, config, options, native_step=native_step)
+    history = build_read_history(frame, reading, run=run, logged=set(map(str, frame.columns)))
+    return with_planned_lr(finish_reading(history, reading, finished=finished), config)
+
+
+def reading_for(columns: Any, config: Mapping[str, Any], options: ReadOptions, *, native_step: str) -> Reading:
+    return read_as(
+        {str(c) for c in columns},
+        config,
+        options.columns,
+        native_step=native_step,
+        seq_len=options.seq_len,
+        world_size=options.world_size,
+        batch_size=options.batch_size,
+        batch_params=options.batch_params,
+    )
+
+
+def trainer_detected(columns: Any) -> bool:
+    """Does a CSV's header look like a trainer's own log (Lightning's metrics.csv)?"""
+    return detect({str(c) for c in columns}) is not None
