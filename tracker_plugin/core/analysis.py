@@ -159,6 +159,8 @@ class TargetResult:
     beyond_warn_factor: bool = False
     sweep: Sweep | None = None
     p_reach_within_plan: float | None = None
+    # The bootstrap's sorted crossings in tokens (inf: never), for backtests' calibration.
+    tokens_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -342,7 +344,8 @@ def _law_result(
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
         return TargetResult(
-            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan
+            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
+            tokens_draws=found.draws,
         )
     factor = found.tokens / history.last_tokens
     notes = [n for n in (found.note, _batch_note(stages, config)) if n]
@@ -363,6 +366,7 @@ def _law_result(
         beyond_warn_factor=factor > config.extrapolation_warn_factor,
         sweep=sweep,
         p_reach_within_plan=found.p_reach_within_plan,
+        tokens_draws=found.draws,
     )
 
 

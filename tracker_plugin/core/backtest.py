@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,29 @@ class BacktestCase:
     tokens: float | None = None
     interval: tuple[float, float] | None = None
     note: str | None = None
+    p_reach: float | None = None  # p_reach_within_plan
+    draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # the bootstrap's sorted crossings
+    score: float | None = None  # the chosen law's mean |ln| forecasting the cut's own later log
+    rows: int = 0  # logged rows the forecast saw
+    plan_source: str | None = None  # where the plan came from: params/given, inferred, assumed
+
+    @property
+    def reached_in_run(self) -> bool:
+        """Whether the finished run reached the target (a target past its end did not)."""
+        return math.isfinite(self.true_tokens)
+
+    def interval_at(self, level: float) -> tuple[float, float] | None:
+        """The interval at another coverage, read from the draws as the forecast reads its own."""
+        if not self.forecast or not self.draws:
+            return None
+        top = len(self.draws) - 1
+        return self.draws[math.floor((1 - level) / 2 * top)], self.draws[math.ceil((1 + level) / 2 * top)]
+
+    def covered_at(self, level: float) -> bool | None:
+        interval = self.interval_at(level)
+        if interval is None or not self.reached_in_run:
+            return None
+        return interval[0] <= self.true_tokens <= interval[1]
 
     @property
     def forecast(self) -> bool:
@@ -60,13 +83,13 @@ class BacktestCase:
     @property
     def error(self) -> float | None:
         """``ln(predicted / true tokens)``; None without a forecast."""
-        if not self.forecast or self.true_tokens <= 0 or not self.tokens or self.tokens <= 0:
+        if not self.forecast or not 0 < self.true_tokens < math.inf or not self.tokens or self.tokens <= 0:
             return None
         return math.log(self.tokens / self.true_tokens)
 
     @property
     def covered(self) -> bool | None:
-        if self.interval is None or not self.forecast:
+        if self.interval is None or not self.forecast or not self.reached_in_run:
             return None
         low, high = self.interval
         return low <= self.true_tokens <= high
@@ -127,8 +150,15 @@ def backtest_run(
     target_quantiles: Sequence[float],
     models: Sequence[str],
     plan: str = "log",
+    beyond: bool = False,
 ) -> list[BacktestCase]:
-    """Every case of the protocol for one finished run (see the module's docstring)."""
+    """Every case of the protocol for one finished run (see the module's docstring).
+
+    ``beyond`` adds, per cut, a target the run never reached (its final smoothed loss less
+    the gap between it and the smoothed loss at the last quantile), labelled
+    ``target_quantile`` 1.0 with infinite true tokens: with the others it scores
+    ``p_reach_within_plan`` (a Brier score needs outcomes of both kinds).
+    """
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {PLANS}, got {plan!r}")
     smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
@@ -139,6 +169,9 @@ def backtest_run(
         truth = _crossing(history, smoothed, target)
         assert truth is not None  # the smoothed loss takes this value at q of the tokens
         targets.append((q, target, truth[1]))
+    if beyond and targets:
+        end = float(smoothed[-1])
+        targets.append((1.0, end - max(targets[-1][1] - end, 1e-3 * abs(end)), math.inf))
     schedule = logged_plan(history) if plan == "log" else None
     cases = []
     for f in fit_fractions:
@@ -169,10 +202,15 @@ def _cut(
     )
     analysis = run_analysis(history.head(rows), settings)
     chosen = analysis.selection.chosen if analysis.selection is not None else None
+    score = dict(analysis.selection.scores).get(chosen) if analysis.selection is not None and chosen else None
     if model == "power-law":
         chosen = model
+    source = None if analysis.plan is None else analysis.plan.source
     return [
-        _scored(history.run, model, fraction, q, target, truth, result, chosen)
+        replace(
+            _scored(history.run, model, fraction, q, target, truth, result, chosen),
+            score=score, rows=rows, plan_source=source,
+        )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
 
@@ -183,6 +221,7 @@ def _scored(
     return BacktestCase(
         run, model, fraction, q, target, truth, result.status,
         chosen=chosen, tokens=result.tokens, interval=result.tokens_interval, note=result.note,
+        p_reach=result.p_reach_within_plan, draws=result.tokens_draws,
     )
 
 

@@ -74,6 +74,9 @@ MIN_SEEN_DECAY = 0.25
 # forecasts say otherwise; it counts as this many forecasts.
 ERROR_PRIOR_SCALE = 0.1
 ERROR_PRIOR_WEIGHT = 1.0
+# The bootstrap's spread around the point forecast, in log tokens, is multiplied by this
+# (chosen by leave-one-family-out cross-validation: benchmarks/bench_calibration.py).
+INTERVAL_INFLATION = 1.0
 # The EMA remembers its start for a few spans (2.5 spans: under 1%).
 _SETTLE_SPANS = 2.5
 # Replicates of the bootstrap.
@@ -113,6 +116,9 @@ class TargetForecast:
     interval: tuple[float, float] | None
     p_reach_within_plan: float | None
     note: str | None = None
+    # The bootstrap's crossings, sorted (inf: not reached within the timeline): what the
+    # interval is read from, kept so a backtest can score every coverage level at once.
+    draws: tuple[float, ...] = ()
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
@@ -318,18 +324,29 @@ def forecast_targets(
                 stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
                 crossing = observed * math.exp(min(horizon * stretch, 600.0))
             found.append(math.inf if crossing is None or crossing > beyond else crossing)
-        values = np.sort(found)
+        values = np.sort(_inflated(np.array(found), tokens, observed))
         # Order statistics rather than interpolated quantiles: replicates that never reach
         # the target count as infinitely late.
         top = len(values) - 1
         low = float(values[math.floor((1 - level) / 2 * top)])
         high = float(values[math.ceil((1 + level) / 2 * top)])
         p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
+        draws = tuple(float(v) for v in values)
         if not math.isfinite(tokens):
-            out.append(TargetForecast(None, None, p_reach))
+            out.append(TargetForecast(None, None, p_reach, draws=draws))
         else:
-            out.append(TargetForecast(tokens, (low, high), p_reach))
+            out.append(TargetForecast(tokens, (low, high), p_reach, draws=draws))
     return out
+
+
+def _inflated(draws: np.ndarray, tokens: float, observed: float) -> np.ndarray:
+    """The draws' log horizons from the point forecast, scaled by :data:`INTERVAL_INFLATION`
+    (never before the tokens already logged; a draw that never reaches stays never)."""
+    if INTERVAL_INFLATION == 1.0 or not math.isfinite(tokens) or tokens <= 0:
+        return draws
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        moved = tokens * np.exp(INTERVAL_INFLATION * np.log(draws / tokens))
+    return np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
 
 
 def _seed(history: History) -> int:
