@@ -18,8 +18,9 @@ flatter them. Here each family of runs is held out in turn:
    the bootstrap's draws (which every case carries);
 3. for each held-out family the rules are chosen on the *other* families alone: gain,
    margin and gate by the mean over families of the median |ln(predicted/true)| (each
-   family weighs the same), then the inflation by the squared miss of the 50/80/95%
-   coverages; the held-out family is scored with them;
+   family weighs the same), then the error prior and the inflations by the squared miss
+   of the 50/80/95% coverages of the families' cases pooled; the held-out family is
+   scored with them;
 4. the held-out scores of all families, pooled, are the leave-one-family-out figures.
 
 Families: MPL (``mpl-*``), the OLMo ladder (``olmo-*``), nanoGPT (``nanogpt-*``) and the
@@ -39,9 +40,10 @@ import math
 import os
 import pickle
 import time
+import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +71,7 @@ COLUMNS = tp.Columns().with_overrides(loss=("train_loss", "val_loss"))
 GAINS = (0.025, 0.05, 0.1)
 MARGINS = (0.0, 0.01, 0.03, 0.1, math.inf)
 GATES = (0.1, 0.25, 0.5)
-INFLATIONS = (0.8, 1.0, 1.25, 1.5, 2.0, 2.5)
+INFLATIONS = (0.8, 1.0, 1.25, 1.5, 2.0)
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,21 @@ class Rule:
     gain: float
     margin: float
     gate: float
-    inflation: float = 1.0
+    inflation: float = forecast.INTERVAL_INFLATION
+    unknown_inflation: float = forecast.UNKNOWN_PLAN_INFLATION
+    error_scale: float = forecast.ERROR_PRIOR_SCALE
+    error_weight: float = forecast.ERROR_PRIOR_WEIGHT
 
     def __str__(self) -> str:
-        return f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g}"
+        return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
+                f"error prior {self.error_scale:g} x {self.error_weight:g}")
 
 
-TODAY = Rule(0.05, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY, forecast.INTERVAL_INFLATION)
+TODAY = Rule(0.05, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
+# The rules before they were chosen by this benchmark (read off the runs they were scored on).
+FORMER = Rule(0.05, 0.01, 0.25, 1.0, 1.0, 0.1, 1.0)
+ERROR_SCALES = (0.05, 0.1, 0.2, 0.3)
+ERROR_WEIGHTS = (1.0, 3.0, 10.0)
 
 
 @dataclass(frozen=True)
@@ -135,7 +145,7 @@ def run_all(files: Sequence[str], workers: int) -> dict[tuple[str, float], tuple
     jobs.sort(key=lambda j: -os.path.getsize(j[0]))
     out: dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]] = {}
     with ProcessPoolExecutor(workers) as pool:
-        for (path, plan, gain), (cases, cuts) in zip(jobs, pool.map(one_job, jobs)):
+        for (_path, plan, gain), (cases, cuts) in zip(jobs, pool.map(one_job, jobs)):
             got = out.setdefault((plan, gain), ([], []))
             got[0].extend(cases)
             got[1].extend(cuts)
@@ -151,6 +161,7 @@ class Scored:
     tokens: float | None
     draws: np.ndarray
     sparse: bool
+    p_reach: float | None
 
     @property
     def error(self) -> float | None:
@@ -164,10 +175,6 @@ class Scored:
         top = len(self.draws) - 1
         low, high = self.draws[math.floor((1 - level) / 2 * top)], self.draws[math.ceil((1 + level) / 2 * top)]
         return bool(low <= self.case.true_tokens <= high)
-
-    @property
-    def p_reach(self) -> float | None:
-        return self.case.p_reach
 
 
 class Replay:
@@ -196,14 +203,37 @@ class Replay:
             if cut.seen_decay >= rule.gate and la.score is not None and mp.score is not None:
                 if mp.score < la.score - rule.margin:
                     chosen = mp
-            draws = np.array(chosen.draws, float)
             tokens = chosen.tokens if chosen.forecast else None
-            if rule.inflation != 1.0 and tokens is not None and len(draws):
-                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                    moved = tokens * np.exp(rule.inflation * np.log(draws / tokens))
-                draws = np.sort(np.where(np.isfinite(draws), np.maximum(moved, cut.observed), draws))
-            out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS))
+            draws = self.draws(chosen, rule, cut.observed, tokens)
+            p_reach = chosen.p_reach
+            if chosen.plan_end_tokens is not None and len(draws):
+                p_reach = float(np.mean(draws <= chosen.plan_end_tokens))
+            out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS, p_reach))
         return out
+
+    @staticmethod
+    def draws(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
+        """The case's interval draws under another error prior and inflation, as the forecast
+        makes them (forecast_targets): each raw crossing's log horizon stretched by a t draw."""
+        raw = np.array(case.raw_draws, float)
+        if case.error_scale is None or not len(raw):
+            return np.array(case.draws, float)
+        n = case.error_count - forecast.ERROR_PRIOR_WEIGHT
+        squares = max(case.error_scale**2 * case.error_count - forecast.ERROR_PRIOR_WEIGHT * forecast.ERROR_PRIOR_SCALE**2, 0.0)
+        weight = rule.error_weight
+        scale = math.sqrt((weight * rule.error_scale**2 + squares) / (weight + n))
+        seed = zlib.crc32(f"{case.run}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
+        shifts = np.random.default_rng(seed).standard_t(weight + n, len(raw))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            horizon = np.log(np.maximum(raw / observed, 1.0))
+            stretch = np.exp(np.clip(scale * shifts, -20.0, 5.0))
+            draws = observed * np.exp(np.minimum(horizon * stretch, 600.0))
+            draws = np.where(np.isfinite(raw), draws, math.inf)
+            inflation = rule.unknown_inflation if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES else rule.inflation
+            if inflation != 1.0 and tokens is not None:
+                moved = tokens * np.exp(inflation * np.log(draws / tokens))
+                draws = np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
+        return np.sort(draws)
 
 
 def in_setting(scored: list[Scored], f: float, q: float) -> list[Scored]:
@@ -224,17 +254,18 @@ def point_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
 
 
 def calibration_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
-    """Mean over families, plans and settings of the squared misses of the 50/80/95% coverages."""
+    """Mean over plans and settings of the squared misses of the 50/80/95% coverages, the
+    families' cases pooled: coverage is a property of the pooled forecasts (a family of two
+    runs has no coverage of its own worth squaring)."""
     values = []
     for plan in PLANS:
         scored = replay.scored(rule, plan, families)
-        for fam in families:
-            for f, q in SETTINGS:
-                group = [s for s in in_setting(scored, f, q) if s.family == fam]
-                for level in LEVELS:
-                    held = [c for s in group if (c := s.covered(level)) is not None]
-                    if held:
-                        values.append((float(np.mean(held)) - level) ** 2)
+        for f, q in SETTINGS:
+            group = in_setting(scored, f, q)
+            for level in LEVELS:
+                held = [c for s in group if (c := s.covered(level)) is not None]
+                if held:
+                    values.append((float(np.mean(held)) - level) ** 2)
     return float(np.mean(values)) if values else math.inf
 
 
@@ -242,8 +273,12 @@ def choose(replay: Replay, families: Sequence[str]) -> Rule:
     """The rule the training families pick: point rules first, then the inflation."""
     best = min((Rule(g, m, gate) for g, m, gate in itertools.product(GAINS, MARGINS, GATES)),
                key=lambda r: (round(point_loss(replay, r, families), 6), r != Rule(TODAY.gain, TODAY.margin, TODAY.gate)))
-    return min((Rule(best.gain, best.margin, best.gate, k) for k in INFLATIONS),
-               key=lambda r: calibration_loss(replay, r, families))
+    joint = min((Rule(best.gain, best.margin, best.gate, k, k, s0, w)
+                 for k, s0, w in itertools.product(INFLATIONS, ERROR_SCALES, ERROR_WEIGHTS)),
+                key=lambda r: calibration_loss(replay, r, families))
+    # Then the inflation apart for a plan given and one inferred or assumed.
+    known = min((replace(joint, inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
+    return min((replace(known, unknown_inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
 
 
 def lofo(replay: Replay, plan: str, rules: dict[str, Rule]) -> list[Scored]:
@@ -279,10 +314,11 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 def show(replay: Replay, rules: dict[str, Rule]) -> None:
     today = dict.fromkeys(replay.families, TODAY)
+    former = dict.fromkeys(replay.families, FORMER)
     header = ("plan", "f", "q", "runs", "rules", "cases", "median", "p90", "signed", "cov50", "cov80", "cov95")
     rows = []
     for plan in PLANS:
-        for name, chosen in (("today", today), ("LOFO", rules)):
+        for name, chosen in (("former", former), ("today", today), ("LOFO", rules)):
             scored = lofo(replay, plan, chosen)
             for f, q in SETTINGS:
                 for label, group in (("all", [s for s in scored if not s.sparse]), ("sparse", [s for s in scored if s.sparse])):
@@ -298,7 +334,7 @@ def show(replay: Replay, rules: dict[str, Rule]) -> None:
     print("\n".join(text_table(header, rows, align="<" * 5 + ">" * 7)))
     print("\nAll cuts pooled (sparse and not), f=0.5 q=0.8 | f=0.25 q=0.6 | f=0.25 q=0.8: median / p90, cov50 / cov80 / cov95")
     for plan in PLANS:
-        for name, chosen in (("today", today), ("LOFO", rules)):
+        for name, chosen in (("former", former), ("today", today), ("LOFO", rules)):
             scored = lofo(replay, plan, chosen)
             parts = []
             for f, q in SETTINGS:
@@ -320,7 +356,8 @@ def show(replay: Replay, rules: dict[str, Rule]) -> None:
             print(f"  plan {plan:5} {fam:8} signed {_fmt(a, '+.3f')} -> {_fmt(b, '+.3f')}   Brier " + " | ".join(briers))
         pooled = [f"{_fmt(brier(now, f)[0])} -> {_fmt(brier(held, f)[0])} ({brier(now, f)[1]})" for f in (0.5, 0.25)]
         print(f"  plan {plan:5} {'all':8} Brier {' | '.join(pooled)}")
-    print("\nRules chosen with each family held out (today's: " + str(TODAY) + "):")
+    print(f"\nformer rules: {FORMER}\ntoday's rules: {TODAY}")
+    print("Rules chosen with each family held out:")
     for held, rule in rules.items():
         print(f"  without {held:8} {rule}")
 
@@ -349,6 +386,7 @@ def main() -> None:
           f"{PLANS}, cut at {FRACTIONS}, targets at {QUANTILES} ({time.perf_counter() - start:.0f} s)\n")
     rules = {held: choose(replay, [f for f in replay.families if f != held]) for held in replay.families}
     show(replay, rules)
+    print(f"  on all families:  {choose(replay, replay.families)}  (what the forecast's defaults should be)")
 
 
 if __name__ == "__main__":

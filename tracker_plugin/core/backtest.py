@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
+from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import History
@@ -56,6 +57,10 @@ class BacktestCase:
     score: float | None = None  # the chosen law's mean |ln| forecasting the cut's own later log
     rows: int = 0  # logged rows the forecast saw
     plan_source: str | None = None  # where the plan came from: params/given, inferred, assumed
+    raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the track record's stretch
+    error_scale: float | None = None  # the selection's (see forecast.Selection)
+    error_count: int = 0
+    plan_end_tokens: float | None = None  # where the plan ends, in tokens (None: no end)
 
     @property
     def reached_in_run(self) -> bool:
@@ -67,13 +72,13 @@ class BacktestCase:
         if not self.forecast or not self.draws:
             return None
         top = len(self.draws) - 1
-        return self.draws[math.floor((1 - level) / 2 * top)], self.draws[math.ceil((1 + level) / 2 * top)]
+        return float(self.draws[math.floor((1 - level) / 2 * top)]), float(self.draws[math.ceil((1 + level) / 2 * top)])
 
     def covered_at(self, level: float) -> bool | None:
         interval = self.interval_at(level)
         if interval is None or not self.reached_in_run:
             return None
-        return interval[0] <= self.true_tokens <= interval[1]
+        return bool(interval[0] <= self.true_tokens <= interval[1])
 
     @property
     def forecast(self) -> bool:
@@ -206,10 +211,16 @@ def _cut(
     if model == "power-law":
         chosen = model
     source = None if analysis.plan is None else analysis.plan.source
+    selection = analysis.selection
+    plan_end = None
+    if isinstance(analysis.fit, LawFit) and analysis.fit.timeline.plan_end is not None:
+        plan_end = float(analysis.fit.timeline.tokens_at(analysis.fit.timeline.plan_end))
     return [
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
-            score=score, rows=rows, plan_source=source,
+            score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
+            error_scale=None if selection is None else selection.error_scale,
+            error_count=0 if selection is None else selection.error_count, plan_end_tokens=plan_end,
         )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
