@@ -199,10 +199,13 @@ class Replay:
             if cut.family not in wanted:
                 continue
             la, mp = table[(run, f, q, LAWS[0])], table[(run, f, q, LAWS[1])]
+            # As choose_law: the multi-power law once the log has shed enough of the peak
+            # lr, unless the lr-annealing law forecast the log's end better by the margin.
             chosen = la
-            if cut.seen_decay >= rule.gate and la.score is not None and mp.score is not None:
-                if mp.score < la.score - rule.margin:
-                    chosen = mp
+            if cut.seen_decay >= rule.gate:
+                chosen = mp
+                if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
+                    chosen = la
             tokens = chosen.tokens if chosen.forecast else None
             draws = self.draws(chosen, rule, cut.observed, tokens)
             p_reach = chosen.p_reach
