@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
+from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import _crossing
 from tracker_plugin.core.clock import build_timeline
-from tracker_plugin.core import forecast
 from tracker_plugin.core.forecast import _block_length, _inflated, _Resampler, fit_window, plan_inflation
 from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
 from tracker_plugin.core.models.replicates import refit_many
