@@ -71,6 +71,8 @@ def test_the_backtest_command_on_real_runs(capsys, data_dir):
     out = capsys.readouterr().out
     assert code == 0
     assert "backtest of 2 run(s)" in out and "the finished run's logged lr" in out
+    # two runs cut once each, both forecast on their logged lr (auto; the power law has no plan)
+    assert "the plans the forecasts used (per cut): 2 log" in out
     header = next(line for line in out.splitlines() if line.startswith("model"))
     assert "median |ln|" in header and "p90 |ln|" in header and "80% coverage" in header
     rows = [line.split() for line in out.splitlines() if line.startswith(("auto ", "power-law "))]
@@ -91,7 +93,8 @@ def test_the_backtest_command_json_and_a_steps_clock_run(capsys, data_dir):
     assert {s["model"] for s in doc["summaries"]} == {"auto", "lr-annealing"}
     (case, _) = doc["cases"]
     assert set(case) >= {"run", "model", "chosen", "fit_fraction", "target_quantile", "target", "true_tokens", "tokens",
-                         "tokens_interval", "log_error", "covered", "status"}
+                         "tokens_interval", "log_error", "covered", "status", "plan_source", "p_reach_within_plan"}
+    assert case["plan_source"] == "log" and 0 <= case["p_reach_within_plan"] <= 1
     # cut before its lr drop at step 8000, the forecast leans on the planned drop
     assert case["status"] == "extrapolated" and abs(case["log_error"]) < 0.4
 
