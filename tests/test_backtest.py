@@ -71,6 +71,8 @@ def test_the_backtest_command_on_real_runs(capsys, data_dir):
     out = capsys.readouterr().out
     assert code == 0
     assert "backtest of 2 run(s)" in out and "the finished run's logged lr" in out
+    # two runs cut once each, both forecast on their logged lr (auto; the power law has no plan)
+    assert "the plans the forecasts used (per cut): 2 log" in out
     header = next(line for line in out.splitlines() if line.startswith("model"))
     assert "median |ln|" in header and "p90 |ln|" in header and "80% coverage" in header
     rows = [line.split() for line in out.splitlines() if line.startswith(("auto ", "power-law "))]
@@ -91,7 +93,8 @@ def test_the_backtest_command_json_and_a_steps_clock_run(capsys, data_dir):
     assert {s["model"] for s in doc["summaries"]} == {"auto", "lr-annealing"}
     (case, _) = doc["cases"]
     assert set(case) >= {"run", "model", "chosen", "fit_fraction", "target_quantile", "target", "true_tokens", "tokens",
-                         "tokens_interval", "log_error", "covered", "status"}
+                         "tokens_interval", "log_error", "covered", "status", "plan_source", "p_reach_within_plan"}
+    assert case["plan_source"] == "log" and 0 <= case["p_reach_within_plan"] <= 1
     # cut before its lr drop at step 8000, the forecast leans on the planned drop
     assert case["status"] == "extrapolated" and abs(case["log_error"]) < 0.4
 
@@ -121,3 +124,30 @@ def test_multi_value_options_stop_at_the_next_flag():
         "--target-quantiles", "0.6", "--target-quantiles", "0.8", "--target-quantiles", "0.95",
         "--models", "auto", "--models", "power-law", "more.csv",
     ]
+
+
+def test_a_case_reads_every_coverage_level_from_its_draws():
+    draws = tuple(np.linspace(0.5e9, 1.5e9, 41))  # order statistics 0..40
+    case = BacktestCase("run", "auto", 0.5, 0.8, 3.0, 1.3e9, Status.EXTRAPOLATED, tokens=1e9, interval=(0.6e9, 1.4e9),
+                        draws=draws)
+    assert case.interval_at(0.5) == (draws[10], draws[30])  # floor(0.25 * 40), ceil(0.75 * 40)
+    assert case.interval_at(0.95) == (draws[1], draws[39])  # floor(0.025 * 40) = 1, ceil(0.975 * 40) = 39
+    assert case.covered_at(0.5) is False and case.covered_at(0.95) is True
+    beyond = BacktestCase("run", "auto", 0.5, 1.0, 2.0, math.inf, Status.EXTRAPOLATED, tokens=1e9, draws=draws)
+    assert not beyond.reached_in_run and beyond.error is None and beyond.covered_at(0.8) is None
+
+
+def test_beyond_targets_score_p_reach_and_cases_say_their_plan():
+    frame = synthetic_run(3000, batch=131072.0, noise=0.005, log_every=5, seed=2,
+                          lr_schedule="cosine:warmup=100,total=3000,final=0.1", anneal_gain=0.15)
+    history = tp.build_history(frame, run="known")
+    config = AnalysisConfig(targets=(0.0,), ema_token_window=2.5e7)
+    cases = backtest_run(history, config, fit_fractions=(0.5,), target_quantiles=(0.8,), models=("auto",), beyond=True)
+    reached, past = cases
+    assert reached.reached_in_run and not past.reached_in_run and past.target < reached.target
+    # With the logged lr as the plan, a target the run reached is likely within it, one it
+    # never reached is not: both are scored by p_reach_within_plan.
+    assert reached.plan_source == "log" and reached.p_reach is not None and reached.p_reach > 0.5
+    assert past.p_reach is not None and past.p_reach < 0.5
+    assert len(reached.draws) > 10 and list(reached.draws) == sorted(reached.draws)
+    assert reached.plan_end_tokens == pytest.approx(history.tokens[-1], rel=0.01)

@@ -9,14 +9,15 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
+from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import _crossing
 from tracker_plugin.core.clock import build_timeline
-from tracker_plugin.core.forecast import _block_length, _Resampler, fit_window
+from tracker_plugin.core.forecast import _block_length, _inflated, _Resampler, fit_window, plan_inflation
 from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
 from tracker_plugin.core.models.replicates import refit_many
 from tracker_plugin.core.models.schedule_law import smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
-from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.plan.schedule import LrSchedule, Plan
 from tracker_plugin.testing import synthetic_run
 
 COSINE = "cosine:warmup=100,total=3000,final=0.1"
@@ -283,3 +284,16 @@ def test_the_sweep_fits_every_window_on_its_own_rows():
     # the last window is the whole window: the same law as the forecast's, up to reweighting
     assert sweep.rows[-1].fit.params["alpha"] == pytest.approx(analysis.fit.params["alpha"], rel=0.02)
     assert sweep.verdict in ("converged", "not_converged")
+
+
+def test_an_unknown_plan_widens_the_interval_beside_a_given_one():
+    given = Plan(LrSchedule.parse_spec("cosine:warmup=10,total=1000,final=0.1"), "planned")
+    assumed = Plan(None, "no lr logged: constant assumed")
+    assert plan_inflation(given) == forecast.INTERVAL_INFLATION
+    assert plan_inflation(assumed) == forecast.UNKNOWN_PLAN_INFLATION > forecast.INTERVAL_INFLATION
+    # The spread around the point forecast scales in log tokens; never before the log's end,
+    # and a replicate that never reaches the target stays never.
+    draws = np.array([50.0, 200.0, 400.0, np.inf])
+    moved = _inflated(draws, 200.0, 100.0, 1.5)
+    assert moved[1] == pytest.approx(200.0) and moved[2] == pytest.approx(200.0 * 2.0**1.5)
+    assert moved[0] == pytest.approx(100.0) and np.isinf(moved[3])

@@ -22,6 +22,7 @@ from tracker_plugin.core.forecast import (
     choose_law,
     fit_window,
     forecast_targets,
+    plan_inflation,
     resolve_plan,
 )
 from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
@@ -174,6 +175,9 @@ class TargetResult:
     beyond_warn_factor: bool = False
     sweep: Sweep | None = None
     p_reach_within_plan: float | None = None
+    # The bootstrap's sorted crossings in tokens (inf: never), for backtests' calibration.
+    tokens_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)
+    tokens_raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the stretch
 
 
 @dataclass(frozen=True)
@@ -338,7 +342,9 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     if config.stability_sweep:
         rows, curves = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
         sweeps = {t: _judge(_solve_rows(rows, t, history, config, curves), config.convergence_tol) for t in targets}
-    results = _law_forecasts(fit, selection, targets, history, first, run.stages, config, sweeps)
+    results = _law_forecasts(
+        fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan)
+    )
     return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
 
 
@@ -351,12 +357,13 @@ def _law_forecasts(
     stages: Sequence[BatchStage],
     config: AnalysisConfig,
     sweeps: dict[float, Sweep | None],
+    inflation: float,
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
         return {t: TargetResult(t, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
     found = forecast_targets(
         fit, targets, history, first, level=config.interval,
-        error_scale=selection.error_scale, error_dof=selection.error_count,
+        error_scale=selection.error_scale, error_dof=selection.error_count, inflation=inflation,
     )
     results = {}
     for target, forecast in zip(targets, found):
@@ -379,7 +386,8 @@ def _law_result(
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
         return TargetResult(
-            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan
+            target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
+            tokens_draws=found.draws, tokens_raw_draws=found.raw,
         )
     factor = found.tokens / history.last_tokens
     notes = [n for n in (found.note, _batch_note(stages, config)) if n]
@@ -400,6 +408,8 @@ def _law_result(
         beyond_warn_factor=factor > config.extrapolation_warn_factor,
         sweep=sweep,
         p_reach_within_plan=found.p_reach_within_plan,
+        tokens_draws=found.draws,
+        tokens_raw_draws=found.raw,
     )
 
 
@@ -558,7 +568,7 @@ def _law_sweep(
         # The windows before are fitted with this law too: a hint is always one of its fits.
         return fit_window(
             chosen, history, start, end, timeline, config.ema_token_window, prior,
-            hint if isinstance(hint, LawFit) else None, smoothed, rounds=1, like=like,
+            law_hint, smoothed, rounds=1, like=like,
         )
 
     if isinstance(fit, FitFailure):

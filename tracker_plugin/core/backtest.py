@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
+from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import History
@@ -51,6 +52,33 @@ class BacktestCase:
     tokens: float | None = None
     interval: tuple[float, float] | None = None
     note: str | None = None
+    p_reach: float | None = None  # p_reach_within_plan
+    draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # the bootstrap's sorted crossings
+    score: float | None = None  # the chosen law's mean |ln| forecasting the cut's own later log
+    rows: int = 0  # logged rows the forecast saw
+    plan_source: str | None = None  # where the plan came from: params/given, inferred, assumed
+    raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the track record's stretch
+    error_scale: float | None = None  # the selection's (see forecast.Selection)
+    error_count: int = 0
+    plan_end_tokens: float | None = None  # where the plan ends, in tokens (None: no end)
+
+    @property
+    def reached_in_run(self) -> bool:
+        """Whether the finished run reached the target (a target past its end did not)."""
+        return math.isfinite(self.true_tokens)
+
+    def interval_at(self, level: float) -> tuple[float, float] | None:
+        """The interval at another coverage, read from the draws as the forecast reads its own."""
+        if not self.forecast or not self.draws:
+            return None
+        top = len(self.draws) - 1
+        return float(self.draws[math.floor((1 - level) / 2 * top)]), float(self.draws[math.ceil((1 + level) / 2 * top)])
+
+    def covered_at(self, level: float) -> bool | None:
+        interval = self.interval_at(level)
+        if interval is None or not self.reached_in_run:
+            return None
+        return bool(interval[0] <= self.true_tokens <= interval[1])
 
     @property
     def forecast(self) -> bool:
@@ -60,13 +88,13 @@ class BacktestCase:
     @property
     def error(self) -> float | None:
         """``ln(predicted / true tokens)``; None without a forecast."""
-        if not self.forecast or self.true_tokens <= 0 or not self.tokens or self.tokens <= 0:
+        if not self.forecast or not 0 < self.true_tokens < math.inf or not self.tokens or self.tokens <= 0:
             return None
         return math.log(self.tokens / self.true_tokens)
 
     @property
     def covered(self) -> bool | None:
-        if self.interval is None or not self.forecast:
+        if self.interval is None or not self.forecast or not self.reached_in_run:
             return None
         low, high = self.interval
         return low <= self.true_tokens <= high
@@ -127,8 +155,15 @@ def backtest_run(
     target_quantiles: Sequence[float],
     models: Sequence[str],
     plan: str = "log",
+    beyond: bool = False,
 ) -> list[BacktestCase]:
-    """Every case of the protocol for one finished run (see the module's docstring)."""
+    """Every case of the protocol for one finished run (see the module's docstring).
+
+    ``beyond`` adds, per cut, a target the run never reached (its final smoothed loss less
+    the gap between it and the smoothed loss at the last quantile), labelled
+    ``target_quantile`` 1.0 with infinite true tokens: with the others it scores
+    ``p_reach_within_plan`` (a Brier score needs outcomes of both kinds).
+    """
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {PLANS}, got {plan!r}")
     smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
@@ -139,6 +174,9 @@ def backtest_run(
         truth = _crossing(history, smoothed, target)
         assert truth is not None  # the smoothed loss takes this value at q of the tokens
         targets.append((q, target, truth[1]))
+    if beyond and targets:
+        end = float(smoothed[-1])
+        targets.append((1.0, end - max(targets[-1][1] - end, 1e-3 * abs(end)), math.inf))
     schedule = logged_plan(history) if plan == "log" else None
     cases = []
     for f in fit_fractions:
@@ -170,10 +208,21 @@ def _cut(
     )
     analysis = run_analysis(history.head(rows), settings)
     chosen = analysis.selection.chosen if analysis.selection is not None else None
+    score = dict(analysis.selection.scores).get(chosen) if analysis.selection is not None and chosen else None
     if model == "power-law":
         chosen = model
+    source = None if analysis.plan is None else analysis.plan.source
+    selection = analysis.selection
+    plan_end = None
+    if isinstance(analysis.fit, LawFit) and analysis.fit.timeline.plan_end is not None:
+        plan_end = float(analysis.fit.timeline.tokens_at(analysis.fit.timeline.plan_end))
     return [
-        _scored(history.run, model, fraction, q, target, truth, result, chosen)
+        replace(
+            _scored(history.run, model, fraction, q, target, truth, result, chosen),
+            score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
+            error_scale=None if selection is None else selection.error_scale,
+            error_count=0 if selection is None else selection.error_count, plan_end_tokens=plan_end,
+        )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
 
@@ -184,6 +233,7 @@ def _scored(
     return BacktestCase(
         run, model, fraction, q, target, truth, result.status,
         chosen=chosen, tokens=result.tokens, interval=result.tokens_interval, note=result.note,
+        p_reach=result.p_reach_within_plan, draws=result.tokens_draws,
     )
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "choose_law",
     "fit_window",
     "forecast_targets",
+    "plan_inflation",
     "resolve_plan",
 ]
 
@@ -64,16 +65,28 @@ CANDIDATES = ("multi-power", "lr-annealing")
 # Cuts late in the log see about as much of the lr decay as the real forecast does, so the
 # laws are compared in the regime they will forecast in.
 INNER_CUTS = (0.6, 0.7, 0.8)
-# A richer law must beat the preferred one by this much (mean |ln| over the inner cuts).
+# A law after the first must beat it by this much (mean |ln| over the inner cuts): the
+# choice of leave-one-family-out cross-validation (benchmarks/bench_calibration.py).
 SELECTION_MARGIN = 0.01
 # The multi-power law's response shape needs a logged decay: at least this share of the
 # peak lr must have been shed in the log before it is a candidate.
 MIN_SEEN_DECAY = 0.25
 # Prior for the law's own error per unit of log horizon: an extrapolation over a factor e
 # in tokens is taken to be uncertain by this much in log tokens, before the run's own inner
-# forecasts say otherwise; it counts as this many forecasts.
-ERROR_PRIOR_SCALE = 0.1
+# forecasts say otherwise; it counts as this many forecasts. Chosen, with the inflations
+# below, by leave-one-family-out cross-validation over four families of public runs
+# (benchmarks/bench_calibration.py; 0.1 before, read off the runs it was scored on).
+ERROR_PRIOR_SCALE = 0.3
 ERROR_PRIOR_WEIGHT = 1.0
+# The bootstrap's spread around the point forecast, in log tokens (the track record's
+# stretch included), is multiplied by the first when the lr plan is given (the lr_schedule
+# setting, the run's params, a file), by the second when it is inferred from the log or
+# assumed: then the future lr is itself unknown, which the residual bootstrap cannot show.
+# Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is.
+INTERVAL_INFLATION = 0.8
+UNKNOWN_PLAN_INFLATION = 1.0
+# Plans whose source says they are not the run's own plan (see Plan.source).
+UNKNOWN_PLAN_SOURCES = ("inferred", "assumed")
 # The EMA remembers its start for a few spans (2.5 spans: under 1%).
 _SETTLE_SPANS = 2.5
 # Replicates of the bootstrap.
@@ -113,6 +126,12 @@ class TargetForecast:
     interval: tuple[float, float] | None
     p_reach_within_plan: float | None
     note: str | None = None
+    # The bootstrap's crossings, sorted (inf: not reached within the timeline): what the
+    # interval is read from, kept so a backtest can score every coverage level at once.
+    draws: tuple[float, ...] = ()
+    # The replicates' crossings before the track record's stretch, in replicate order (inf:
+    # never): with the selection's error scale they let a backtest replay other priors.
+    raw: tuple[float, ...] = ()
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
@@ -195,7 +214,8 @@ def choose_law(
         cuts = ", ".join(f"{c:.0%}" for c in INNER_CUTS)
         method = (
             f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
-            f"of the logged tokens; lowest mean |ln(predicted/actual)| wins (by more than {SELECTION_MARGIN})"
+            f"of the logged tokens; lowest mean |ln(predicted/actual)| wins "
+            + (f"(by more than {SELECTION_MARGIN})" if SELECTION_MARGIN > 0 else "(a tie keeps the richer law)")
         )
     fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
     errors = inner[chosen]
@@ -258,6 +278,7 @@ def forecast_targets(
     error_scale: float | None = None,
     error_dof: int = 1,
     replicates: int = REPLICATES,
+    inflation: float = INTERVAL_INFLATION,
 ) -> list[TargetForecast]:
     """When the smoothed loss reaches each target, with an interval and the chance within plan.
 
@@ -307,9 +328,10 @@ def forecast_targets(
             out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
                                       "the bootstrap could not refit the law: no interval"))
             continue
-        found = []
+        found, raw = [], []
         for (replicate, rep_steps, rep_curve), shift in zip(curves, shifts):
             crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
+            raw.append(math.inf if crossing is None or crossing > beyond else crossing)
             if crossing is not None and error_scale and observed > 0:
                 # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for
                 # small errors ln(tokens) moves by about scale * h * t, and a forecast never
@@ -318,18 +340,34 @@ def forecast_targets(
                 stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
                 crossing = observed * math.exp(min(horizon * stretch, 600.0))
             found.append(math.inf if crossing is None or crossing > beyond else crossing)
-        values = np.sort(found)
+        values = np.sort(_inflated(np.array(found), tokens, observed, inflation))
         # Order statistics rather than interpolated quantiles: replicates that never reach
         # the target count as infinitely late.
         top = len(values) - 1
         low = float(values[math.floor((1 - level) / 2 * top)])
         high = float(values[math.ceil((1 + level) / 2 * top)])
         p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
+        draws = tuple(float(v) for v in values)
         if not math.isfinite(tokens):
-            out.append(TargetForecast(None, None, p_reach))
+            out.append(TargetForecast(None, None, p_reach, draws=draws, raw=tuple(raw)))
         else:
-            out.append(TargetForecast(tokens, (low, high), p_reach))
+            out.append(TargetForecast(tokens, (low, high), p_reach, draws=draws, raw=tuple(raw)))
     return out
+
+
+def plan_inflation(plan: Plan) -> float:
+    """The interval's inflation for a forecast on ``plan`` (see :data:`UNKNOWN_PLAN_INFLATION`)."""
+    return UNKNOWN_PLAN_INFLATION if plan.source in UNKNOWN_PLAN_SOURCES else INTERVAL_INFLATION
+
+
+def _inflated(draws: np.ndarray, tokens: float, observed: float, inflation: float) -> np.ndarray:
+    """The draws' log horizons from the point forecast, scaled by ``inflation`` (never
+    before the tokens already logged; a draw that never reaches stays never)."""
+    if inflation == 1.0 or not math.isfinite(tokens) or tokens <= 0:
+        return draws
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        moved = tokens * np.exp(inflation * np.log(draws / tokens))
+    return np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
 
 
 def _seed(history: History) -> int:

@@ -421,6 +421,12 @@ class Plan:
     def total_steps(self) -> float | None:
         return None if self.schedule is None else self.schedule.total_steps
 
+    @property
+    def source(self) -> str:
+        """Where the plan came from: the schedule's source (``params``, ``spec``, ``file``,
+        ``log``, ``inferred``), or ``assumed`` when none is known and the lr is held."""
+        return "assumed" if self.schedule is None else self.schedule.source
+
 
 def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
     """Recognise a cosine or linear decay in the logged lr and extend it to its end.

@@ -61,6 +61,8 @@ def _case_json(c: BacktestCase) -> dict[str, Any]:
         "tokens_interval": json_value(c.interval),
         "log_error": json_value(c.error),
         "covered": c.covered,
+        "p_reach_within_plan": json_value(c.p_reach),
+        "plan_source": c.plan_source,
         "note": c.note,
     }
 
@@ -79,11 +81,23 @@ def backtest_text(backtest: Backtest, wording: Wording = as_written) -> str:
         f"backtest of {runs} run(s); each forecast had {given}",
         "error = ln(predicted / true tokens); truth = where the full run's smoothed loss first reached the target",
     ]
+    sources = _plan_sources(backtest.cases)
+    if sources:
+        lines.append("the plans the forecasts used (per cut): " + ", ".join(f"{n} {name}" for name, n in sources))
     header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
               f"{backtest.config.interval:.0%} coverage", "width (hi/lo)")
     lines += text_table(header, [_summary_cells(x) for x in backtest.summaries])
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in backtest.skipped]
     return "\n".join(lines)
+
+
+def _plan_sources(cases: tuple[BacktestCase, ...]) -> list[tuple[str, int]]:
+    """How many cuts forecast on each plan source (``log``, ``params``, ``inferred``, ``assumed``)."""
+    cuts = {(c.run, c.fit_fraction, c.model): c.plan_source for c in cases if c.plan_source is not None}
+    counts: dict[str, int] = {}
+    for source in cuts.values():
+        counts[source] = counts.get(source, 0) + 1
+    return sorted(counts.items())
 
 
 def _summary_cells(x: BacktestSummary) -> tuple[str, ...]:

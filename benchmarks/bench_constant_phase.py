@@ -1,0 +1,101 @@
+"""Why forecasts inside a long constant-lr stretch come out early: the origin of the lr area.
+
+    python benchmarks/bench_constant_phase.py [--runs ../shared/data/runs]
+
+At constant lr the schedule-aware laws reduce to ``L0 + A * (S / S_ref) ** -alpha``, with
+``S`` the lr area summed from step 0 (warmup included). That origin is an assumption: a run
+whose progress per unit of lr area early on differs (a warmup that counts for more or less
+than its area, a log that starts later) bends the fitted curve to make up for it, and the
+fit trades ``alpha`` against ``L0``, which moves long extrapolations. The diagnosis fits
+the law by least squares (scipy's ``curve_fit``, the raw loss, the logged lr) with the
+origin fixed and with a free shift ``S + s0 * S_ref``, and prints the mean signed
+``ln(predicted / true tokens)`` of the law's crossing under the protocol of the backtest,
+on a synthetic run of a known power law in tokens (a 500-step warmup, sparse and dense
+evals, fitted from step 1000) and on the visible MPL constant-lr runs. The forecast itself
+does not fit the shift yet (see the README's backtest section).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import curve_fit
+
+import tracker_plugin as tp
+from tracker_plugin.core.backtest import logged_plan
+from tracker_plugin.core.clock import build_timeline
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.testing.synthetic import synthetic_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_calibration import SHARED, load  # noqa: E402
+
+CUTS = ((0.25, 0.6), (0.25, 0.8), (0.25, 0.95), (0.5, 0.6), (0.5, 0.8), (0.5, 0.95))
+
+
+def errors(history: tp.History, window: float, free: bool, start_step: float = 0.0) -> np.ndarray:
+    """Signed ln(predicted / true tokens) at each cut and target of :data:`CUTS`."""
+    smoothed = token_window_ema(history.loss, history.step, history.batch, window)
+    timeline = build_timeline(history, logged_plan(history), clock="tokens", batch_schedule=None)
+    area, tokens = timeline.area_at(history.step.astype(float)), history.tokens
+    out = []
+    for f, q in CUTS:
+        rows = int(np.searchsorted(tokens, f * tokens[-1], side="right"))
+        begin = int(np.searchsorted(history.step, start_step))
+        x, y = area[begin:rows], history.loss[begin:rows]
+        ref = x[-1]
+
+        def law(s: np.ndarray, l0: float, a: float, alpha: float, s0: float = 0.0, ref: float = ref) -> np.ndarray:
+            return l0 + a * ((s + s0 * ref) / ref) ** -alpha
+
+        p0 = [y.min() * 0.8, y[0] - y.min(), 0.3] + ([0.01] if free else [])
+        lower = [-np.inf, 0.0, 0.01] + ([-x[0] / ref * 0.99] if free else [])
+        upper = [np.inf, np.inf, 3.0] + ([1.0] if free else [])
+        params, _ = curve_fit(law, x, y, p0=p0, bounds=(lower, upper), maxfev=20000)
+        target = float(np.interp(q * tokens[-1], tokens, smoothed))
+        truth = tokens[np.flatnonzero(smoothed <= target)[0]]
+        grid = np.linspace(ref, area[-1] * 3, 200_000)
+        below = np.flatnonzero(law(grid, *params) <= target)
+        if not len(below):
+            out.append(np.nan)
+            continue
+        at = grid[below[0]]
+        predicted = float(np.interp(at, area, tokens)) if at <= area[-1] else tokens[-1] * at / area[-1]
+        out.append(np.log(predicted / truth))
+    return np.array(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=Path, default=SHARED / "runs")
+    args = parser.parse_args()
+    print("mean signed ln(predicted/true) at (f, q) =", " ".join(f"({f:g},{q:g})" for f, q in CUTS))
+    print("synthetic power law in tokens, constant lr, warmup 500 of 40,000 steps, 4 seeds, fitted from step 1000:")
+    for every in (500, 20):
+        found: dict[bool, list[np.ndarray]] = {False: [], True: []}
+        for seed in range(4):
+            frame = synthetic_run(40_000, log_every=every, seed=seed, noise=0.02, warmup=500)
+            with tempfile.TemporaryDirectory() as folder:
+                path = os.path.join(folder, "run.csv")
+                frame.to_csv(path, index=False)
+                history = tp.load_csv(path)
+            for free in found:
+                found[free].append(errors(history, 1e8, free, start_step=1000.0))
+        for free, values in found.items():
+            shown = " ".join(f"{v:+.3f}" for v in np.nanmean(values, axis=0))
+            print(f"  eval every {every:3} steps, origin {'free ' if free else 'fixed'}: {shown}")
+    print("visible constant-lr runs (the logged lr as the plan): origin fixed | free")
+    for path in sorted(glob.glob(str(args.runs / "mpl-*-constant-*.csv"))):
+        history, window = load(path)
+        fixed, free = (" ".join(f"{v:+.3f}" for v in errors(history, window, x)) for x in (False, True))
+        print(f"  {os.path.basename(path):28} {fixed} | {free}")
+
+
+if __name__ == "__main__":
+    main()
