@@ -38,7 +38,7 @@ from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.errors import SourceError
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.jobs.runner import Outcome, process_runs
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, NAMESPACE, PNG_PATH
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import (
@@ -49,7 +49,7 @@ from tracker_plugin.trackers import (
     WandbOptions,
     open_source,
 )
-from tracker_plugin.trackers.base import Annotation
+from tracker_plugin.trackers.base import Annotation, previous_of
 
 FRAME = synthetic_run(400, batch=4_194_304.0, seed=7)
 ACCURACY = np.linspace(0.1, 0.9, len(FRAME))
@@ -87,8 +87,9 @@ class Case:
         raise NotImplementedError
 
     def complete(self) -> bool:
-        """Are the completion markers there?"""
-        return all(key in self.keys() for key in MARKERS)
+        """Is the completion marker there, and do the keys match it?"""
+        previous = previous_of(self.keys())
+        return previous is not None and previous.complete
 
 
 class CsvCase(Case):
@@ -107,11 +108,11 @@ class CsvCase(Case):
         return {}
 
     def files(self) -> dict[str, bytes]:
-        found = {name: self.path.with_name(f"run.{name}") for name in (ARTIFACT_JSON, ARTIFACT_PNG)}
+        found = {JSON_PATH: self.path.with_name(f"run.{ARTIFACT_JSON}"), PNG_PATH: self.path.with_name(f"run.{ARTIFACT_PNG}")}
         return {name: path.read_bytes() for name, path in found.items() if path.exists()}
 
     def complete(self) -> bool:
-        return ARTIFACT_JSON in self.files()  # the report is the marker
+        return JSON_PATH in self.files()  # the report is the marker
 
 
 class MlflowCase(Case):
@@ -156,9 +157,12 @@ class MlflowCase(Case):
         data = self._run().data
         return {k: v for k, v in {**data.metrics, **data.tags}.items() if _own(k)}
 
-    def files(self) -> dict[str, bytes]:
+    def files(self, folder: str | None = None) -> dict[str, bytes]:
         out = {}
-        for info in self.client.list_artifacts(self.run_id):
+        for info in self.client.list_artifacts(self.run_id, folder):
+            if info.is_dir:
+                out.update(self.files(info.path))
+                continue
             target = self.tmp / "downloads" / uuid.uuid4().hex
             out[info.path] = Path(self.client.download_artifacts(self.run_id, info.path, str(target))).read_bytes()
         return out
@@ -219,7 +223,7 @@ class WandbOfflineCase(Case):
 
     def files(self) -> dict[str, bytes]:
         folder = self.run_dir / "files"
-        return {name: (folder / name).read_bytes() for name in (ARTIFACT_JSON, ARTIFACT_PNG) if (folder / name).exists()}
+        return {name: (folder / name).read_bytes() for name in (JSON_PATH, PNG_PATH) if (folder / name).exists()}
 
 
 @pytest.fixture(scope="session")
@@ -316,13 +320,14 @@ def test_only_the_annotation_is_written_and_the_users_own_keys_are_untouched(cas
     assert process_wide() == untouched
     _, _, annotation = expected_annotation(case)
     files = case.files()
-    assert files[ARTIFACT_JSON] == annotation.report_bytes() and files[ARTIFACT_PNG].startswith(b"\x89PNG")
+    assert files[JSON_PATH] == annotation.report_bytes() and files[PNG_PATH].startswith(b"\x89PNG")
     stored = case.keys()
     if isinstance(case, CsvCase):
         assert stored == {}  # a CSV run's annotation is its report
         return
-    assert set(stored) <= set(annotation.keys())
+    assert set(stored) <= {*annotation.keys(), MARKER}
     assert {k: stored[k] for k in annotation.labels} == annotation.labels
+    assert stored[MARKER] == annotation.marker()
     for key, value in annotation.metrics.items():
         if value is None:  # no number: a NaN (MLflow) or no key at all (W&B)
             assert key not in stored or math.isnan(stored[key]), key
