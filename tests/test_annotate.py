@@ -21,8 +21,12 @@ MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 
 
 @pytest.mark.parametrize(
-    ("target", "slug"), [(3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00")]
-)
+    ("target", "slug"),
+    [
+        (3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00"),
+        (3.30004, "target_3p30004"), (1e-5, "target_0p00001"), (0, "target_0p00"), (2e7, "target_2p00e7"),
+    ],
+)  # fmt: skip
 def test_target_slug(target, slug):
     assert target_slug(target) == slug
 
@@ -47,6 +51,15 @@ def runs_dir(tmp_path, data_dir):
     for name in ("olmo-ladder-370M-5xC.csv", "parity_fixed.csv"):
         shutil.copy(data_dir / name, tmp_path / name)
     return tmp_path
+
+
+@pytest.mark.parametrize("targets", [("3.3", "3.3000000001"), ("1e-9", "0.5", "2e-9")])
+def test_targets_that_would_share_keys_are_refused_before_anything_is_written(capsys, runs_dir, targets):
+    before = sorted(p.name for p in runs_dir.iterdir())
+    code, out, err = _annotate(capsys, runs_dir, "-t", *targets)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "would both be written to loss_eta/target_" in err
+    assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
 def _annotate(capsys, *args):

@@ -23,6 +23,7 @@ tested in its own file.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -38,7 +39,16 @@ from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.errors import SourceError
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.jobs.runner import Outcome, process_runs
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, NAMESPACE, PNG_PATH
+from tracker_plugin.keys import (
+    ARTIFACT_JSON,
+    ARTIFACT_PNG,
+    JSON_PATH,
+    MARKER,
+    NAMESPACE,
+    PNG_PATH,
+    STALE,
+    content_hash,
+)
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import (
@@ -85,6 +95,10 @@ class Case:
     def files(self) -> dict[str, bytes]:
         """The annotation's files as the tracker stores them."""
         raise NotImplementedError
+
+    def all_files(self) -> dict[str, bytes]:
+        """Every file of the run, ours and the user's, by its path in the run."""
+        return self.files()
 
     def complete(self) -> bool:
         """Is the completion marker there, and do the keys match it?"""
@@ -225,6 +239,10 @@ class WandbOfflineCase(Case):
         folder = self.run_dir / "files"
         return {name: (folder / name).read_bytes() for name in (JSON_PATH, PNG_PATH) if (folder / name).exists()}
 
+    def all_files(self) -> dict[str, bytes]:
+        folder = self.run_dir / "files"
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
 
 @pytest.fixture(scope="session")
 def offline_run(tmp_path_factory) -> Path:
@@ -252,11 +270,13 @@ def case(request, tmp_path) -> Case:
     return WandbOfflineCase(request.getfixturevalue("offline_run"), tmp_path)
 
 
-def annotate(case: Case, *, dry_run: bool = False, source: Source | None = None) -> Outcome:
+def annotate(
+    case: Case, *, dry_run: bool = False, source: Source | None = None, config: AnalysisConfig = CONFIG
+) -> Outcome:
     """One annotate pass over the case's run, as the command runs it."""
     source = source or case.open()
     try:
-        (outcome,) = process_runs(source, source.runs(), CONFIG, write=True, dry_run=dry_run, progress=False)
+        (outcome,) = process_runs(source, source.runs(), config, write=True, dry_run=dry_run, progress=False)
     finally:
         source.close()
     return outcome
@@ -350,6 +370,43 @@ def test_a_write_cut_short_before_the_markers_is_redone_by_the_next_run(case, mo
     outcome = annotate(case)
     assert outcome.action == "annotated" and case.complete()
     assert annotate(case).action == "unchanged"
+
+
+def test_a_dropped_target_is_cleared_and_the_marker_commits_to_what_is_there(case):
+    assert annotate(case).action == "annotated"
+    fewer = AnalysisConfig(targets=(5.5,), model="power-law")
+    outcome = annotate(case, config=fewer)
+    assert outcome.action == "annotated", outcome.error
+    assert case.complete()
+    report = json.loads(case.files()[JSON_PATH])
+    assert [t["target"] for t in report["targets"]] == [5.5]
+    stored = case.keys()
+    if isinstance(case, CsvCase):
+        return  # the report is the whole annotation
+    dropped = {k: v for k, v in stored.items() if k.startswith(f"{NAMESPACE}/target_4p00/")}
+    assert dropped[f"{NAMESPACE}/target_4p00/status"] == STALE
+    numbers = {k: v for k, v in dropped.items() if not k.endswith("/status")}
+    assert all(isinstance(v, float) and math.isnan(v) for v in numbers.values()), numbers  # NaN, or removed (W&B)
+    assert stored[MARKER] == content_hash(stored)
+    assert annotate(case, config=fewer).action == "unchanged"
+
+
+def test_artifacts_go_under_loss_eta_and_the_users_own_root_files_are_untouched(case):
+    user_file = b'{"mine": true}\n'
+    if isinstance(case, MlflowCase):
+        path = case.tmp / "mine" / ARTIFACT_JSON
+        path.parent.mkdir()
+        path.write_bytes(user_file)
+        case.client.log_artifact(case.run_id, str(path))
+    elif isinstance(case, WandbCase):
+        case.run.files[ARTIFACT_JSON] = user_file
+    elif isinstance(case, WandbOfflineCase):
+        (case.run_dir / "files" / ARTIFACT_JSON).write_bytes(user_file)
+    assert annotate(case).action == "annotated"
+    files = case.all_files()
+    assert set(files) >= {JSON_PATH, PNG_PATH}
+    if not isinstance(case, CsvCase):
+        assert files[ARTIFACT_JSON] == user_file
 
 
 # -- options -----------------------------------------------------------------------------------

@@ -339,6 +339,16 @@ def test_a_cached_reanalysis_reads_no_history_from_the_server(tracking, capsys):
     code, out, _ = tracking.cli(capsys, "analyze", f"mlflow:{done}", "-t", "5.5", "--json")
     assert code == 0 and json.loads(out)["observed"]["step"] == 399
     assert all(entry.stat().st_size > 1000 for entry in (tracking.tmp / "cache" / "histories").glob("*.npz"))
+    # A valid npz with the wrong arrays (another layout, lengths that disagree) is dropped
+    # and fetched again, not a ValueError every time.
+    for entry in (tracking.tmp / "cache" / "histories").glob("*.npz"):
+        with np.load(entry) as stored:
+            arrays = {name: stored[name] for name in stored.files}
+        arrays["0.value"] = arrays["0.value"][:-5]
+        np.savez(entry, **arrays)
+    for _ in range(2):
+        code, again, err = tracking.cli(capsys, "analyze", f"mlflow:{done}", "-t", "5.5", "--json")
+        assert code == 0 and again == out and "Traceback" not in err
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -455,6 +465,14 @@ def test_error_mlflow_skinny_without_the_sql_stores(tmp_path, local):
 def test_error_a_store_uri_mlflow_has_no_store_for(capsys, tmp_path):
     err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", "sqlit:///x.db"))
     assert err.startswith("error: mlflow (sqlit:///x.db): no MLflow tracking store for this URI (MLflow knows ")
+    err = one_line_error(_cli(capsys, "analyze", "mlflow:abc", "-t", "3", "--tracking-uri", "htp://127.0.0.1:5000"))
+    assert err.startswith("error: mlflow (htp://127.0.0.1:5000): no MLflow tracking store for this URI")
+
+
+@pytest.mark.parametrize("uri", ["file:///tmp/mlruns", "./mlruns", "http//127.0.0.1:5000"])
+def test_error_a_file_store_is_refused_in_one_line(capsys, uri):
+    err = one_line_error(_cli(capsys, "annotate", "mlflow:abc", "-t", "3", "--tracking-uri", uri))
+    assert err.startswith(f"error: mlflow ({uri}): not a tracking server or database store; MLflow's file store")
 
 
 def _cli(capsys, *args: str) -> tuple[int, str, str]:

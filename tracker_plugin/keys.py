@@ -33,8 +33,6 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tracker_plugin.errors import ConfigError
-
 __all__ = [
     "ARTIFACT_DIR",
     "ARTIFACT_JSON",
@@ -49,7 +47,7 @@ __all__ = [
     "STALE",
     "TARGET_LABELS",
     "TARGET_METRICS",
-    "check_distinct_targets",
+    "target_collision",
     "content_hash",
     "is_own",
     "report_digest",
@@ -83,7 +81,7 @@ def target_slug(target: float) -> str:
     """``3.3 -> 'target_3p30'``, ``3.30004 -> 'target_3p30004'``, ``-1 -> 'target_m1p00'``.
 
     At least two decimals, up to eight: targets that differ in the first eight decimals
-    get different keys (see :func:`check_distinct_targets` for the rest).
+    get different keys (see :func:`target_collision` for the rest).
     """
     size = abs(float(target))
     if size >= _FIXED_BELOW:
@@ -97,17 +95,19 @@ def target_slug(target: float) -> str:
     return f"target_{'m' if target < 0 else ''}{text}"
 
 
-def check_distinct_targets(targets: Iterable[float]) -> None:
-    """Refuse targets that would share keys (the second would silently overwrite the first)."""
+def target_collision(targets: Iterable[float]) -> str | None:
+    """Why these targets cannot be written (two would share keys, and the second would
+    silently overwrite the first), or None when each has keys of its own."""
     seen: dict[str, float] = {}
     for target in targets:
         slug = target_slug(target)
         if slug in seen and seen[slug] != target:
-            raise ConfigError(
-                f"targets {seen[slug]:g} and {target!r} would both be written to {NAMESPACE}/{slug}; "
+            return (
+                f"targets {seen[slug]!r} and {target!r} would both be written to {NAMESPACE}/{slug}; "
                 f"give targets that differ within {_DECIMALS} decimals"
             )
         seen[slug] = target
+    return None
 
 
 def report_digest(report: bytes) -> str:

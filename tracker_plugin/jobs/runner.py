@@ -16,9 +16,9 @@ from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
-from tracker_plugin.errors import TrackerPluginError
+from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import check_distinct_targets
+from tracker_plugin.keys import target_collision
 from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import RunInfo, Source
 
@@ -72,8 +72,9 @@ def process_runs(
     fingerprint is left alone (``unchanged``) unless ``force``; anything else is redone; with ``dry_run`` nothing is written and
     each outcome lists what would be.
     """
-    if write:
-        check_distinct_targets(config.targets)  # before anything is written
+    collision = target_collision(config.targets) if write else None
+    if collision is not None:
+        raise ConfigError(collision)  # before anything is written
     settings = settings_of(config, source.options.columns, source.options.batch_size)
     fingerprint = settings_hash(settings)
 

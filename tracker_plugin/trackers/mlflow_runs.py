@@ -52,7 +52,6 @@ import math
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -75,7 +74,15 @@ from tracker_plugin.errors import (
 from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, NAMESPACE, is_own
+from tracker_plugin.keys import (
+    ARTIFACT_DIR,
+    ARTIFACT_JSON,
+    ARTIFACT_PNG,
+    JSON_PATH,
+    MARKER,
+    NAMESPACE,
+    is_own,
+)
 from tracker_plugin.plan.params import batch_from_config, flat_params
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.cache import HistoryCache
@@ -513,6 +520,7 @@ def _make_client(tracking_uri: str | None) -> Any:
     except ImportError:
         raise MissingDependency("mlflow", "mlflow") from None
     uri = tracking_uri or mlflow.get_tracking_uri()
+    _check_file_store(uri)
     _check_local_store(uri)
     _check_store_backend(uri)
     try:
@@ -538,6 +546,18 @@ def _check_store_backend(uri: str) -> None:
             reason=f"the {scheme} store needs the full mlflow package, with its SQL stores "
             "(mlflow-skinny, the client-only install, has none)",
             run=f"mlflow ({uri})",
+        )
+
+
+def _check_file_store(uri: str) -> None:
+    """MLflow's file store (``file://`` or a plain path, ``./mlruns``) is in maintenance
+    mode, and MLflow refuses it unless told otherwise: said in one line, with the way out."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in ("", "file") and not uri.lower().startswith(("databricks", "uc:")):
+        raise ConfigError(
+            f"mlflow ({uri}): not a tracking server or database store; MLflow's file store is in "
+            "maintenance mode and not supported: migrate it with `mlflow migrate-filestore` to "
+            "sqlite:///mlflow.db, or give the server's http(s):// URL"
         )
 
 
@@ -607,8 +627,9 @@ def _cached_histories(
         return None
     out = {}
     for i, name in enumerate(names):
-        arrays = [cached.get(f"{i}.{part}") for part in ("step", "value", "timestamp")]
-        if any(a is None or a.ndim != 1 or a.dtype.kind not in "iuf" for a in arrays):
+        found = [cached.get(f"{i}.{part}") for part in ("step", "value", "timestamp")]
+        arrays = [a for a in found if a is not None and a.ndim == 1 and a.dtype.kind in "iuf"]
+        if len(arrays) != len(found):
             return None
         step, value, stamp = arrays
         if not len(step) == len(value) == len(stamp) or step.dtype.kind == "f" or stamp.dtype.kind == "f":
