@@ -124,7 +124,7 @@ def load(path: str) -> tuple[tp.History, float]:
 def one_job(job: tuple[str, str, float]) -> tuple[list[BacktestCase], list[Cut]]:
     path, plan, gain = job
     history, window = load(path)
-    config = AnalysisConfig(targets=(0.0,), ema_token_window=window, anneal_gain=gain)
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=window, anneal_gain=gain)
     cases = backtest_run(history, config, fit_fractions=FRACTIONS, target_quantiles=QUANTILES, models=LAWS,
                          plan=plan, beyond=True)
     cuts = []

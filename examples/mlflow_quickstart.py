@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nIn the MLflow UI (mlflow ui --backend-store-uri {uri}), open the experiment\n"
         f"'{EXPERIMENT}'; under Columns, add the Metrics loss_eta/target_3p30/tokens and\n"
         ".../step (sortable) and the Tag loss_eta/target_3p30/status. Each run's Artifacts\n"
-        "tab shows loss_eta.png and loss_eta.json."
+        "tab shows loss_eta/loss_eta.png and loss_eta/loss_eta.json."
     )
     return code
 

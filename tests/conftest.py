@@ -56,9 +56,21 @@ CASES: dict[str, int] = {"analyze": 0, "compare": 0, "frame": 0}
 # Failure-shaped cases per reader and shape (tests/test_fuzz_shapes.py), with how many
 # ended in a clear error; every other case gave a result that kept >= 90% of the rows or said so.
 SHAPES: dict[str, dict[str, int]] = {}
+# The MLflow fault and race suite's counts (tests/test_mlflow_faults.py), reported at the end.
+FAULTS: dict[str, int] = dict.fromkeys(
+    ("scenarios", "runs", "consistent", "relogs", "same_settings_repeats", "resumed", "resumed_reannotated"), 0
+)
 
 
 def pytest_terminal_summary(terminalreporter):
+    if FAULTS["runs"]:
+        f = FAULTS
+        terminalreporter.write_line(
+            f"mlflow faults: {f['scenarios']} scenarios, {f['runs']} runs checked, {f['consistent']} consistent, "
+            f"{f['runs'] - f['consistent']} inconsistent; {f['same_settings_repeats']} repeated (key, step, value) "
+            f"rows under the same settings, {f['relogs']} re-logs of a key's latest value; "
+            f"resumed runs re-annotated {f['resumed_reannotated']}/{f['resumed']}"
+        )
     if any(CASES.values()):
         total = sum(CASES.values())
         detail = ", ".join(f"{k} {v}" for k, v in CASES.items())

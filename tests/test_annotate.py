@@ -21,8 +21,12 @@ MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 
 
 @pytest.mark.parametrize(
-    ("target", "slug"), [(3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00")]
-)
+    ("target", "slug"),
+    [
+        (3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00"),
+        (3.30004, "target_3p30004"), (1e-5, "target_0p00001"), (0, "target_0p00"), (2e7, "target_2p00e7"),
+    ],
+)  # fmt: skip
 def test_target_slug(target, slug):
     assert target_slug(target) == slug
 
@@ -33,7 +37,7 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
-    assert len(keys) == 4 * (8 + 6) + 7  # 6 time keys per target: seconds, hours_left(_low, _high), eta_unix, p_by_deadline
+    assert len(keys) == 4 * (8 + 6) + 8  # per target 8 keys and 6 time keys; the 7 run keys and the report digest
     for key in keys:
         assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] segments
         assert MLFLOW_KEY.match(key), key
@@ -47,6 +51,15 @@ def runs_dir(tmp_path, data_dir):
     for name in ("olmo-ladder-370M-5xC.csv", "parity_fixed.csv"):
         shutil.copy(data_dir / name, tmp_path / name)
     return tmp_path
+
+
+@pytest.mark.parametrize("targets", [("3.3", "3.3000000001"), ("1e-9", "0.5", "2e-9")])
+def test_targets_that_would_share_keys_are_refused_before_anything_is_written(capsys, runs_dir, targets):
+    before = sorted(p.name for p in runs_dir.iterdir())
+    code, out, err = _annotate(capsys, runs_dir, "-t", *targets)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "would both be written to loss_eta/target_" in err
+    assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
 def _annotate(capsys, *args):

@@ -141,7 +141,7 @@ def test_beyond_targets_score_p_reach_and_cases_say_their_plan():
     frame = synthetic_run(3000, batch=131072.0, noise=0.005, log_every=5, seed=2,
                           lr_schedule="cosine:warmup=100,total=3000,final=0.1", anneal_gain=0.15)
     history = tp.build_history(frame, run="known")
-    config = AnalysisConfig(targets=(0.0,), ema_token_window=2.5e7)
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=2.5e7)
     cases = backtest_run(history, config, fit_fractions=(0.5,), target_quantiles=(0.8,), models=("auto",), beyond=True)
     reached, past = cases
     assert reached.reached_in_run and not past.reached_in_run and past.target < reached.target

@@ -23,6 +23,7 @@ tested in its own file.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shutil
@@ -38,7 +39,16 @@ from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.errors import SourceError
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.jobs.runner import Outcome, process_runs
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
+from tracker_plugin.keys import (
+    ARTIFACT_JSON,
+    ARTIFACT_PNG,
+    JSON_PATH,
+    MARKER,
+    NAMESPACE,
+    PNG_PATH,
+    STALE,
+    content_hash,
+)
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import (
@@ -49,7 +59,7 @@ from tracker_plugin.trackers import (
     WandbOptions,
     open_source,
 )
-from tracker_plugin.trackers.base import Annotation
+from tracker_plugin.trackers.base import Annotation, previous_of
 
 FRAME = synthetic_run(400, batch=4_194_304.0, seed=7)
 ACCURACY = np.linspace(0.1, 0.9, len(FRAME))
@@ -86,9 +96,14 @@ class Case:
         """The annotation's files as the tracker stores them."""
         raise NotImplementedError
 
+    def all_files(self) -> dict[str, bytes]:
+        """Every file of the run, ours and the user's, by its path in the run."""
+        return self.files()
+
     def complete(self) -> bool:
-        """Are the completion markers there?"""
-        return all(key in self.keys() for key in MARKERS)
+        """Is the completion marker there, and do the keys match it?"""
+        previous = previous_of(self.keys())
+        return previous is not None and previous.complete
 
 
 class CsvCase(Case):
@@ -107,11 +122,11 @@ class CsvCase(Case):
         return {}
 
     def files(self) -> dict[str, bytes]:
-        found = {name: self.path.with_name(f"run.{name}") for name in (ARTIFACT_JSON, ARTIFACT_PNG)}
+        found = {JSON_PATH: self.path.with_name(f"run.{ARTIFACT_JSON}"), PNG_PATH: self.path.with_name(f"run.{ARTIFACT_PNG}")}
         return {name: path.read_bytes() for name, path in found.items() if path.exists()}
 
     def complete(self) -> bool:
-        return ARTIFACT_JSON in self.files()  # the report is the marker
+        return JSON_PATH in self.files()  # the report is the marker
 
 
 class MlflowCase(Case):
@@ -156,9 +171,12 @@ class MlflowCase(Case):
         data = self._run().data
         return {k: v for k, v in {**data.metrics, **data.tags}.items() if _own(k)}
 
-    def files(self) -> dict[str, bytes]:
+    def files(self, folder: str | None = None) -> dict[str, bytes]:
         out = {}
-        for info in self.client.list_artifacts(self.run_id):
+        for info in self.client.list_artifacts(self.run_id, folder):
+            if info.is_dir:
+                out.update(self.files(info.path))
+                continue
             target = self.tmp / "downloads" / uuid.uuid4().hex
             out[info.path] = Path(self.client.download_artifacts(self.run_id, info.path, str(target))).read_bytes()
         return out
@@ -219,7 +237,11 @@ class WandbOfflineCase(Case):
 
     def files(self) -> dict[str, bytes]:
         folder = self.run_dir / "files"
-        return {name: (folder / name).read_bytes() for name in (ARTIFACT_JSON, ARTIFACT_PNG) if (folder / name).exists()}
+        return {name: (folder / name).read_bytes() for name in (JSON_PATH, PNG_PATH) if (folder / name).exists()}
+
+    def all_files(self) -> dict[str, bytes]:
+        folder = self.run_dir / "files"
+        return {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
 @pytest.fixture(scope="session")
@@ -248,11 +270,13 @@ def case(request, tmp_path) -> Case:
     return WandbOfflineCase(request.getfixturevalue("offline_run"), tmp_path)
 
 
-def annotate(case: Case, *, dry_run: bool = False, source: Source | None = None) -> Outcome:
+def annotate(
+    case: Case, *, dry_run: bool = False, source: Source | None = None, config: AnalysisConfig = CONFIG
+) -> Outcome:
     """One annotate pass over the case's run, as the command runs it."""
     source = source or case.open()
     try:
-        (outcome,) = process_runs(source, source.runs(), CONFIG, write=True, dry_run=dry_run, progress=False)
+        (outcome,) = process_runs(source, source.runs(), config, write=True, dry_run=dry_run, progress=False)
     finally:
         source.close()
     return outcome
@@ -316,13 +340,14 @@ def test_only_the_annotation_is_written_and_the_users_own_keys_are_untouched(cas
     assert process_wide() == untouched
     _, _, annotation = expected_annotation(case)
     files = case.files()
-    assert files[ARTIFACT_JSON] == annotation.report_bytes() and files[ARTIFACT_PNG].startswith(b"\x89PNG")
+    assert files[JSON_PATH] == annotation.report_bytes() and files[PNG_PATH].startswith(b"\x89PNG")
     stored = case.keys()
     if isinstance(case, CsvCase):
         assert stored == {}  # a CSV run's annotation is its report
         return
-    assert set(stored) <= set(annotation.keys())
+    assert set(stored) <= {*annotation.keys(), MARKER}
     assert {k: stored[k] for k in annotation.labels} == annotation.labels
+    assert stored[MARKER] == annotation.marker()
     for key, value in annotation.metrics.items():
         if value is None:  # no number: a NaN (MLflow) or no key at all (W&B)
             assert key not in stored or math.isnan(stored[key]), key
@@ -345,6 +370,43 @@ def test_a_write_cut_short_before_the_markers_is_redone_by_the_next_run(case, mo
     outcome = annotate(case)
     assert outcome.action == "annotated" and case.complete()
     assert annotate(case).action == "unchanged"
+
+
+def test_a_dropped_target_is_cleared_and_the_marker_commits_to_what_is_there(case):
+    assert annotate(case).action == "annotated"
+    fewer = AnalysisConfig(targets=(5.5,), model="power-law")
+    outcome = annotate(case, config=fewer)
+    assert outcome.action == "annotated", outcome.error
+    assert case.complete()
+    report = json.loads(case.files()[JSON_PATH])
+    assert [t["target"] for t in report["targets"]] == [5.5]
+    stored = case.keys()
+    if isinstance(case, CsvCase):
+        return  # the report is the whole annotation
+    dropped = {k: v for k, v in stored.items() if k.startswith(f"{NAMESPACE}/target_4p00/")}
+    assert dropped[f"{NAMESPACE}/target_4p00/status"] == STALE
+    numbers = {k: v for k, v in dropped.items() if not k.endswith("/status")}
+    assert all(isinstance(v, float) and math.isnan(v) for v in numbers.values()), numbers  # NaN, or removed (W&B)
+    assert stored[MARKER] == content_hash(stored)
+    assert annotate(case, config=fewer).action == "unchanged"
+
+
+def test_artifacts_go_under_loss_eta_and_the_users_own_root_files_are_untouched(case):
+    user_file = b'{"mine": true}\n'
+    if isinstance(case, MlflowCase):
+        path = case.tmp / "mine" / ARTIFACT_JSON
+        path.parent.mkdir()
+        path.write_bytes(user_file)
+        case.client.log_artifact(case.run_id, str(path))
+    elif isinstance(case, WandbCase):
+        case.run.files[ARTIFACT_JSON] = user_file
+    elif isinstance(case, WandbOfflineCase):
+        (case.run_dir / "files" / ARTIFACT_JSON).write_bytes(user_file)
+    assert annotate(case).action == "annotated"
+    files = case.all_files()
+    assert set(files) >= {JSON_PATH, PNG_PATH}
+    if not isinstance(case, CsvCase):
+        assert files[ARTIFACT_JSON] == user_file
 
 
 # -- options -----------------------------------------------------------------------------------

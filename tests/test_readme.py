@@ -76,6 +76,6 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
         if status == "extrapolated":  # a finished run short of 3.3: forecast past its end
             assert run.data.metrics["loss_eta/target_3p30/tokens"] > run.data.metrics["loss_eta/last_tokens"]
         assert run.info.status == "FINISHED"
-        assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"loss_eta.json", "loss_eta.png"}
+        assert {a.path for a in client.list_artifacts(run.info.run_id, "loss_eta")} == {"loss_eta/loss_eta.json", "loss_eta/loss_eta.png"}
     assert list((tmp_path / "mlruns").iterdir())
     assert sorted(p.name for p in ROOT.iterdir()) == repo_before

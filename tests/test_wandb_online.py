@@ -68,7 +68,7 @@ def test_dense_history_reads_back_exactly_in_one_scan(wandb_server):
         "wandb:ent/proj/dense",
         "dense-run",
         "finished",
-        "_step 2499",
+        "_step 2499 rows 2500",  # the last step and the history's rows (no _timestamp logged)
     )
     assert_same_history(history, build_history(frame.rename(columns={"step": "_step"}), run="x"))
     scans = [
@@ -129,7 +129,7 @@ def test_integers_that_come_back_as_floats_are_integers_again(wandb_server):
         config={"global_batch_size": 524288.0},
     )
     info, history, _ = read_one("wandb:ent/proj/floats")
-    assert info.progress == "_step 399"
+    assert info.progress == "_step 399 rows 400"
     assert history.step.dtype.kind == "i" and history.step[-1] == 409
     assert history.batch_source == "config 'global_batch_size'" and history.batch[0] == 524288
 
@@ -200,12 +200,12 @@ def test_runs_are_selected_by_state_tag_date_and_filter(wandb_server):
 def test_each_listing_sees_new_runs_and_new_steps(wandb_server):
     run = wandb_server.add_run("ent", "live", "r1", state="running", history=wandb_rows(synthetic_run(100)))
     source = open_source("wandb:ent/live", SourceOptions())
-    assert [(r.ref, r.progress) for r in source.runs()] == [("wandb:ent/live/r1", "_step 99")]
+    assert [(r.ref, r.progress) for r in source.runs()] == [("wandb:ent/live/r1", "_step 99 rows 100")]
     run.log({"train_loss": 3.0}, {"train_loss": 2.9})
     wandb_server.add_run("ent", "live", "r2", history=wandb_rows(synthetic_run(10)))
     assert [(r.ref, r.progress) for r in source.runs()] == [
-        ("wandb:ent/live/r1", "_step 101"),
-        ("wandb:ent/live/r2", "_step 9"),
+        ("wandb:ent/live/r1", "_step 101 rows 102"),
+        ("wandb:ent/live/r2", "_step 9 rows 10"),
     ]
     assert len(source.read(source.runs()[0])) == 102
 
@@ -315,16 +315,16 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     assert code == 0, err
     assert "run-a" in out and "reached" in out and "extrapolated" in out
     for run in two_runs:
-        report = json.loads(run.files["loss_eta.json"])
+        report = json.loads(run.files["loss_eta/loss_eta.json"])
         assert report["run"] == f"wandb:ent/proj/{run.run_id}"
         assert run.summary["loss_eta/target_4p50/status"] == "extrapolated"
         assert run.summary["loss_eta/target_4p50/tokens"] == pytest.approx(report["targets"][1]["tokens"])
         assert "loss_eta/target_1p50/tokens" not in run.summary  # unreachable: no number to sort on
-        assert run.summary["loss_eta/progress"] == f"_step {run.history[-1]['_step']}"
+        assert run.summary["loss_eta/progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
     # the markers go last: only the final summary update of each run carries them
     upserts = [r for r in wandb_server.mutations(run="ra") if r.operation == "UpsertBucket"]
     written = [json.loads(r.variables["summaryMetrics"]) for r in upserts]
-    assert "loss_eta/settings_hash" not in written[0] and "loss_eta/settings_hash" in written[-1]
+    assert "loss_eta/marker" not in written[0] and "loss_eta/marker" in written[-1]
     assert all(set(r.variables) <= {"id", "summaryMetrics"} for r in upserts)  # never config, state or tags
     assert not any(r.operation == "file_stream" for r in wandb_server.requests)
 
@@ -339,7 +339,7 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     wandb_server.requests.clear()
     code, out, _ = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 0 and out.count("unchanged") == 1
-    assert b.summary["loss_eta/progress"] == "_step 2099" and wandb_server.mutations(run="ra") == []
+    assert b.summary["loss_eta/progress"].startswith("_step 2099 ") and wandb_server.mutations(run="ra") == []
 
 
 def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_server, two_runs, capsys):
@@ -356,7 +356,7 @@ def test_dry_run_says_what_it_would_write(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS, "--dry-run")
     assert code == 0
     assert "wandb:ent/proj/ra: would write summary loss_eta/target_6p00/status = 'reached'" in out
-    assert "would write file loss_eta.png" in out
+    assert "would write file loss_eta/loss_eta.png" in out
 
 
 def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):
@@ -387,7 +387,7 @@ def test_watch_rereads_wandb_every_pass_until_the_runs_finish(wandb_server, two_
     assert main(["watch", "wandb:ent/proj", *TARGETS, "--every", "0.5", "--max-cycles", "3"]) == 0
     err = capsys.readouterr().err
     assert "pass 1: 2 annotated; 1 still running" in err and "pass 2: 1 unchanged, 1 annotated; 0 still running" in err
-    assert passes == [30.0] and running.summary["loss_eta/progress"] == "_step 2099"
+    assert passes == [30.0] and running.summary["loss_eta/progress"].startswith("_step 2099 ")
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -483,7 +483,7 @@ def test_rate_limits_are_retried_then_reported(wandb_server, two_runs, capsys, s
     wandb_server.fail(429, operation="UpsertBucket")  # forever: reported, the annotation stays incomplete
     code, out, _ = annotate(capsys, "wandb:ent/proj/rb", *TARGETS)
     assert code == 1 and "W&B did not answer within 3 s" in out
-    assert "loss_eta/settings_hash" not in two_runs[1].summary  # so the next run redoes it
+    assert "loss_eta/marker" not in two_runs[1].summary  # so the next run redoes it
     # wandb's own retry settings are the user's: with them, wandb-core's error comes back
     monkeypatch.setattr(wandb_setup.singleton().settings, "x_graphql_retry_max", 1)  # WANDB__GRAPHQL_RETRY_MAX=1
     code, out, _ = annotate(capsys, "wandb:ent/proj/rb", *TARGETS)
@@ -495,14 +495,14 @@ def test_a_failed_write_does_not_leave_a_complete_looking_annotation(
 ):
     wandb_server.fail(500, operation="PUT", times=1)  # the file upload; wandb-core retries it later
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
-    assert code == 1 and "W&B did not answer within 2 s (uploading loss_eta.json)" in out
-    assert "loss_eta/progress" not in two_runs[0].summary
+    assert code == 1 and "W&B did not answer within 2 s (uploading loss_eta/loss_eta.json)" in out
+    assert "loss_eta/marker" not in two_runs[0].summary
     deadline = time.monotonic() + 30  # the upload given up on may still land: let it
     while not any(r.method == "PUT" and r.status == 200 for r in wandb_server.requests):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
-    assert code == 0 and "unchanged" not in out and "loss_eta/progress" in two_runs[0].summary
+    assert code == 0 and "unchanged" not in out and "loss_eta/marker" in two_runs[0].summary
 
 
 def test_api_key_never_appears_in_exceptions(wandb_server, two_runs):

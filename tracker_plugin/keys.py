@@ -7,11 +7,12 @@ Both trackers get the same keys. Every key is made of ``[_a-zA-Z0-9]`` segments 
 characters). Numbers go in ``metrics`` (MLflow metrics, W&B summary values); text goes in
 ``labels`` (MLflow tags, W&B summary strings). Each target always writes every one of
 its keys, with ``None`` where there is no value, so a rerun that changes a status never
-leaves a stale number behind.
+leaves a stale number behind; a target dropped from the settings has its numbers cleared
+and its status set to ``stale``.
 
 The keys, for a target of 3.3::
 
-    loss_eta/target_3p30/status            reached | extrapolated | unreachable | failed
+    loss_eta/target_3p30/status            reached | extrapolated | unreachable | failed | stale
     loss_eta/target_3p30/tokens            tokens where the smoothed loss reaches 3.3
     loss_eta/target_3p30/step              the step there
     loss_eta/target_3p30/tokens_low, tokens_high, step_low, step_high   the interval
@@ -22,26 +23,116 @@ The keys, for a target of 3.3::
     loss_eta/target_3p30/p_by_deadline     P(reached by the deadline), when one is given
     loss_eta/last_step, loss_eta/last_tokens   how far the analysed history went
     loss_eta/settings_hash, loss_eta/settings, loss_eta/loss_key, loss_eta/version
-    loss_eta/progress                          the source's marker of how far the run had got
+    loss_eta/progress                          the source's fingerprint of the analysed history
+    loss_eta/report_sha256                     the digest of loss_eta/loss_eta.json
+    loss_eta/marker                            written last: the hash of every key above
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["ARTIFACT_JSON", "ARTIFACT_PNG", "KEY_PATTERN", "MARKERS", "NAMESPACE", "target_slug"]
+__all__ = [
+    "ARTIFACT_DIR",
+    "ARTIFACT_JSON",
+    "ARTIFACT_PNG",
+    "JSON_PATH",
+    "KEY_PATTERN",
+    "MARKER",
+    "MARKERS",
+    "NAMESPACE",
+    "PNG_PATH",
+    "REPORT_DIGEST",
+    "STALE",
+    "TARGET_LABELS",
+    "TARGET_METRICS",
+    "target_collision",
+    "content_hash",
+    "is_own",
+    "report_digest",
+    "target_slug",
+]
 
 NAMESPACE = "loss_eta"
+ARTIFACT_DIR = NAMESPACE  # our artifacts' folder in a run: never the root, next to the user's files
 ARTIFACT_JSON = "loss_eta.json"
 ARTIFACT_PNG = "loss_eta.png"
-# Written last: together they mark an annotation complete.
-MARKERS = (f"{NAMESPACE}/settings_hash", f"{NAMESPACE}/progress")
+JSON_PATH = f"{ARTIFACT_DIR}/{ARTIFACT_JSON}"
+PNG_PATH = f"{ARTIFACT_DIR}/{ARTIFACT_PNG}"
+# Written last; its value is content_hash() of every other key of ours the run holds.
+MARKER = f"{NAMESPACE}/marker"
+MARKERS = (MARKER,)
+REPORT_DIGEST = f"{NAMESPACE}/report_sha256"
+STALE = "stale"  # the status of a target no longer in the settings
+# Each target's keys, after ``loss_eta/target_X/``: numbers, then text. Extend here.
+TARGET_METRICS = ("tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor")
+TARGET_LABELS = ("status",)
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
+_DECIMALS = 8  # targets are told apart to this many decimals
+_FIXED_BELOW = 1e6  # larger targets are written in scientific notation
+
+
+def is_own(key: str) -> bool:
+    return key.startswith(f"{NAMESPACE}/")
 
 
 def target_slug(target: float) -> str:
-    """``3.3 -> 'target_3p30'``, ``2.875 -> 'target_2p875'``, ``-1 -> 'target_m1p00'``."""
-    text = f"{abs(target):.4f}".rstrip("0")
-    whole, _, frac = text.partition(".")
-    frac = frac.ljust(2, "0")
-    return f"target_{'m' if target < 0 else ''}{whole}p{frac}"
+    """``3.3 -> 'target_3p30'``, ``3.30004 -> 'target_3p30004'``, ``-1 -> 'target_m1p00'``.
+
+    At least two decimals, up to eight: targets that differ in the first eight decimals
+    get different keys (see :func:`target_collision` for the rest).
+    """
+    size = abs(float(target))
+    if size >= _FIXED_BELOW:
+        mantissa, _, exponent = f"{size:.{_DECIMALS}e}".partition("e")
+        whole, _, frac = mantissa.rstrip("0").partition(".")
+        power = int(exponent)
+        text = f"{whole}p{frac.ljust(2, '0')}e{power}"
+    else:
+        whole, _, frac = f"{size:.{_DECIMALS}f}".rstrip("0").partition(".")
+        text = f"{whole}p{frac.ljust(2, '0')}"
+    return f"target_{'m' if target < 0 else ''}{text}"
+
+
+def target_collision(targets: Iterable[float]) -> str | None:
+    """Why these targets cannot be written (two would share keys, and the second would
+    silently overwrite the first), or None when each has keys of its own."""
+    seen: dict[str, float] = {}
+    for target in targets:
+        slug = target_slug(target)
+        if slug in seen and seen[slug] != target:
+            return (
+                f"targets {seen[slug]!r} and {target!r} would both be written to {NAMESPACE}/{slug}; "
+                f"give targets that differ within {_DECIMALS} decimals"
+            )
+        seen[slug] = target
+    return None
+
+
+def report_digest(report: bytes) -> str:
+    return hashlib.sha256(report).hexdigest()[:16]
+
+
+def content_hash(held: Mapping[str, Any]) -> str:
+    """The hash the marker commits to: every key of ours but the marker, as the run holds it.
+
+    Numbers and text are told apart by type; a missing number, ``None`` and NaN are the
+    same (MLflow keeps a cleared metric as NaN, W&B removes the key).
+    """
+    canonical: dict[str, Any] = {}
+    for key, value in held.items():
+        if not is_own(key) or key == MARKER:
+            continue
+        if isinstance(value, str):
+            canonical[key] = ["s", value]
+        elif value is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+            if not math.isnan(number):
+                canonical[key] = ["n", repr(number)]
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -568,7 +568,7 @@ def _law_sweep(
         # The windows before are fitted with this law too: a hint is always one of its fits.
         return fit_window(
             chosen, history, start, end, timeline, config.ema_token_window, prior,
-            law_hint, smoothed, rounds=1, like=like,
+            hint if isinstance(hint, LawFit) else None, smoothed, rounds=1, like=like,
         )
 
     if isinstance(fit, FitFailure):

@@ -16,14 +16,12 @@ from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
-from tracker_plugin.keys import NAMESPACE, target_slug
+from tracker_plugin.keys import NAMESPACE, REPORT_DIGEST, TARGET_METRICS, report_digest, target_slug
 from tracker_plugin.report.render import to_json
 from tracker_plugin.report.timing import time_metrics
-from tracker_plugin.trackers.base import Annotation
+from tracker_plugin.trackers.base import Annotation, encode_report
 
 __all__ = ["build_annotation", "settings_hash", "settings_of"]
-
-_TARGET_FIELDS = ("tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor")
 
 
 def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | None) -> dict[str, Any]:
@@ -48,8 +46,10 @@ def settings_hash(settings: dict[str, Any]) -> str:
 def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str | None = None) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
-    ``progress`` is the source's marker of how far the run had got; it defaults to the
-    last analysed step.
+    ``progress`` is the source's fingerprint of the analysed history; it defaults to the
+    last analysed step. The labels record the report's digest, so the completion marker
+    (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
+    commits to the report too.
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
@@ -71,11 +71,12 @@ def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str
         low_high = result.tokens_interval or (None, None)
         step_low_high = result.step_interval or (None, None)
         values = (result.tokens, result.step, *low_high, *step_low_high, result.extrapolation_factor)
-        for name, value in zip(_TARGET_FIELDS, values):
+        for name, value in zip(TARGET_METRICS, values, strict=True):
             metrics[f"{prefix}/{name}"] = _finite(value)
     report = to_json(analysis)
     report["settings_hash"] = fingerprint
     report["progress"] = progress
+    labels[REPORT_DIGEST] = report_digest(encode_report(report))
     return Annotation(
         run=analysis.run,
         metrics=metrics,

@@ -16,10 +16,11 @@ from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
-from tracker_plugin.errors import TrackerPluginError
+from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.keys import target_collision
 from tracker_plugin.report.runs import RunRow
-from tracker_plugin.trackers.base import Previous, RunInfo, Source
+from tracker_plugin.trackers.base import RunInfo, Source
 
 __all__ = ["Action", "Outcome", "outcome_rows", "process_runs"]
 
@@ -66,10 +67,14 @@ def process_runs(
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
-    With ``write``, a run whose earlier annotation has the same settings and progress is
-    left alone (``unchanged``) unless ``force``; with ``dry_run`` nothing is written and
+    With ``write``, a run that holds a complete annotation (its keys match its marker, its
+    report matches its keys) made with the same settings from a history with the same
+    fingerprint is left alone (``unchanged``) unless ``force``; anything else is redone; with ``dry_run`` nothing is written and
     each outcome lists what would be.
     """
+    collision = target_collision(config.targets) if write else None
+    if collision is not None:
+        raise ConfigError(collision)  # before anything is written
     settings = settings_of(config, source.options.columns, source.options.batch_size)
     fingerprint = settings_hash(settings)
 
@@ -102,13 +107,16 @@ def _one(
     force: bool,
     dry_run: bool,
 ) -> Outcome:
-    if write and not force and run.progress is not None and run.previous == Previous(fingerprint, run.progress):
-        return Outcome(run, Action.UNCHANGED)
+    previous = run.previous
+    if write and not force and previous is not None and previous.current(fingerprint, run.progress):
+        if source.intact(run):  # the report is read only when everything else says current
+            return Outcome(run, Action.UNCHANGED)
     analysis = run_analysis(source.read(run), config)
     if not write:
         return Outcome(run, Action.ANALYSED, analysis)
     annotation = build_annotation(analysis, settings, progress=run.progress)
-    if not force and annotation.is_current(run.previous):
+    # A source that knew no progress before reading: the annotation's own says it.
+    if not force and run.progress is None and annotation.is_current(previous) and source.intact(run):
         return Outcome(run, Action.UNCHANGED, analysis)
     if dry_run:
         return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))

@@ -11,36 +11,92 @@ decide anything about the analysis.
 from __future__ import annotations
 
 import json
+import random
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from tracker_plugin.errors import SourceError
 from tracker_plugin.frame.history import History
+from tracker_plugin.keys import (
+    JSON_PATH,
+    MARKER,
+    NAMESPACE,
+    PNG_PATH,
+    REPORT_DIGEST,
+    STALE,
+    content_hash,
+    is_own,
+    report_digest,
+)
 from tracker_plugin.trackers.options import ReadOptions, SourceOptions
 
 __all__ = [
     "FINISHED_STATES",
     "STATES",
     "Annotation",
+    "encode_report",
     "Previous",
     "RunInfo",
     "Source",
     "SourceOptions",
+    "previous_of",
     "select_states",
 ]
 
+# A write that another job's write overlapped is checked and done again, this many times.
+_WRITE_ATTEMPTS = 4
+_RETRY_PAUSE = 0.2  # seconds, times a random factor in [0.5, 1.5): two jobs fall out of step
+
 @dataclass(frozen=True)
 class Previous:
-    """What an earlier annotation of a run recorded: enough to tell if it is still current.
+    """What an earlier annotation of a run left: enough to tell if it is complete and current.
 
-    ``progress`` is the source's marker of how far the run had got (its last step, or a
-    file's size and time), recorded in ``loss_eta/progress``.
+    ``progress`` is the source's fingerprint of the analysed history (``loss_eta/progress``).
+    ``marker`` is the completion marker (``loss_eta/marker``): the hash of every other key
+    of ours as that annotation wrote them; ``holds`` is the same hash of the keys the run
+    holds now. They differ when a write was cut short or overlapped by another job's.
+    ``report`` is the digest of ``loss_eta/loss_eta.json`` the keys record.
     """
 
     settings_hash: str | None
     progress: str | None
+    marker: str | None = None
+    holds: str | None = None
+    report: str | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Does the run hold exactly what its completion marker commits to?"""
+        return self.marker is not None and self.marker == self.holds
+
+    def current(self, settings_hash: str, progress: str | None) -> bool:
+        """Complete, and made with these settings from a history at this progress?"""
+        return (
+            self.complete and progress is not None
+            and (self.settings_hash, self.progress) == (settings_hash, progress)
+        )  # fmt: skip
+
+
+def previous_of(held: Mapping[str, Any]) -> Previous | None:
+    """What the keys of ours a run holds say of its last annotation (None: never annotated)."""
+    own = {k: v for k, v in held.items() if is_own(k)}
+    if not own:
+        return None
+
+    def text(key: str) -> str | None:
+        value = own.get(key)
+        return None if value is None else str(value)
+
+    return Previous(
+        settings_hash=text(f"{NAMESPACE}/settings_hash"),
+        progress=text(f"{NAMESPACE}/progress"),
+        marker=text(MARKER),
+        holds=content_hash(own),
+        report=text(REPORT_DIGEST),
+    )
 
 
 @dataclass(frozen=True)
@@ -59,17 +115,39 @@ class Annotation:
     def keys(self) -> list[str]:
         return sorted([*self.metrics, *self.labels])
 
+    def marker(self) -> str:
+        """The completion marker's value: the hash of every key this annotation writes."""
+        return content_hash({**self.metrics, **self.labels})
+
+    def clearing(self, held: Mapping[str, Any]) -> Annotation:
+        """This annotation, plus the keys of ours the run holds that it does not write
+        (a dropped target's, say): numbers cleared (``None``), text set to ``stale``."""
+        metrics, labels = dict(self.metrics), dict(self.labels)
+        for key, value in held.items():
+            if not is_own(key) or key == MARKER or key in metrics or key in labels:
+                continue
+            if isinstance(value, str):
+                labels[key] = STALE
+            else:
+                metrics[key] = None
+        return replace(self, metrics=metrics, labels=labels)
+
     def report_bytes(self) -> bytes:
         """``loss_eta.json``: the same document as ``analyze --json``, byte-stable."""
-        return (json.dumps(self.report, indent=2, sort_keys=True) + "\n").encode()
+        return encode_report(self.report)
 
     def plot_bytes(self) -> bytes:
         """``loss_eta.png``: the report's plot, drawn only when a tracker writes it."""
         return self.plot()
 
     def is_current(self, previous: Previous | None) -> bool:
-        """Did an earlier annotation already record this one (same settings, same progress)?"""
-        return previous == Previous(self.settings_hash, self.progress)
+        """Does the run already hold a complete annotation with these settings and progress?"""
+        return previous is not None and previous.current(self.settings_hash, self.progress)
+
+
+def encode_report(report: Mapping[str, Any]) -> bytes:
+    """A report document as ``loss_eta.json`` holds it."""
+    return (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
 
 
 # Normalised run states; a tracker's own states map onto these.
@@ -148,30 +226,69 @@ class Source(ABC):
         """
 
     def write(self, run: RunInfo, annotation: Annotation) -> None:
-        """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
+        """Write ``annotation`` to the run: keys, ``loss_eta/loss_eta.json`` and ``.png``.
 
-        Writing the same annotation twice leaves the run as the first write left it, and
-        nothing but the annotation's own keys and artifacts is touched. Everything else
-        goes first (:meth:`write_content`); the labels ``loss_eta/settings_hash`` and
-        ``loss_eta/progress`` go last (:meth:`write_markers`): they mark the annotation
-        complete, so a write cut short before them is redone by the next run.
+        Everything else goes first (:meth:`write_content`), the completion marker
+        ``loss_eta/marker`` last (:meth:`write_markers`): its value is the hash of every
+        other key written, and the keys record the report's digest, so a write cut short,
+        or mixed with another job's, leaves a run whose keys do not match its marker, and
+        the next run redoes it. Keys of ours the run holds that this annotation does not
+        write (a dropped target's) are cleared. Where other jobs may write the same run at
+        the same time (:meth:`settled`), the run is read back after the marker and written
+        again until it holds one complete annotation. Writing the same annotation twice
+        leaves the run as the first write left it; nothing but our keys and our
+        ``loss_eta/`` artifacts is touched.
         """
-        self.write_content(run, annotation)
-        self.write_markers(run, annotation)
+        for attempt in range(_WRITE_ATTEMPTS):
+            full = annotation.clearing(self.held(run))
+            self.write_content(run, full)
+            self.write_markers(run, full)
+            if self.settled(run):
+                return
+            time.sleep(_RETRY_PAUSE * (0.5 + random.random()) * (attempt + 1))
+        raise SourceError(
+            f"another job kept writing this run's annotation; tried {_WRITE_ATTEMPTS} times, "
+            "and the next run will redo it",
+            run=run.ref,
+        )
+
+    def held(self, run: RunInfo) -> dict[str, Any]:
+        """The keys of ours the run holds now, read fresh: numbers and text."""
+        return {}
+
+    def stored_report(self, run: RunInfo) -> bytes | None:
+        """The run's ``loss_eta/loss_eta.json`` as stored now; None when there is none."""
+        return None
+
+    def intact(self, run: RunInfo) -> bool:
+        """Is the run's stored report the one its (complete) keys record?"""
+        previous = run.previous
+        if previous is None or previous.report is None:
+            return False
+        stored = self.stored_report(run)
+        return stored is not None and report_digest(stored) == previous.report
+
+    def settled(self, run: RunInfo) -> bool:
+        """After a write: does the run hold one complete annotation (this one or another
+        job's that overlapped it)? Sources only one writer can change say yes."""
+        held = self.held(run)
+        now = previous_of(held)
+        return now is not None and now.complete and self.intact(replace(run, previous=now))
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
-        """The annotation's metrics, labels and artifacts, all but the completion markers."""
+        """The annotation's metrics, labels and artifacts, all but the completion marker."""
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
-        """The completion markers, once :meth:`write_content` has succeeded."""
+        """The completion marker, once :meth:`write_content` has succeeded."""
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         """What :meth:`write` would do, one line per key or file, for ``--dry-run``."""
         lines = [f"{key} = {_show(value)}" for key, value in sorted(annotation.metrics.items())]
         lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
-        return lines + ["artifact loss_eta.json", "artifact loss_eta.png"]
+        lines.append(f"{MARKER} = {annotation.marker()!r} (last)")
+        return lines + [f"artifact {JSON_PATH}", f"artifact {PNG_PATH}"]
 
     def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""

@@ -9,6 +9,8 @@ A source should only cache runs that can no longer change (finished ones).
 Safe to share between processes: each entry is written to a temporary file and renamed
 into place, so a reader sees a whole entry or none; a file that cannot be read (cut
 short, corrupt, written by another version) is a miss, and the next store replaces it.
+An entry that reads but does not hold what the source expects (arrays missing or of the
+wrong shape) is the source's to check: it is discarded (:meth:`~HistoryCache.discard`).
 """
 
 from __future__ import annotations
@@ -64,6 +66,13 @@ class HistoryCache:
         if stored_key is None or str(stored_key) != _canonical(key):
             return None
         return arrays
+
+    def discard(self, key: Sequence[str]) -> None:
+        """Drop the entry under ``key`` (one a source found damaged), if there is one."""
+        try:
+            self.path(key).unlink()
+        except OSError:
+            pass
 
     def store(self, key: Sequence[str], arrays: Mapping[str, np.ndarray]) -> None:
         """Store ``arrays`` under ``key``; a failure to write is not an error (just no cache)."""

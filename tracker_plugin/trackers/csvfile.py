@@ -181,6 +181,12 @@ class CsvSource(Source):
         json_path, _ = _sidecars(Path(run.ref))
         write_atomic(json_path, annotation.report_bytes())
 
+    def intact(self, run: RunInfo) -> bool:
+        return True  # the report is the marker, written whole (atomically) or not at all
+
+    def settled(self, run: RunInfo) -> bool:
+        return True  # one atomic file: two writers leave one whole report
+
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         return [f"write {path}" for path in _sidecars(Path(run.ref))]
 
@@ -202,6 +208,8 @@ def _previous(path: Path) -> Previous | None:
     json_path, _ = _sidecars(path)
     try:
         report = json.loads(json_path.read_text())
-        return Previous(report.get("settings_hash"), report.get("progress"))
+        # The report is the marker (written last, atomically): if it reads, it is complete.
+        fingerprint = str(report.get("settings_hash"))
+        return Previous(report.get("settings_hash"), report.get("progress"), marker=fingerprint, holds=fingerprint)
     except (OSError, ValueError, AttributeError):
         return None

@@ -22,19 +22,36 @@ Writing
     Through :class:`mlflow.MlflowClient` by run id, never ``mlflow.start_run`` (which would
     set a finished run back to RUNNING). Metrics are logged at the run's last analysed
     step in one ``log_batch``; labels become tags; ``loss_eta.json`` and ``loss_eta.png``
-    go to the artifact root; the tags ``loss_eta/settings_hash`` and ``loss_eta/progress``
-    are written last. A metric whose latest value at that step is already the value to
-    write is not logged again, so annotating twice adds no metric rows.
+    go to the ``loss_eta/`` artifact folder (never the root, where a user's own files
+    are); the tag ``loss_eta/marker`` is written last. A metric whose latest value at that
+    step is already the value to write is not logged again, so annotating twice adds no
+    metric rows.
+
+    Two jobs writing one run at once: each metric row's timestamp is worked out from the
+    run as read (one past the latest timestamp of any of its metrics), not from the
+    clock, so two jobs that read the same run and write the same values write identical
+    rows, which MLflow's SQL store keeps once (a metric row's identity is its key, value,
+    timestamp and step). Jobs with different values converge: the run is read back after
+    the marker and written again until its keys match its marker (see
+    :meth:`~tracker_plugin.trackers.base.Source.write`).
+
+Unchanged
+    A run's progress is a fingerprint of the latest point (step, timestamp, value) of each
+    analysed key, which MLflow keeps per run (``latest metrics``, returned by
+    ``search_runs`` with no history read). MLflow's latest point is the greatest (step,
+    timestamp, value), so a resumed run that logs its last step again (a later
+    timestamp) changes it; re-logged steps before the last one are seen once the run
+    logs its last step again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import math
 import os
 import tempfile
 import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import CancelledError, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -58,9 +75,17 @@ from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading, read_as
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS, NAMESPACE
+from tracker_plugin.keys import (
+    ARTIFACT_DIR,
+    ARTIFACT_JSON,
+    ARTIFACT_PNG,
+    JSON_PATH,
+    MARKER,
+    NAMESPACE,
+    is_own,
+)
 from tracker_plugin.plan.params import flat_params
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.cache import HistoryCache
 from tracker_plugin.trackers.mlflow_rest import (
     RestError,
@@ -74,8 +99,6 @@ from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOp
 
 __all__ = ["MlflowSource"]
 
-HASH_TAG = f"{NAMESPACE}/settings_hash"
-PROGRESS_TAG = f"{NAMESPACE}/progress"
 _PAGE = 25_000  # points per get-history page, MLflow's own page size
 # The keys' first requests go out this many seconds apart: requests arriving together
 # tend to be taken by one worker, which then serves them all while the others idle.
@@ -194,17 +217,26 @@ class MlflowSource(Source):
         return records
 
     def _info(self, record: Any) -> RunInfo:
-        latest = _latest(record)
-        loss_key = _first_present(self.options.columns.loss, latest)
-        tags = record.data.tags
-        previous = Previous(tags.get(HASH_TAG), tags.get(PROGRESS_TAG)) if HASH_TAG in tags else None
         return RunInfo(
             ref=f"mlflow:{record.info.run_id}",
             name=record.info.run_name or record.info.run_id,
             state=_STATES.get(str(record.info.status), "unknown"),
-            progress=None if loss_key is None else str(latest[loss_key][0]),
-            previous=previous,
+            progress=self._progress(_latest(record)),
+            previous=previous_of(_own(record)),
         )
+
+    def _progress(self, latest: Mapping[str, tuple[int, int, float]]) -> str | None:
+        """Every logged key's latest (step, timestamp, value), as one short fingerprint.
+
+        All the run's own keys, not only the ones read: which keys the trainer's conventions
+        pick is decided when the run is read, and a key that changes says the run moved on.
+        """
+        loss_key = _first_present(self.options.columns.loss, latest)
+        if loss_key is None:
+            return None
+        chosen = sorted(k for k in latest if not is_own(k))
+        marks = ";".join(f"{k}:{latest[k][0]}:{latest[k][1]}:{latest[k][2]!r}" for k in chosen)
+        return f"step {latest[loss_key][0]} latest {hashlib.sha256(marks.encode()).hexdigest()[:12]}"
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -279,12 +311,10 @@ class MlflowSource(Source):
         if self._cache is not None and run.state == "finished":
             marks = [f"{name}@{latest[name][0]}:{latest[name][1]}" for name in names]
             cache_key = ("mlflow", self._client().tracking_uri, record.info.run_id, *marks)
-            cached = self._cache.load(cache_key)
-            if cached is not None and all(f"{i}.step" in cached for i in range(len(names))):
-                return {
-                    n: (cached[f"{i}.step"], cached[f"{i}.value"], cached[f"{i}.timestamp"])
-                    for i, n in enumerate(names)
-                }
+            cached = _cached_histories(self._cache.load(cache_key), names)
+            if cached is not None:
+                return cached
+            self._cache.discard(cache_key)  # damaged or of another layout: fetched again
         histories = self._fetch(run, record.info.run_id, names)
         if cache_key is not None and self._cache is not None:
             arrays = {}
@@ -359,16 +389,31 @@ class MlflowSource(Source):
 
     # -- writing ---------------------------------------------------------------------------
 
+    def held(self, run: RunInfo) -> dict[str, Any]:
+        with self._errors(run.ref):
+            return _own(self._client().get_run(_run_id(run)))
+
+    def stored_report(self, run: RunInfo) -> bytes | None:
+        from mlflow.exceptions import MlflowException
+
+        with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
+            try:
+                path = self._client().download_artifacts(_run_id(run), JSON_PATH, tmp)
+            except (MlflowException, OSError) as exc:
+                if _network_failure(exc):
+                    raise
+                return None  # not there (or not readable): the annotation is redone
+            return Path(path).read_bytes()
+
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         client = self._client()
         from mlflow.entities import Metric, RunTag
 
         run_id = _run_id(run)
-        step = int(annotation.step)
         with self._errors(run.ref):
             current = client.get_run(run_id)  # fresh: what an earlier annotation left
             latest = _latest(current)
-            stamp = int(time.time() * 1000)
+            step, stamp = _write_point(latest, int(annotation.step))
             metrics = [
                 Metric(key, math.nan if value is None else float(value), stamp, step)
                 for key, value in sorted(annotation.metrics.items())
@@ -377,7 +422,7 @@ class MlflowSource(Source):
             tags = [
                 RunTag(key, value)
                 for key, value in sorted(annotation.labels.items())
-                if key not in MARKERS and current.data.tags.get(key) != value
+                if key != MARKER and current.data.tags.get(key) != value
             ]
             # One request where MLflow's limits allow (the client splits larger batches).
             client.log_batch(run_id, metrics=metrics, tags=tags)
@@ -388,14 +433,13 @@ class MlflowSource(Source):
                 ):
                     path = Path(tmp) / name
                     path.write_bytes(data)
-                    client.log_artifact(run_id, str(path))
+                    client.log_artifact(run_id, str(path), artifact_path=ARTIFACT_DIR)
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
         from mlflow.entities import RunTag
 
         with self._errors(run.ref):
-            markers = [RunTag(key, annotation.labels[key]) for key in sorted(MARKERS)]
-            self._client().log_batch(_run_id(run), tags=markers)  # tags: set, not appended
+            self._client().log_batch(_run_id(run), tags=[RunTag(MARKER, annotation.marker())])
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         step = int(annotation.step)
@@ -496,6 +540,7 @@ def _make_client(tracking_uri: str | None) -> Any:
     except ImportError:
         raise MissingDependency("mlflow", "mlflow") from None
     uri = tracking_uri or mlflow.get_tracking_uri()
+    _check_file_store(uri)
     _check_local_store(uri)
     _check_store_backend(uri)
     try:
@@ -521,6 +566,18 @@ def _check_store_backend(uri: str) -> None:
             reason=f"the {scheme} store needs the full mlflow package, with its SQL stores "
             "(mlflow-skinny, the client-only install, has none)",
             run=f"mlflow ({uri})",
+        )
+
+
+def _check_file_store(uri: str) -> None:
+    """MLflow's file store (``file://`` or a plain path, ``./mlruns``) is in maintenance
+    mode, and MLflow refuses it unless told otherwise: said in one line, with the way out."""
+    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
+    if scheme in ("", "file") and not uri.lower().startswith(("databricks", "uc:")):
+        raise ConfigError(
+            f"mlflow ({uri}): not a tracking server or database store; MLflow's file store is in "
+            "maintenance mode and not supported: migrate it with `mlflow migrate-filestore` to "
+            "sqlite:///mlflow.db, or give the server's http(s):// URL"
         )
 
 
@@ -559,6 +616,47 @@ def _restore_infinity(value: np.ndarray) -> np.ndarray:
 def _latest(record: Any) -> dict[str, tuple[int, int, float]]:
     """Key -> (step, timestamp, value) of the run's latest value of each metric."""
     return {m.key: (int(m.step), int(m.timestamp), float(m.value)) for m in record.data.to_proto().metrics}
+
+
+def _own(record: Any) -> dict[str, Any]:
+    """The run's keys of ours: latest metric values (NaN where cleared) and tags."""
+    own: dict[str, Any] = {k: float(v) for k, v in record.data.metrics.items() if is_own(k)}
+    own.update((k, str(v)) for k, v in record.data.tags.items() if is_own(k))
+    return own
+
+
+def _write_point(latest: Mapping[str, tuple[int, int, float]], step: int) -> tuple[int, int]:
+    """The step and timestamp our metric rows are logged at.
+
+    The step is the last analysed one, or a later one our keys were logged at before (a
+    row at an earlier step would never become the latest). The timestamp is one past
+    the latest of any metric of the run: later than every earlier annotation's rows, and
+    the same for two jobs that read the same run, whose identical rows MLflow then keeps
+    once.
+    """
+    own_steps = [point[0] for key, point in latest.items() if is_own(key)]
+    stamps = [point[1] for point in latest.values()]
+    return max([step, *own_steps]), max([0, *stamps]) + 1
+
+
+def _cached_histories(
+    cached: Mapping[str, np.ndarray] | None, names: Sequence[str]
+) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """A cache entry's histories, or None when it is not what this version stores (arrays
+    missing, of other shapes or kinds): such an entry is dropped and fetched again."""
+    if cached is None:
+        return None
+    out = {}
+    for i, name in enumerate(names):
+        found = [cached.get(f"{i}.{part}") for part in ("step", "value", "timestamp")]
+        arrays = [a for a in found if a is not None and a.ndim == 1 and a.dtype.kind in "iuf"]
+        if len(arrays) != len(found):
+            return None
+        step, value, stamp = arrays
+        if not len(step) == len(value) == len(stamp) or step.dtype.kind == "f" or stamp.dtype.kind == "f":
+            return None
+        out[name] = (step.astype(np.int64), value.astype(float), stamp.astype(np.int64))
+    return out
 
 
 def _first_present(candidates: Sequence[str], present: Mapping[str, Any]) -> str | None:

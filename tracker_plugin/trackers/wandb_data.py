@@ -90,11 +90,22 @@ def wandb_reading(available: Iterable[str], config: Mapping[str, Any], options: 
     )
 
 
-def wandb_progress(step: Any) -> str | None:
-    """How far a run has got, as ``loss_eta/progress`` records it: ``_step N``."""
+def wandb_progress(step: Any, rows: int | None = None, stamp: Any = None) -> str | None:
+    """A fingerprint of a run's history, as ``loss_eta/progress`` records it:
+    ``_step N rows R t T`` (its last step, its number of history rows, the time of its
+    last row), so that a run rewound and logged again up to the same step counts as
+    changed. What is unknown is left out."""
     step = whole(decode(step))
     ok = isinstance(step, int) and not isinstance(step, bool) and step >= 0
-    return f"{ROW_KEY} {step}" if ok else None
+    if not ok:
+        return None
+    parts = [f"{ROW_KEY} {step}"]
+    if rows is not None:
+        parts.append(f"rows {rows}")
+    stamp = decode(stamp)
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
+        parts.append(f"t {stamp!r}")
+    return " ".join(parts)
 
 
 def build_wandb_history(

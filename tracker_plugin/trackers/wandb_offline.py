@@ -30,10 +30,10 @@ from typing import Any
 
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.atomic import replacing, write_atomic
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, previous_of
 from tracker_plugin.trackers.options import ReadOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
@@ -72,6 +72,7 @@ class OfflineRun:
     keys: set[str] = field(default_factory=set)  # every history key logged
     data: dict[str, tuple[list[int], list[Any]]] = field(default_factory=dict)  # wanted keys only
     last_step: int | None = None
+    rows: int = 0  # history records
     exit_code: int | None = None  # None: no exit record
     incomplete_at: int | None = None  # an unfinished last record starts here
 
@@ -83,12 +84,16 @@ class OfflineRun:
 
     @property
     def progress(self) -> str | None:
-        return wandb_progress(self.summary.get(ROW_KEY, self.last_step))
+        return wandb_progress(self.summary.get(ROW_KEY, self.last_step), self.rows, self.summary.get("_timestamp"))
+
+    @property
+    def own(self) -> dict[str, Any]:
+        """The summary's keys of ours."""
+        return {k: v for k, v in self.summary.items() if is_own(k)}
 
     @property
     def previous(self) -> Previous | None:
-        values = tuple(None if self.summary.get(k) is None else str(self.summary[k]) for k in MARKERS)
-        return None if values == (None, None) else Previous(*values)
+        return previous_of(self.own)
 
 
 def read_offline_run(path: Path, wanted: Iterable[str], *, ref: str) -> OfflineRun:
@@ -166,6 +171,7 @@ def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
     if not isinstance(step, int):
         step = int(history.step.num)
     run.last_step = step
+    run.rows += 1
     for key, value in values.items():
         steps, column = run.data.setdefault(key, ([], []))
         steps.append(step)
@@ -313,6 +319,18 @@ class WandbOfflineSource(Source):
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
 
     # -- writing -------------------------------------------------------------------------
+    def held(self, run: RunInfo) -> dict[str, Any]:
+        return self._read(_wandb_file(run.ref), run.ref).own
+
+    def stored_report(self, run: RunInfo) -> bytes | None:
+        try:
+            return (_wandb_file(run.ref).parent / "files" / JSON_PATH).read_bytes()
+        except OSError:
+            return None
+
+    def settled(self, run: RunInfo) -> bool:
+        return True  # the summary and the marker go in one atomic rewrite of the file
+
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         """The artifacts, into the run's ``files/``, once the run is known to be writable."""
         wandb_file = _wandb_file(run.ref)
@@ -322,8 +340,8 @@ class WandbOfflineSource(Source):
             _exit_index(entries, run.ref)
             # write_markers takes these records again unless the file has changed since.
             self._checked[str(wandb_file)] = (_identity(wandb_file), entries)
-            files_dir = wandb_file.parent / "files"
-            files_dir.mkdir(exist_ok=True)
+            files_dir = wandb_file.parent / "files" / ARTIFACT_DIR
+            files_dir.mkdir(parents=True, exist_ok=True)
             for name, content in (
                 (ARTIFACT_JSON, annotation.report_bytes()),
                 (ARTIFACT_PNG, annotation.plot_bytes()),
@@ -345,7 +363,7 @@ class WandbOfflineSource(Source):
         lines = [f"summary record {line}" for line in super().describe_write(run, annotation)[:-2]]
         return [
             *lines,
-            f"files record {ARTIFACT_JSON}, {ARTIFACT_PNG} (in {wandb_file.parent / 'files'})",
+            f"files record {JSON_PATH}, {PNG_PATH} (in {wandb_file.parent / 'files'})",
             f"insert these records before the exit record of {wandb_file}",
         ]
 
@@ -406,10 +424,10 @@ def annotation_records(annotation: Annotation) -> list[bytes]:
     record, then the markers that say the annotation is complete."""
     pb = _proto()
     values = {**annotation.metrics, **annotation.labels}
-    first = {k: v for k, v in values.items() if k not in MARKERS}
-    markers = {k: values[k] for k in MARKERS}
+    first = {k: v for k, v in values.items() if k != MARKER}
+    markers = {MARKER: annotation.marker()}
     files = pb.Record()
-    for name in (ARTIFACT_JSON, ARTIFACT_PNG):
+    for name in (JSON_PATH, PNG_PATH):
         files.files.files.add(path=name, policy=pb.FilesItem.PolicyType.NOW)
     return [_summary_record(pb, first), files.SerializeToString(), _summary_record(pb, markers)]
 

@@ -48,9 +48,9 @@ from tracker_plugin.errors import (
     TrackerUnavailable,
 )
 from tracker_plugin.frame.history import History
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKERS
+from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, is_own
 from tracker_plugin.plan.params import flat_params
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.options import ReadOptions, SourceOptions, WandbOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
@@ -193,13 +193,12 @@ class WandbSource(Source):
         step = summary.get(ROW_KEY)
         if step is None:
             step = _history_keys(run).get("lastStep")
-        previous = Previous(*(_text(summary.get(key)) for key in MARKERS))
         return RunInfo(
             ref=_ref(run),
             name=run.name or run.id,
             state=normalise_state(run.state),
-            progress=wandb_progress(step),
-            previous=previous if previous != Previous(None, None) else None,
+            progress=wandb_progress(step, _rows(run), summary.get("_timestamp")),
+            previous=previous_of(_own(summary)),
         )
 
     # -- reading -------------------------------------------------------------------------
@@ -246,23 +245,38 @@ class WandbSource(Source):
             return dict(pool.map(one, wanted))
 
     # -- writing -------------------------------------------------------------------------
+    def held(self, run: RunInfo) -> dict[str, Any]:
+        with self._errors(run.ref):
+            return _own(self._fresh(run).summary_metrics)
+
+    def stored_report(self, run: RunInfo) -> bytes | None:
+        with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta_") as tmp:
+            found = list(self._fresh(run).files(names=[JSON_PATH]))
+            if not found or getattr(found[0], "size", 1) == 0:
+                return None
+            download = partial(found[0].download, root=tmp, replace=True)
+            _within(self.wandb.upload_timeout, f"downloading {JSON_PATH}", download)
+            path = Path(tmp, JSON_PATH)
+            return path.read_bytes() if path.is_file() else None
+
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         values = {**annotation.metrics, **annotation.labels}
         with self._errors(run.ref):
-            self._update_summary(run, {k: v for k, v in values.items() if k not in MARKERS})
+            self._update_summary(run, {k: v for k, v in values.items() if k != MARKER})
             with tempfile.TemporaryDirectory(prefix="loss_eta_") as tmp:
                 files = {ARTIFACT_JSON: annotation.report_bytes(), ARTIFACT_PNG: annotation.plot_bytes()}
                 wb_run = self._fresh(run)
+                Path(tmp, ARTIFACT_DIR).mkdir()
                 for name, data in files.items():
-                    path = Path(tmp, name)
+                    path = Path(tmp, ARTIFACT_DIR, name)
                     path.write_bytes(data)
-                    # root: the file's name in the run is its path relative to root.
+                    # root: the file's name in the run is its path relative to root (loss_eta/...).
                     upload = partial(wb_run.upload_file, str(path), root=tmp)
-                    _within(self.wandb.upload_timeout, f"uploading {name}", upload)
+                    _within(self.wandb.upload_timeout, f"uploading {ARTIFACT_DIR}/{name}", upload)
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
         with self._errors(run.ref):
-            self._update_summary(run, {key: annotation.labels[key] for key in MARKERS})
+            self._update_summary(run, {MARKER: annotation.marker()})
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         lines = super().describe_write(run, annotation)
@@ -271,8 +285,13 @@ class WandbSource(Source):
         ]
 
     def _update_summary(self, run: RunInfo, values: Mapping[str, Any]) -> None:
-        """Set ``values`` in the run's summary (None: remove the key), on a freshly read
-        copy, since W&B replaces the whole summary with what the client sends."""
+        """Set ``values`` in the run's summary (None: remove the key).
+
+        W&B's public API replaces the whole summary with what the client sends, so the
+        summary is read again right before the one write, and only our keys are changed
+        in that freshest copy: a key another client writes between that read and the
+        write is lost. No client can close that window; this keeps it to one round trip.
+        """
         summary = self._fresh(run).summary
         for key, value in values.items():
             if value is None and key in summary:
@@ -329,8 +348,14 @@ def _ref(run: Any) -> str:
     return f"wandb:{run.entity}/{run.project}/{run.id}"
 
 
-def _text(value: Any) -> str | None:
-    return None if value is None else str(value)
+def _own(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary's keys of ours."""
+    return {k: v for k, v in summary.items() if is_own(k)}
+
+
+def _rows(run: Any) -> int | None:
+    rows = getattr(run, "history_line_count", None)
+    return int(rows) if isinstance(rows, (int, float)) else None
 
 
 def _history_keys(run: Any) -> dict[str, Any]:
