@@ -48,11 +48,12 @@ from pathlib import Path
 
 import numpy as np
 
-import tracker_plugin as tp
+# The runs are read and grouped as the forecast benchmark beside this file reads them.
+from bench_forecast import family, load  # noqa: E402  (benchmarks/ is on the path when run as a script)
+
 from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
-from tracker_plugin.errors import DataError
 from tracker_plugin.report.tables import text_table
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,8 +66,6 @@ QUANTILES = (0.6, 0.8)
 SETTINGS = ((0.5, 0.8), (0.25, 0.6), (0.25, 0.8))
 LEVELS = (0.5, 0.8, 0.95)
 SPARSE_ROWS = 40
-STEPS_WINDOW = 200.0
-COLUMNS = tp.Columns().with_overrides(loss=("train_loss", "val_loss"))
 # Candidate rules; today's are marked by TODAY.
 GAINS = (0.025, 0.05, 0.1)
 MARGINS = (0.0, 0.01, 0.03, 0.1, math.inf)
@@ -105,20 +104,6 @@ class Cut:
     fraction: float
     seen_decay: float  # share of the peak lr shed by the cut
     observed: float  # tokens at the cut
-
-
-def family(path: str) -> str:
-    name = os.path.basename(path)
-    return "olmo" if name.startswith("olmo") else name.split("-")[0]
-
-
-def load(path: str) -> tuple[tp.History, float]:
-    try:
-        return tp.load_csv(path, columns=COLUMNS), 1e8
-    except DataError as exc:
-        if "batch size" not in str(exc):
-            raise
-        return tp.load_csv(path, columns=COLUMNS, batch_size=1.0), STEPS_WINDOW
 
 
 def one_job(job: tuple[str, str, float]) -> tuple[list[BacktestCase], list[Cut]]:

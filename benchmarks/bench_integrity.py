@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from bench_analysis import alternate  # benchmarks/ is on the path when run as a script
 
 from tracker_plugin.report.tables import text_table
 from tracker_plugin.testing import synthetic_run
@@ -32,24 +31,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OURS = [sys.executable, "-m", "tracker_plugin", "analyze"]
 TARGET = "2.4"  # beyond the synthetic logs' last smoothed loss (about 2.46 at 1M rows)
 
-
-def measure(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS in MB of one process."""
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode()}")  # type: ignore[union-attr]
-    return elapsed, usage.ru_maxrss / 1024
-
-
-def alternate(first: list[str], second: list[str], repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """The best wall time and peak RSS of two commands, run in turns."""
-    runs = [(measure(first), measure(second)) for _ in range(repeat)]
-    return tuple(  # type: ignore[return-value]
-        (min(r[k][0] for r in runs), min(r[k][1] for r in runs)) for k in (0, 1)
-    )
 
 
 def pandas_read(path: Path) -> list[str]:

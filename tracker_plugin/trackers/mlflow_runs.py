@@ -72,7 +72,7 @@ from tracker_plugin.errors import (
     TrackerUnavailable,
 )
 from tracker_plugin.frame.align import KeyHistory, align_on_step
-from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading, read_as
+from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name
 from tracker_plugin.keys import (
@@ -282,24 +282,13 @@ class MlflowSource(Source):
         """Which metric is what. MLflow's own step is the trainer's ``step=``; a logged
         optimizer-step key (litgpt's ``step``, its metric step counting micro-batches)
         takes its place, and a batch in the run name (``_1Mbs``) is the last resort."""
-        options = self.options
-
-        def reading(batch_size: float | None) -> Reading:
-            return read_as(
-                logged,
-                params,
-                options.columns,
-                native_step=MLFLOW_STEP,
-                seq_len=options.seq_len,
-                world_size=options.world_size,
-                batch_size=batch_size,
-                batch_params=options.batch_params,
-            )
-
-        found = reading(options.batch_size)
+        found = self.options.reading(logged, params, native_step=MLFLOW_STEP)
         from_name = batch_from_name(run.name)
         if found.on_steps and from_name is not None:
-            found = replace(reading(from_name), batch_source=_FROM_NAME)
+            found = replace(
+                self.options.reading(logged, params, native_step=MLFLOW_STEP, batch_size=from_name),
+                batch_source=_FROM_NAME,
+            )
         return found
 
     def _histories(

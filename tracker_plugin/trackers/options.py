@@ -9,8 +9,11 @@ one :class:`SourceOptions`, which carries every part.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from tracker_plugin.frame.conventions import Reading, read_as
 from tracker_plugin.frame.history import Columns
 
 __all__ = ["DEFAULT_BATCH_PARAMS", "MlflowOptions", "ReadOptions", "SourceOptions", "WandbOptions"]
@@ -33,6 +36,23 @@ class ReadOptions:
     # What the run may never log, for composing tokens per step from its config.
     seq_len: float | None = None  # tokens per sequence
     world_size: float | None = None  # data-parallel devices
+
+    def reading(
+        self, logged: Iterable[str], config: Mapping[str, Any], *, native_step: str, batch_size: float | None = None
+    ) -> Reading:
+        """Which of a run's ``logged`` keys are what, by its trainer's conventions (see
+        :func:`~tracker_plugin.frame.conventions.read_as`); ``native_step`` is the source's
+        own step, ``batch_size`` a fallback in place of :attr:`batch_size`."""
+        return read_as(
+            {str(k) for k in logged},
+            config,
+            self.columns,
+            native_step=native_step,
+            seq_len=self.seq_len,
+            world_size=self.world_size,
+            batch_size=self.batch_size if batch_size is None else batch_size,
+            batch_params=self.batch_params,
+        )
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 import pandas as pd
 
 from tracker_plugin.errors import DataError
-from tracker_plugin.frame.conventions import Reading, build_read_history, detect, finish_reading, read_as
+from tracker_plugin.frame.conventions import build_read_history, detect, finish_reading
 from tracker_plugin.frame.from_params import with_planned_lr
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.params import flat_params
@@ -85,22 +85,10 @@ def read_frame_as_trainer(
     finished: bool,
 ) -> History:
     """A local file's table, read by its trainer's conventions."""
-    reading = reading_for(frame.columns, config, options, native_step=native_step)
+    reading = options.reading(frame.columns, config, native_step=native_step)
     history = build_read_history(frame, reading, run=run, logged=set(map(str, frame.columns)))
     return with_planned_lr(finish_reading(history, reading, finished=finished), config)
 
-
-def reading_for(columns: Any, config: Mapping[str, Any], options: ReadOptions, *, native_step: str) -> Reading:
-    return read_as(
-        {str(c) for c in columns},
-        config,
-        options.columns,
-        native_step=native_step,
-        seq_len=options.seq_len,
-        world_size=options.world_size,
-        batch_size=options.batch_size,
-        batch_params=options.batch_params,
-    )
 
 
 def trainer_detected(columns: Any) -> bool:

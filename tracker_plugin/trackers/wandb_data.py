@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from tracker_plugin.frame.align import KeyHistory, align_on_step
-from tracker_plugin.frame.conventions import Reading, finish_reading, read_as
+from tracker_plugin.frame.conventions import Reading, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.plan.params import batch_from_config
@@ -78,16 +78,7 @@ def chosen_keys(available: Iterable[str], columns: Columns) -> list[str]:
 def wandb_reading(available: Iterable[str], config: Mapping[str, Any], options: ReadOptions) -> Reading:
     """Which of a W&B run's keys are what: the trainer's step key over ``_step`` (which
     counts ``log`` calls), its loss, lr and tokens (see :mod:`tracker_plugin.frame.conventions`)."""
-    return read_as(
-        set(available) - {ROW_KEY},
-        config,
-        options.columns,
-        native_step=ROW_KEY,
-        seq_len=options.seq_len,
-        world_size=options.world_size,
-        batch_size=options.batch_size,
-        batch_params=options.batch_params,
-    )
+    return options.reading(set(available) - {ROW_KEY}, config, native_step=ROW_KEY)
 
 
 def wandb_progress(step: Any, rows: int | None = None, stamp: Any = None) -> str | None:
