@@ -17,6 +17,7 @@ the run never logged). With none of these the analysis works on steps.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -50,7 +51,7 @@ class Convention:
 
     ``markers``: the trainer is detected when every key of one group is logged.
     ``step``: its optimizer-step keys; empty when the tracker's own step is the optimizer
-    step. ``seqs_per_step``: config names of sequences per optimizer step across devices.
+    step. ``eval_loss`` and ``lr`` names may hold ``*`` (one label, e.g. OLMo's evaluator). ``seqs_per_step``: config names of sequences per optimizer step across devices.
     """
 
     name: str
@@ -61,6 +62,8 @@ class Convention:
     lr: tuple[str, ...] = ()
     tokens: tuple[str, ...] = ()
     device_tokens: tuple[str, ...] = ()
+    # Cumulative sequences (samples) across devices: tokens are these x the sequence length.
+    samples: tuple[str, ...] = ()
     device_batch: tuple[str, ...] = ()
     accumulation: tuple[str, ...] = ()
     seqs_per_step: tuple[str, ...] = ()
@@ -125,35 +128,72 @@ _TORCHTITAN = Convention(
     seq_len=("training.seq_len",),
     planned_steps=("training.steps",),
 )
+# OLMo: allenai/OLMo olmo/train.py. Trainer.fit calls wandb.log(metrics, step=self.global_step)
+# (1-based, so the W&B step is the optimizer step); train_step logs train/CrossEntropyLoss,
+# SpeedMonitor.check throughput/total_tokens (global_train_tokens_seen, every device),
+# LRMonitor.check optim/learning_rate_group{idx}. olmo/eval/evaluator.py logs
+# eval/{label}/CrossEntropyLoss. Config (TrainConfig): global_train_batch_size,
+# device_train_batch_size, model.max_sequence_length, max_duration (steps, or tokens with "T").
 _OLMO = Convention(
     name="OLMo",
     markers=(("train/CrossEntropyLoss",),),
     loss=("train/CrossEntropyLoss",),
-    eval_loss=("eval/CrossEntropyLoss",),
+    eval_loss=("eval/*/CrossEntropyLoss",),
     lr=("optim/learning_rate_group0",),
     tokens=("throughput/total_tokens",),
     seqs_per_step=("global_train_batch_size",),
+    device_batch=("device_train_batch_size",),
     seq_len=("model.max_sequence_length", "max_sequence_length"),
     planned_steps=("max_duration",),
 )
+# Composer / llm-foundry: mosaicml/composer composer/trainer/trainer.py (_train_loop logs the
+# timestamp at each batch start: time/batch, time/sample, time/token when the data spec counts
+# tokens; older releases trainer/global_step; _train_batch logs loss/train/total, summed over
+# microbatches and averaged over ranks), composer/loggers/wandb_logger.py (wandb.log(data,
+# step=int(state.timestamp.batch))), composer/callbacks/lr_monitor.py
+# (lr-{OptimizerName}/group{idx}, e.g. lr-DecoupledAdamW/group0). time/batch and time/token
+# are counts before the batch, so the token rate between rows is tokens per step. Config:
+# mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-125m.yaml (global_train_batch_size,
+# device_train_microbatch_size, max_seq_len, max_duration "4800ba", scheduler.t_warmup).
 _COMPOSER = Convention(
     name="Composer / llm-foundry",
     markers=(("loss/train/total",),),
-    step=("time/batch",),
+    step=("time/batch", "trainer/global_step"),
     loss=("loss/train/total",),
+    eval_loss=("metrics/eval/LanguageCrossEntropy", "metrics/eval/CrossEntropy"),
+    lr=("lr-DecoupledAdamW/group0", "lr-*/group0"),
     tokens=("time/token",),
+    samples=("time/sample",),
     seqs_per_step=("global_train_batch_size",),
     seq_len=("max_seq_len",),
+    planned_steps=("max_duration",),
 )
+# Megatron-LM: NVIDIA/Megatron-LM megatron/training/training.py (training_log: every
+# wandb_writer.log(..., iteration) and writer.add_scalar(..., iteration) take the iteration,
+# the optimizer step, as their step; keys learning-rate, batch-size (global, in samples),
+# 'samples vs steps' (args.consumed_train_samples, cumulative), and each loss_dict key, which
+# pretrain_gpt.py's loss_func names 'lm loss'; evaluate_and_print_results logs
+# '{key} validation'). compute_throughputs_and_append_to_progress_log counts tokens as
+# consumed_train_samples x seq_length. Args: global_batch_size, micro_batch_size, seq_length,
+# train_iters.
 _MEGATRON = Convention(
     name="Megatron-LM",
-    markers=(("lm loss",),),
+    markers=(("lm loss",), ("learning-rate", "samples vs steps")),
     loss=("lm loss",),
+    eval_loss=("lm loss validation",),
     lr=("learning-rate",),
+    samples=("samples vs steps",),
     seqs_per_step=("global_batch_size",),
+    device_batch=("micro_batch_size",),
     seq_len=("seq_length",),
     planned_steps=("train_iters",),
 )
+# NeMo (1.x Megatron models): NVIDIA/NeMo
+# nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py training_step logs,
+# through Lightning's self.log, reduced_train_loss, lr, global_step (trainer.global_step) and
+# consumed_samples (compute_consumed_samples(global_step): global_step x global batch);
+# validation logs val_loss. Through WandbLogger the row's step is trainer/global_step. Config:
+# model.global_batch_size, model.micro_batch_size, model.encoder_seq_length, trainer.max_steps.
 _NEMO = Convention(
     name="NeMo",
     markers=(("reduced_train_loss",),),
@@ -161,9 +201,11 @@ _NEMO = Convention(
     loss=("reduced_train_loss",),
     eval_loss=("val_loss",),
     lr=("lr",),
+    samples=("consumed_samples",),
     seqs_per_step=("model.global_batch_size", "global_batch_size"),
+    device_batch=("model.micro_batch_size", "micro_batch_size"),
     seq_len=("model.encoder_seq_length", "encoder_seq_length", "seq_length"),
-    planned_steps=("trainer.max_steps",),
+    planned_steps=("trainer.max_steps", "max_steps"),
 )
 # Lightning's keys are the user's own names, with its suffixes (_step, _epoch) and
 # LearningRateMonitor's lr-<Optimizer>[/pg<N>]; its step is trainer/global_step (W&B) or
@@ -196,7 +238,9 @@ class Reading:
     batch_size: float | None  # tokens per step for build_history (None: from a column)
     batch_source: str | None
     on_steps: bool  # no tokens to be had: tokens per step is 1, the window in steps
-    world: float | None  # the per-device tokens column is multiplied by this
+    # The scaled count (per-device tokens, or cumulative samples) is multiplied by this:
+    # the world size, or the sequence length.
+    world: float | None
     described: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     planned_steps: float | None = None
@@ -277,16 +321,27 @@ def read_as(
         described["loss"] = f"{loss} (training; eval {eval_loss} left aside)"
 
     world, world_from = _world(convention, config, world_size)
-    tokens_key, batch_key, scale = _tokens(pinned, convention, logged, default, world)
+    seq_found = _seq_len_named(convention, config, seq_len)
+    tokens_key, batch_key, scale, scaled = _tokens(
+        pinned, convention, logged, default, world, seq_found[0] if seq_found else None
+    )
     batch_size_out: float | None = None
     batch_source: str | None = None
     on_steps = False
     if batch_key is not None:
         described["tokens"] = f"{tokens_key} (logged)" if tokens_key else f"from the batch column {batch_key}"
+    samples = _first(convention.samples, logged) if convention else None
     if tokens_key == _SCALED_TOKENS:
-        device = _first(convention.device_tokens if convention else (), logged) or ""
-        described["_device_tokens"] = device
-        described["tokens"] = f"{device} (per device) x world size {world:g} (from {world_from})"
+        described["_device_tokens"] = scaled
+        if convention is not None and scaled in convention.device_tokens:
+            described["tokens"] = f"{scaled} (per device) x world size {world:g} (from {world_from})"
+        else:  # cumulative samples (sequences) x the sequence length
+            described["tokens"] = f"{scaled} (samples) x seq {scale:g} (from {seq_found[1] if seq_found else ''})"
+    elif samples is not None and tokens_key is None:
+        notes.append(
+            f"'{samples}' counts sequences, not tokens, and the sequence length is not in the config; "
+            "pass seq_len for a token axis"
+        )
     elif tokens_key is not None and convention is not None and tokens_key in convention.device_tokens:
         notes.append(
             f"tokens from '{tokens_key}' count one device's tokens; pass world_size with the number of "
@@ -306,7 +361,7 @@ def read_as(
                          "(and world_size) or batch_size for tokens")
         else:
             described["tokens"] = how
-    planned = _number(_param(config, convention.planned_steps)) if convention else None
+    planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
     return Reading(
         framework=convention.name if convention else "generic",
         columns=Columns(
@@ -401,7 +456,10 @@ def finish_reading(history: History, reading: Reading, *, finished: bool = False
     described["framework"] = reading.framework
     source = history.batch_source
     if reading.columns.batch == (BATCH_FROM_TOKENS,):
-        source = f"the logged tokens '{described['tokens'].split(' ')[0]}'"
+        if reading.columns.tokens == (_SCALED_TOKENS,):
+            source = f"the logged count '{reading._device_tokens}' x {reading.world or 1.0:g}"
+        else:
+            source = f"the logged tokens '{reading.columns.tokens[0]}'"
     elif reading.batch_source == "params":
         source = "params: per-device batch x accumulation x world size x sequence length"
     elif reading.on_steps:
@@ -415,7 +473,16 @@ def finish_reading(history: History, reading: Reading, *, finished: bool = False
 
 
 def _first(candidates: Sequence[str], logged: Collection[str]) -> str | None:
-    return next((c for c in candidates if c in logged), None)
+    """The first candidate logged; a candidate with ``*`` matches a logged key by pattern
+    (the first in sorted order), for keys that carry a user's label."""
+    for candidate in candidates:
+        if "*" in candidate:
+            matches = sorted(k for k in logged if fnmatch.fnmatchcase(k, candidate))
+            if matches:
+                return matches[0]
+        elif candidate in logged:
+            return candidate
+    return None
 
 
 def _choose(pinned: tuple[str, ...] | None, candidates: Sequence[str], logged: Collection[str]) -> str | None:
@@ -462,24 +529,34 @@ def _world(convention: Convention | None, config: Mapping[str, Any], given: floa
 
 
 def _tokens(
-    pinned: Any, convention: Convention | None, logged: Collection[str], default: Columns, world: float | None
-) -> tuple[str | None, str | None, float | None]:
-    """(tokens key, batch key, world scale): pinned, a logged total, a per-device count
-    times a known world size, the default candidates."""
+    pinned: Any,
+    convention: Convention | None,
+    logged: Collection[str],
+    default: Columns,
+    world: float | None,
+    seq: float | None,
+) -> tuple[str | None, str | None, float | None, str]:
+    """(tokens key, batch key, scale, scaled key): pinned, a logged total, a per-device
+    count times a known world size, a cumulative sample count times a known sequence
+    length, the default candidates. A scaled count is read as the column ``_SCALED_TOKENS``
+    (``scaled key`` times ``scale``)."""
     tokens_pin, batch_pin = pinned("tokens"), pinned("batch")
     batch = _choose(batch_pin, (), logged) if batch_pin else _first(default.batch, logged)
     if tokens_pin is not None:
-        return _choose(tokens_pin, (), logged), batch, None
+        return _choose(tokens_pin, (), logged), batch, None, ""
     if convention is not None:
         total = _first(convention.tokens, logged)
         if total is not None:
-            return total, batch, None
+            return total, batch, None, ""
         device = _first(convention.device_tokens, logged)
         if device is not None:
             if world is not None:
-                return _SCALED_TOKENS, batch, world
-            return device, batch, None
-    return _first(default.tokens, logged), batch, None
+                return _SCALED_TOKENS, batch, world, device
+            return device, batch, None, ""
+        samples = _first(convention.samples, logged)
+        if samples is not None and seq is not None and seq > 0:
+            return _SCALED_TOKENS, batch, seq, samples
+    return _first(default.tokens, logged), batch, None, ""
 
 
 def _composed(
@@ -522,6 +599,17 @@ def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float
     return None
 
 
+def _seq_len_named(
+    convention: Convention | None, config: Mapping[str, Any], given: float | None
+) -> tuple[float, str] | None:
+    """The sequence length and where it came from: the user's, else the config's."""
+    if given is not None:
+        return float(given), "seq_len"
+    found = _param(config, convention.seq_len, with_name=True) if convention else None
+    number = _number(found[0]) if found else None
+    return (number, f"config '{found[1]}'") if number and found else None
+
+
 def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> float | None:
     if given is not None:
         return float(given)
@@ -557,6 +645,14 @@ def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool =
             if key.endswith("." + name) and value not in (None, ""):
                 return (value, name) if with_name else value
     return None
+
+
+def _planned_steps(value: Any) -> float | None:
+    """A planned length in optimizer steps: a number, or Composer's batches ("4800ba").
+    Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+    if isinstance(value, str) and value.strip().endswith("ba"):
+        return _number(value.strip()[:-2])
+    return _number(value)
 
 
 def _number(value: Any) -> float | None:
