@@ -44,14 +44,14 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 
 def build_annotation(
-    analysis: Analysis, settings: dict[str, Any], progress: str | None = None, name: str | None = None
+    analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None
 ) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
     ``progress`` is the source's fingerprint of the analysed history; it defaults to the
     last analysed step. The labels record the report's digest, so the completion marker
     (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
-    commits to the report too. ``name`` is what people call the run (its tracker's
+    commits to the report too. ``run_name`` is what people call the run (its tracker's
     run name), which titles the plot artifact.
     """
     fingerprint = settings_hash(settings)
@@ -88,7 +88,7 @@ def build_annotation(
         progress=progress,
         settings_hash=fingerprint,
         step=int(analysis.observed_step),
-        plot=lambda: _plot_png(analysis, name),
+        plot=lambda: _plot_png(analysis, run_name),
     )
 
 

@@ -96,7 +96,9 @@ def plot_analysis(
     axis = x_axis(analysis, x)
     with _LOCK:
         fig = _draw(analysis, axis, name)
-        fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=fmt)
+        # The title in the file's own metadata too: a tracker's artifact viewer lists it.
+        title = fig.axes[0].get_title().replace("\n", " | ")
+        fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=fmt, metadata={"Title": title})
 
 
 def analysis_figure(analysis: Analysis, *, x: str = "tokens", name: str | None = None) -> Any:
