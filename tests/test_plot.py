@@ -112,6 +112,9 @@ def test_an_interval_open_at_the_top_stops_short_of_the_edge_and_says_so() -> No
     assert xs[0] == pytest.approx(low, rel=1e-9)
     assert np.isfinite(xs).all() and xs.max() < ax.get_xlim()[1] * 0.9
     assert any(t.get_text() == "no upper bound" for t in ax.texts)
+    # The first target was reached (no band): the legend still says what a band is.
+    assert analysis.targets[0].tokens_interval is None
+    assert "80% interval" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_a_forecast_past_the_warn_factor_is_flagged_on_the_plot() -> None:

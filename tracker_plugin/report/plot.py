@@ -347,7 +347,9 @@ def _interval(ax: Any, analysis: Analysis, axis: XAxis, k: int, result: TargetRe
     """The forecast's interval as a band at the target; an open top ends in an arrow, not at the edge."""
     assert result.tokens_interval is not None
     lo, hi = result.tokens_interval
-    level = f"{analysis.config.interval:.0%} interval" if k == 0 else None
+    level: str | None = f"{analysis.config.interval:.0%} interval"
+    if any(line.get_label() == level for line in ax.lines):  # one legend entry, from the first band
+        level = None
     left, right = float(axis.x(lo)), float(axis.x(hi)) if np.isfinite(hi) else math.inf
     timed = analysis.timing.targets[k] if analysis.timing is not None and k < len(analysis.timing.targets) else None
     if axis.kind == "time" and timed is not None and timed.seconds_interval is not None:
