@@ -67,7 +67,7 @@ class XAxis:
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
         low, high = ax.get_xlim()
-        if np.log10(high / low) < 1.5:  # under two decades: label 1, 2 and 5 of each
+        if np.log10(high / low) < 2.5:  # a few decades: label 1, 2 and 5 of each
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tick_tokens(value)))
         ax.xaxis.set_minor_formatter(NullFormatter())
