@@ -287,7 +287,9 @@ def expected_annotation(case: Case) -> tuple[Source, Any, Annotation]:
     source = case.open()
     (run,) = source.runs()
     settings = settings_of(CONFIG, source.options.columns, source.options.batch_size)
-    return source, run, build_annotation(run_analysis(source.read(run), CONFIG), settings, progress=run.progress)
+    return source, run, build_annotation(
+        run_analysis(source.read(run), CONFIG), settings, progress=run.progress, run_name=run.name
+    )
 
 
 def process_wide() -> dict[str, Any]:

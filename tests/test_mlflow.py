@@ -315,6 +315,19 @@ def test_a_write_cut_short_is_redone(local, capsys, monkeypatch):
     assert after["tags"]["loss_eta/progress"].startswith("step 399 latest ")
 
 
+def test_the_plot_artifact_is_titled_by_the_run_name(local, capsys):
+    run_id = local.log(training_log(), name="lr3e-4-arm")
+    code, _, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert code == 0
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"])) as png:
+        title = png.text["Title"]
+    assert title.startswith(f"lr3e-4-arm  (mlflow:{run_id})")
+
+
 # -- cache ---------------------------------------------------------------------------------------
 
 

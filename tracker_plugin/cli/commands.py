@@ -23,6 +23,7 @@ from tracker_plugin.cli.options import (
 from tracker_plugin.cli.words import in_flags
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig
 from tracker_plugin.core.backtest import PLANS
+from tracker_plugin.errors import DataError
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.jobs.backtest import backtest_runs
 from tracker_plugin.jobs.compare import compare_runs
@@ -54,7 +55,15 @@ def cli() -> None:
 @tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a plot to this file: PNG, PDF or SVG, as its extension (.png, .pdf, .svg) says.")
-def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -> None:
+@click.option(
+    "--x",
+    "plot_x",
+    type=click.Choice(["tokens", "time"]),
+    default="tokens",
+    show_default=True,
+    help="The plot's x axis: tokens (log scale) or time (hours on the run's clock; the run must log one).",
+)
+def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **options: Any) -> None:
     """Analyse one run and print the report.
 
     SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID or wandb-offline:PATH.
@@ -65,6 +74,8 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
     """
     config = make_config(options)
     _check_plot_path(plot_path)
+    if plot_x != "tokens" and not plot_path:
+        raise click.UsageError(f"--x {plot_x} sets the plot's axis: give --plot too")
     try:
         result = analyze_one(source, make_source_options(options), config)
     except NotOneRun as exc:
@@ -73,8 +84,12 @@ def analyze(source: str, as_json: bool, plot_path: str | None, **options: Any) -
         ) from None
     if plot_path:
         from tracker_plugin.report.plot import plot_analysis
+        from tracker_plugin.report.plot_axis import NoClock
 
-        _write_plot(plot_path, lambda: plot_analysis(result, plot_path))
+        try:
+            _write_plot(plot_path, lambda: plot_analysis(result, plot_path, x=plot_x))
+        except NoClock as exc:
+            raise DataError(f"--x time: {exc}; plot against tokens (--x tokens)", run=result.run) from None
     if as_json:
         click.echo(json.dumps(to_json(result), indent=2))
     else:

@@ -43,13 +43,16 @@ def settings_hash(settings: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str | None = None) -> Annotation:
+def build_annotation(
+    analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None
+) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
     ``progress`` is the source's fingerprint of the analysed history; it defaults to the
     last analysed step. The labels record the report's digest, so the completion marker
     (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
-    commits to the report too.
+    commits to the report too. ``run_name`` is what people call the run (its tracker's
+    run name), which titles the plot artifact.
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
@@ -85,7 +88,7 @@ def build_annotation(analysis: Analysis, settings: dict[str, Any], progress: str
         progress=progress,
         settings_hash=fingerprint,
         step=int(analysis.observed_step),
-        plot=lambda: _plot_png(analysis),
+        plot=lambda: _plot_png(analysis, run_name),
     )
 
 
@@ -93,11 +96,11 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _plot_png(analysis: Analysis) -> bytes:
+def _plot_png(analysis: Analysis, name: str | None) -> bytes:
     """``loss_eta.png``, rendered when a tracker writes it (matplotlib is imported only then)."""
     from tracker_plugin.report.plot import plot_analysis
 
     buffer = io.BytesIO()
-    plot_analysis(analysis, buffer)
+    plot_analysis(analysis, buffer, name=name)  # titled by the run's name: its ref is an id
     return buffer.getvalue()
 

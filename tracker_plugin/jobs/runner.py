@@ -114,7 +114,7 @@ def _one(
     analysis = run_analysis(source.read(run), config)
     if not write:
         return Outcome(run, Action.ANALYSED, analysis)
-    annotation = build_annotation(analysis, settings, progress=run.progress)
+    annotation = build_annotation(analysis, settings, progress=run.progress, run_name=run.name)
     # A source that knew no progress before reading: the annotation's own says it.
     if not force and run.progress is None and annotation.is_current(previous) and source.intact(run):
         return Outcome(run, Action.UNCHANGED, analysis)

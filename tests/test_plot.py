@@ -1,0 +1,184 @@
+"""The single-run plot, read back from its matplotlib Figure: what a user sees, checked.
+
+The runs are the bundled nanoGPT example (a forecast whose fitted curve levels off just
+above its target, an interval open at the top, a planned end), a dynamic-batch run with
+forecasts past the warn factor, and a speedrun log with a clock.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.cli.entry import main
+from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.status import Status
+from tracker_plugin.report.plot import analysis_figure
+from tracker_plugin.report.plot_axis import tick_tokens
+
+ROOT = Path(__file__).resolve().parents[1]
+NANO = ROOT / "examples" / "runs" / "nanogpt-124M-adamw-llmc.csv"
+DYNAMIC = ROOT / "tests" / "data" / "parity_dynamic.csv"
+CLOCKED = ROOT / "tests" / "data" / "modded-short-2024-11-24_WindowWarmup.csv"
+
+
+@cache
+def nano() -> Analysis:
+    return tp.analyze(pd.read_csv(NANO), [3.6, 3.3, 3.1], run="nanogpt")
+
+
+@cache
+def dynamic() -> Analysis:
+    return tp.analyze(pd.read_csv(DYNAMIC), [3.5, 3.0], run="dynamic")
+
+
+@cache
+def clocked() -> Analysis:
+    columns = tp.Columns().with_overrides(loss="val_loss")
+    return tp.analyze(pd.read_csv(CLOCKED), [3.5, 3.2], run="modded", columns=columns, batch_size=1,
+                      ema_token_window=250)
+
+
+def _drawn(analysis: Analysis, **kw: str) -> tuple:
+    fig = analysis_figure(analysis, **kw)
+    fig.canvas.draw()  # lay out the text, as saving does
+    return fig, fig.axes[0]
+
+
+def _labels(ax) -> list:
+    """The targets' crossing labels (the annotations with a status in their first line)."""
+    return [t for t in ax.texts if re.match(r"^[\d.]+ (reached|extrapolated)", t.get_text())]
+
+
+def _dashed(ax):
+    (line,) = [line for line in ax.lines if line.get_linestyle() == "--"]
+    return np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+
+
+def test_the_forecast_marker_sits_on_the_dashed_curve() -> None:
+    analysis = nano()
+    result = analysis.targets[2]
+    assert result.status == Status.EXTRAPOLATED
+    _, ax = _drawn(analysis)
+    x, y = _dashed(ax)
+    (marker,) = [line for line in ax.lines if line.get_marker() == "D"]
+    mx, my = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
+    assert mx == pytest.approx(result.tokens, rel=1e-9)
+    on_curve = float(np.interp(np.log(mx), np.log(x), y))
+    assert my == pytest.approx(on_curve, abs=2e-3)
+    # The curve levels off above 3.1 here: the gap is drawn and said, not hidden.
+    assert on_curve - 3.1 > 0.01
+    (label,) = [t for t in _labels(ax) if t.get_text().startswith("3.1 ")]
+    assert f"curve at {on_curve:.3f}" in label.get_text()
+
+
+def test_the_raw_loss_has_a_visible_line_in_the_legend() -> None:
+    _, ax = _drawn(nano())
+    legend = ax.get_legend()
+    lines = {t.get_text(): h for t, h in zip(legend.get_texts(), legend.get_lines())}
+    raw = lines["loss (raw)"]
+    assert raw.get_linewidth() >= 1.5
+    assert raw.get_linestyle() == "-"
+    from matplotlib.colors import to_rgb
+
+    assert max(to_rgb(raw.get_color())) < 0.85  # not white on white
+
+
+def test_tokens_are_said_as_the_tables_say_them() -> None:
+    _, ax = _drawn(nano())
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "1B" in ticks and "100M" in ticks
+    assert all(re.fullmatch(r"\d+(\.\d+)?[KMBT]?", t) for t in ticks), ticks
+    texts = " ".join(t.get_text() for t in _labels(ax))
+    assert "4.92B tokens" in texts or "4.93B tokens" in texts
+    assert "e+" not in texts
+    assert tick_tokens(2.5e9) == "2.5B" and tick_tokens(1e8) == "100M" and tick_tokens(2.98e9) == "2.98B"
+
+
+def test_an_interval_open_at_the_top_stops_short_of_the_edge_and_says_so() -> None:
+    analysis = nano()
+    low, high = analysis.targets[2].tokens_interval
+    assert not np.isfinite(high)
+    _, ax = _drawn(analysis)
+    bands = [line for line in ax.lines if line.get_linewidth() == 4 and line.get_ydata()[0] == 3.1]
+    assert len(bands) == 1
+    xs = np.asarray(bands[0].get_xdata(), float)
+    assert xs[0] == pytest.approx(low, rel=1e-9)
+    assert np.isfinite(xs).all() and xs.max() < ax.get_xlim()[1] * 0.9
+    assert any(t.get_text() == "no upper bound" for t in ax.texts)
+    # The first target was reached (no band): the legend still says what a band is.
+    assert analysis.targets[0].tokens_interval is None
+    assert "80% interval" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_a_forecast_past_the_warn_factor_is_flagged_on_the_plot() -> None:
+    analysis = dynamic()
+    flagged = [r for r in analysis.targets if r.beyond_warn_factor]
+    assert flagged
+    _, ax = _drawn(analysis)
+    for result in flagged:
+        (label,) = [t for t in _labels(ax) if t.get_text().startswith(f"{result.target:g} ")]
+        assert "WARNING" in label.get_text() and "past the log" in label.get_text()
+    for result in analysis.targets:
+        (label,) = [t for t in _labels(ax) if t.get_text().startswith(f"{result.target:g} ")]
+        assert ("WARNING" in label.get_text()) == result.beyond_warn_factor
+
+
+def test_labels_clear_the_legend_each_other_and_the_planned_end() -> None:
+    fig, ax = _drawn(nano())
+    renderer = fig.canvas.get_renderer()
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t, renderer) for t in _labels(ax)]
+    assert len(boxes) == 3
+    legend = ax.get_legend().get_window_extent(renderer)
+    (plan,) = [line for line in ax.lines if line.get_label() == "planned end"]
+    plan_px = ax.transData.transform((plan.get_xdata()[0], 3.3))[0]
+    frame = ax.get_window_extent(renderer)
+    for k, box in enumerate(boxes):
+        assert not box.overlaps(legend)
+        assert not box.x0 <= plan_px <= box.x1
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1
+        assert not any(box.overlaps(other) for other in boxes[k + 1:])
+
+
+def test_the_time_axis_is_hours_on_the_runs_clock() -> None:
+    analysis = clocked()
+    history = analysis.history
+    _, ax = _drawn(analysis, x="time")
+    assert "hours" in ax.get_xlabel() and ax.get_xscale() == "linear"
+    (raw,) = [line for line in ax.lines if line.get_label() == "loss (raw)"]
+    hours = (np.asarray(history.time, float) - history.time_start) / 3600.0
+    by_loss = dict(zip(np.asarray(raw.get_ydata(), float), np.asarray(raw.get_xdata(), float)))
+    for loss, h in zip(history.loss, hours):
+        if loss in by_loss:
+            assert by_loss[loss] == pytest.approx(h, abs=1e-9)
+    assert len(by_loss) == len(history)  # a short log: every row drawn
+    assert analysis.timing is not None
+    for timed in analysis.timing.targets:
+        seconds = timed.seconds
+        assert seconds is not None
+        marks = [line for line in ax.lines if line.get_marker() in ("o", "D") and line.get_color() != "0.72"]
+        assert any(float(m.get_xdata()[0]) == pytest.approx(seconds / 3600.0, rel=1e-6) for m in marks)
+
+
+def test_a_time_axis_for_a_run_without_a_clock_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "x.png"
+    code = main(["analyze", str(NANO), "--target", "3.3", "--plot", str(out), "--x", "time"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and "no clock" in err and str(NANO) in err
+    assert not out.exists()
+
+
+def test_the_title_names_the_run_by_its_name() -> None:
+    _, ax = _drawn(nano(), name="llmc-124M")
+    assert ax.get_title().splitlines()[0] == "llmc-124M  (nanogpt)"
+    _, ax = _drawn(nano())
+    assert ax.get_title().splitlines()[0] == "nanogpt"

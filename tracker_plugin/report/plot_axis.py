@@ -1,0 +1,108 @@
+"""The x axis of a run's plot: tokens (log scale) or the run's clock in hours (linear).
+
+Everything a plot draws is placed in tokens; an axis maps tokens to its own x, so the
+curves, markers and intervals land where the same tokens are on either axis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.report.render import format_tokens
+
+__all__ = ["X_AXES", "NoClock", "XAxis", "hours_text", "tick_tokens", "x_axis"]
+
+X_AXES = ("tokens", "time")
+
+
+class NoClock(ValueError):
+    """A time axis was asked for a run whose log has no clock."""
+
+
+@dataclass(frozen=True)
+class XAxis:
+    """Tokens -> x. ``kind`` is "tokens" (x is tokens) or "time" (x is hours since the first row).
+
+    On the time axis, tokens inside the log take the logged clock (interpolated), and
+    tokens past it the measured throughput from the last logged row on: the rate the
+    ETAs use.
+    """
+
+    kind: str
+    tokens: np.ndarray | None = None  # the logged tokens and their hours (time axis only)
+    hours: np.ndarray | None = None
+    hours_per_token: float = 0.0
+
+    @property
+    def label(self) -> str:
+        return "tokens" if self.kind == "tokens" else "hours since the first logged row"
+
+    @property
+    def log(self) -> bool:
+        return self.kind == "tokens"
+
+    def x(self, tokens: Any) -> np.ndarray:
+        values = np.asarray(tokens, float)
+        if self.tokens is None or self.hours is None:
+            return values
+        inside = np.interp(values, self.tokens, self.hours)
+        past = self.hours[-1] + (values - self.tokens[-1]) * self.hours_per_token
+        return np.where(values > self.tokens[-1], past, inside)
+
+    def text(self, tokens: float) -> str:
+        """A place on this axis as a label says it: ``2.98B tokens`` or ``2.98B tokens, 5.2 h``."""
+        words = f"{format_tokens(tokens)} tokens"
+        if self.kind == "time":
+            words += f", {hours_text(float(self.x(tokens)))}"
+        return words
+
+    def format(self, ax: Any) -> None:
+        """Ticks: the report's token units (2.98B) on the token axis, plain hours on the clock."""
+        if not self.log:
+            return
+        from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+        low, high = ax.get_xlim()
+        if np.log10(high / low) < 2.5:  # a few decades: label 1, 2 and 5 of each
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tick_tokens(value)))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+
+
+def hours_text(hours: float) -> str:
+    """``5.2 h``; under an hour in minutes (``6.5 min``), which a short run needs."""
+    return f"{hours:.1f} h" if abs(hours) >= 1 else f"{hours * 60:.1f} min"
+
+
+def tick_tokens(value: float) -> str:
+    """A tick's tokens in the report's units, without the table's trailing zeros: 1B, 2.5B."""
+    text = format_tokens(value)
+    if text[-1:].isalpha() and "." in text:
+        number, unit = text[:-1].rstrip("0").rstrip("."), text[-1]
+        return number + unit
+    return text
+
+
+def x_axis(analysis: Analysis, kind: str) -> XAxis:
+    """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log."""
+    if kind == "tokens":
+        return XAxis("tokens")
+    if kind != "time":
+        raise ValueError(f"no x axis '{kind}'; one of {', '.join(X_AXES)}")
+    history, timing = analysis.history, analysis.timing
+    if history.time is None:
+        raise NoClock("the run's log has no clock (no time column): it cannot be plotted against time")
+    seconds = np.asarray(history.time, float)
+    start = history.time_start if history.time_start is not None else float(np.nanmin(seconds))
+    known = np.isfinite(seconds)
+    tokens = np.asarray(history.tokens, float)[known]
+    hours = (seconds[known] - start) / 3600.0
+    order = np.argsort(tokens, kind="stable")
+    rate = 0.0
+    if timing is not None and timing.throughput is not None:
+        rate = timing.throughput.seconds_per_token / 3600.0
+    return XAxis("time", tokens[order], np.maximum.accumulate(hours[order]), rate)
