@@ -19,7 +19,6 @@ from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.conventions import Reading, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, build_history
-from tracker_plugin.plan.params import batch_from_config
 from tracker_plugin.trackers.options import ReadOptions
 
 __all__ = [
@@ -103,20 +102,16 @@ def build_wandb_history(
     data: Mapping[str, KeyColumn],
     *,
     run: str,
-    columns: Columns,
-    batch_size: float | None,
     config: Mapping[str, Any],
-    batch_params: Sequence[str],
+    reading: Reading,
     all_keys: Iterable[str] = (),
-    reading: Reading | None = None,
     finished: bool = False,
 ) -> History:
-    """The common frame from each chosen key's column, aligned on ``_step``.
+    """The common frame from each chosen key's column, aligned on ``_step``, read as
+    ``reading`` (the trainer's conventions, :func:`wandb_reading`) says.
 
-    The batch comes from the batch key when the run logged one, else from the first of
-    ``batch_params`` in the run's ``config`` (flattened by
-    :func:`~tracker_plugin.plan.params.flat_params`), else from ``batch_size``. The
-    planned lr schedule comes from the config (see
+    The planned lr schedule comes from the run's ``config`` (flattened by
+    :func:`~tracker_plugin.plan.params.flat_params`; see
     :func:`~tracker_plugin.frame.from_params.with_planned_lr`).
 
     ``data`` maps each key (``_step`` aside, which is the row number) to its column.
@@ -124,8 +119,7 @@ def build_wandb_history(
     key is missing. A loss the run logged as NaN is passed on as such (dropped and
     counted), unlike a row that did not log the loss.
     """
-    if reading is not None:
-        columns, batch_size = reading.columns, reading.batch_size
+    columns, batch_size = reading.columns, reading.batch_size
     logged = set(data) | {ROW_KEY}
     loss_key = next((c for c in columns.loss if c in logged), None)
     step_key = next((c for c in columns.step if c in logged), None)
@@ -137,21 +131,13 @@ def build_wandb_history(
         {key: KeyHistory(steps, [decode(v) for v in values]) for key, (steps, values) in data.items() if key != ROW_KEY},
         step=ROW_KEY,
     )
-    frame = aligned.frame
-    logged_nan = aligned.logged_nan.get(loss_key)
-    if reading is not None:
-        history = build_history(
-            reading.prepare(frame), run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
-        )
-        if reading.batch_source is not None and reading.batch_source.startswith("param '"):
-            history = with_config_batch(history, "config " + reading.batch_source.removeprefix("param "))
-        return with_planned_lr(finish_reading(history, reading, finished=finished), config)
-    from_config = None if any(c in logged for c in columns.batch) else batch_from_config(config, batch_params)
-    if from_config is not None:
-        batch_size = from_config[0]
     history = build_history(
-        frame, run=run, columns=columns, batch_size=batch_size, logged_nan_loss=logged_nan
+        reading.prepare(aligned.frame),
+        run=run,
+        columns=columns,
+        batch_size=batch_size,
+        logged_nan_loss=aligned.logged_nan.get(loss_key),
     )
-    if from_config is not None:
-        history = with_config_batch(history, f"config '{from_config[1]}'")
-    return with_planned_lr(history, config)
+    if reading.batch_source is not None and reading.batch_source.startswith("param '"):
+        history = with_config_batch(history, "config " + reading.batch_source.removeprefix("param "))
+    return with_planned_lr(finish_reading(history, reading, finished=finished), config)

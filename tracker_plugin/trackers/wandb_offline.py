@@ -305,10 +305,7 @@ class WandbOfflineSource(Source):
         return build_wandb_history(
             data,
             run=run.ref,
-            columns=self.options.columns,
-            batch_size=self.options.batch_size,
             config=config,
-            batch_params=self.options.batch_params,
             all_keys=parsed.keys,
             reading=reading,
             finished=parsed.state == "finished",

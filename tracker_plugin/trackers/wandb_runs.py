@@ -217,10 +217,7 @@ class WandbSource(Source):
         return build_wandb_history(
             data,
             run=run.ref,
-            columns=self.options.columns,
-            batch_size=self.options.batch_size,
             config=config,
-            batch_params=self.options.batch_params,
             all_keys=available,
             reading=reading,
             finished=run.state == "finished",
