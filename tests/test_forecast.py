@@ -264,7 +264,8 @@ def test_a_plan_from_the_runs_params_is_used_unless_one_is_given():
     params = {"lr_scheduler": "cosine", "warmup_steps": "100", "max_steps": "3000", "min_lr_ratio": "0.1"}
     with_params = replace(cut, lr_plan=LrSchedule.from_params(params))
     analysis = tp.analyze(with_params, [target], model="lr-annealing", ema_token_window=WINDOW)
-    assert analysis.plan.schedule.source == "params" and "(run params)" in analysis.plan.note
+    assert analysis.plan.schedule.source == "params"
+    assert "(run params: lr_scheduler=cosine, warmup_steps=100, max_steps=3000, min_lr_ratio=0.1)" in analysis.plan.note
     assert analysis.targets[0].tokens == pytest.approx(truth, rel=0.03)
     given = tp.analyze(with_params, [target], model="lr-annealing", lr_schedule="constant:warmup=100",
                        ema_token_window=WINDOW)

@@ -79,7 +79,13 @@ def test_from_params_reads_common_config_spellings(params):
 def test_from_params_returns_none_without_a_schedule():
     assert LrSchedule.from_params({"learning_rate": 3e-4, "batch_size": 512}) is None
     assert LrSchedule.from_params({"lr_scheduler": "cosine"}) is None  # no total: not enough to plan with
-    assert LrSchedule.from_params({"lr_scheduler": "cosine_warm_restarts_v9", "max_steps": 10}) is None
+
+def test_from_params_with_a_total_and_no_known_shape_is_steps_only():
+    plan = LrSchedule.from_params({"lr_scheduler": "cosine_warm_restarts_v9", "max_steps": 10})
+    assert plan is not None and plan.source == "steps-only" and plan.total_steps == 10
+    assert plan.params == (("max_steps", "10"),) and "cosine_warm_restarts_v9" in plan.notes[0]
+    # HF's max_steps=-1 (train by epochs) is no total
+    assert LrSchedule.from_params({"max_steps": -1, "learning_rate": 1e-3}) is None
 
 
 def test_lr_schedule_file(tmp_path):

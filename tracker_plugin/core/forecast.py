@@ -43,7 +43,7 @@ from tracker_plugin.core.models.replicates import refit_many
 from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
-from tracker_plugin.plan.schedule import LrSchedule, Plan, infer_lr_schedule
+from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule, Plan, infer_lr_schedule
 
 __all__ = [
     "AUTO",
@@ -86,7 +86,7 @@ ERROR_PRIOR_WEIGHT = 1.0
 INTERVAL_INFLATION = 0.8
 UNKNOWN_PLAN_INFLATION = 1.0
 # Plans whose source says they are not the run's own plan (see Plan.source).
-UNKNOWN_PLAN_SOURCES = ("inferred", "assumed")
+UNKNOWN_PLAN_SOURCES = ("inferred", "assumed", STEPS_ONLY)
 # The EMA remembers its start for a few spans (2.5 spans: under 1%).
 _SETTLE_SPANS = 2.5
 # Replicates of the bootstrap.
@@ -136,8 +136,12 @@ class TargetForecast:
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
     """The plan given (the ``lr_schedule`` setting), else the run's own (its params, as a
-    source put it in ``history.lr_plan``), else what the logged lr shows."""
+    source put it in ``history.lr_plan``), else what the logged lr shows. A plan from the
+    params that knows only the planned total (``steps-only``) takes its shape from the log."""
     given = given if given is not None else history.lr_plan
+    if given is not None and given.source == STEPS_ONLY:
+        # The params know the planned total, not the shape: the log shows the shape.
+        return infer_lr_schedule(history.step, history.lr, planned=given)
     if given is not None:
         return Plan(given, f"planned lr: {given.description}")
     return infer_lr_schedule(history.step, history.lr)

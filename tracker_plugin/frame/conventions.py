@@ -28,6 +28,7 @@ import pandas as pd
 
 from tracker_plugin.errors import DataError
 from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.plan.params import planned_steps as _planned_steps
 
 __all__ = [
     "BATCH_FROM_TOKENS",
@@ -645,14 +646,6 @@ def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool =
             if key.endswith("." + name) and value not in (None, ""):
                 return (value, name) if with_name else value
     return None
-
-
-def _planned_steps(value: Any) -> float | None:
-    """A planned length in optimizer steps: a number, or Composer's batches ("4800ba").
-    Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
-    if isinstance(value, str) and value.strip().endswith("ba"):
-        return _number(value.strip()[:-2])
-    return _number(value)
 
 
 def _number(value: Any) -> float | None:

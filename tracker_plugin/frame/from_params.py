@@ -31,16 +31,21 @@ def with_config_batch(history: History, where: str) -> History:
 def with_planned_lr(history: History, params: Mapping[str, Any]) -> History:
     """``history`` with the lr schedule its run's params (MLflow) or config (W&B) plan.
 
-    Read by :meth:`LrSchedule.from_params`, which lists the names it knows; unchanged when
-    the params name no schedule. A plan given on the command line still takes precedence.
+    Read by :meth:`LrSchedule.from_params`, which lists the names it knows, as the trainer
+    the frame was read as (``read_as`` "framework") plans it; unchanged when the params name
+    no schedule. What the reading noticed (values ignored, values that contradict each
+    other) joins the notes. A plan given on the command line still takes precedence.
 
     Raises
     ------
     DataError
         The params hold a schedule spec that does not parse.
     """
+    trainer = dict(history.read_as).get("framework")
     try:
-        plan = LrSchedule.from_params(params)
+        plan = LrSchedule.from_params(params, trainer=trainer)
     except ConfigError as exc:
         raise DataError(f"the planned lr schedule in its params does not parse ({exc})", run=history.run) from None
-    return history if plan is None else replace(history, lr_plan=plan)
+    if plan is None:
+        return history
+    return replace(history, lr_plan=plan, notes=history.notes + plan.notes)

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["FEW_TOKENS", "batch_from_config", "config_value", "flat_params", "param_paths"]
+__all__ = ["FEW_TOKENS", "batch_from_config", "config_value", "flat_params", "param_paths", "planned_steps"]
 
 # A batch read from a config below this many tokens per step is more likely a count of
 # sequences (a global batch of 512, a per-device batch of 8) than of tokens.
@@ -108,3 +108,17 @@ def batch_from_config(config: Mapping[str, Any], names: Sequence[str]) -> tuple[
         if value is not None and value > 0:
             return float(value), name
     return None
+
+
+def planned_steps(value: Any) -> float | None:
+    """A planned length in optimizer steps: a number, or Composer's batches ("4800ba").
+    Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str) and value.strip().endswith("ba"):
+        value = value.strip()[:-2]
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from tracker_plugin.errors import ConfigError
-from tracker_plugin.plan.params import param_paths
+from tracker_plugin.plan.params import param_paths, planned_steps
+from tracker_plugin.plan.trainers import Piece, TrainerPlan, read_trainer_plan
 
-__all__ = ["BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
+__all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,12 @@ class LrSchedule:
     total_steps: float | None
     source: str
     description: str
+    # Curved stretches held exactly (a trainer's own formula, read from its params): ``at``
+    # follows them, the knots trace them for the analysis.
+    pieces: tuple[Piece, ...] = field(default=(), repr=False)
+    # The params the plan was read from, as (name, value), and what reading them noticed.
+    params: tuple[tuple[str, str], ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def peak(self) -> float:
@@ -103,7 +110,18 @@ class LrSchedule:
 
     def at(self, steps: np.ndarray | float) -> np.ndarray:
         """The planned lr at ``steps`` (the last value continues past the last knot)."""
-        return np.interp(np.asarray(steps, float), self.steps, self.lr)
+        where = np.asarray(steps, float)
+        out = np.interp(where, self.steps, self.lr)
+        if not self.pieces:
+            return out
+        out = np.atleast_1d(np.asarray(out, float)).copy()
+        flat = np.atleast_1d(where)
+        for piece in self.pieces:
+            inside = (flat >= piece.start) & (flat <= piece.end)
+            if inside.any() and piece.end > piece.start:
+                p = (flat[inside] - piece.start) / (piece.end - piece.start)
+                out[inside] = piece.last + (piece.first - piece.last) * _curve_array(piece.kind, p)
+        return out.reshape(where.shape)
 
     # ---- constructors ------------------------------------------------------------------
 
@@ -174,16 +192,20 @@ class LrSchedule:
         return _build_spec(shape, values, spec, f"lr_spec {spec}", "spec")
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> LrSchedule | None:
+    def from_params(cls, params: Mapping[str, Any], trainer: str | None = None) -> LrSchedule | None:
         """The planned schedule from a run's hyperparameters (MLflow params, W&B config).
 
-        The entry point for tracker adapters. Nested dicts are flattened; keys are matched
-        on their last component, case-insensitively, and values may be strings (as MLflow
-        stores them). Recognised, in order:
+        The entry point for tracker adapters. ``trainer``: the trainer that wrote the run, as
+        ``frame.conventions`` names it (None: recognised from the config's own names). Nested
+        dicts are flattened; keys are matched on their last component, case-insensitively,
+        and values may be strings (as MLflow stores them). Recognised, in order:
 
         1. a spec string under ``lr_schedule``, ``lr_spec`` or ``loss_eta_lr_schedule``
            (see :meth:`parse_spec`);
-        2. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
+        2. a trainer's own config, computed as the trainer computes it
+           (:mod:`tracker_plugin.plan.trainers`: nanoGPT ``decay_lr``, ``warmup_iters``,
+           ``lr_decay_iters``, ``min_lr``; torchtitan ``lr_scheduler.*``; litgpt ``train.*``);
+        3. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
            ``lr_schedule_type``, ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
            ``linear``, ``constant``, ``wsd``; common aliases such as
            ``cosine_with_min_lr``, ``CosWithWarmup`` or ``warmup_stable_decay`` too), with
@@ -196,8 +218,12 @@ class LrSchedule:
            for WSD the decay under ``decay_steps``, ``cooldown_steps``,
            ``lr_wsd_decay_iters``, or ``decay_fraction``, ``cooldown_fraction``.
 
-        Returns None when the params name no schedule (or too little of one: a decaying
-        shape without its total).
+        With a planned total but no shape (none named, one not known, or values that
+        contradict each other), the plan has source ``steps-only``: the forecast infers the
+        shape from the logged lr, ending at that total. ``params`` names the values read;
+        ``notes`` says what was ignored and why.
+
+        Returns None when the params name neither a schedule nor a planned total.
 
         Raises
         ------
@@ -207,33 +233,111 @@ class LrSchedule:
         flat = _flatten(params)
         for key in ("lr_schedule", "lr_spec", "loss_eta_lr_schedule"):
             if isinstance(flat.get(key), str) and ":" in flat[key]:
-                return replace(cls.parse_spec(flat[key]), source="params", description=_describe_params(cls.parse_spec(flat[key])))
-        kind = _first(flat, _SHAPE_KEYS)
-        shape = _shape_alias(kind) if isinstance(kind, str) else None
-        if shape is None:
+                spec = cls.parse_spec(flat[key])
+                used = ((key, flat[key]),)
+                return replace(spec, source="params", description=_describe_params(spec, used), params=used)
+        found = read_trainer_plan(params, trainer)
+        if found is not None:
+            return _from_trainer(found)
+        return _from_common_names(flat)
+
+
+def _from_common_names(flat: Mapping[str, Any]) -> LrSchedule | None:
+    """The plan from the names many trainers share (HF's, OLMo's, Megatron's), see from_params."""
+    kind = _first(flat, _SHAPE_KEYS)
+    shape = _shape_alias(kind) if isinstance(kind, str) else None
+    if shape is None:
+        unknown = () if kind is None else (f"the params' lr schedule {kind!r} is not a shape read here: only the planned total is used",)
+        return _steps_only(flat, unknown)
+    values: dict[str, str] = {}
+    used: list[tuple[str, str]] = [(_first_name(flat, _SHAPE_KEYS) or "", str(kind))]
+    for key, names in _PARAM_NAMES.items():
+        name = _first_name(flat, names)
+        if name is not None:
+            values[key] = str(flat[name])
+            used.append((name, str(flat[name])))
+    ratio_name = _first_name(flat, ("warmup_ratio", "warmup_fraction"))
+    ratio = _number(flat[ratio_name]) if ratio_name else None
+    total = _number(values.get("total"))
+    if "warmup" not in values and ratio is not None and total is not None:
+        values["warmup"] = str(ratio * total)
+        used.append((ratio_name or "", str(flat[ratio_name or ""])))
+    if "final" not in values:
+        rate_name = _first_name(flat, ("min_lr", "final_lr", "lr_min", "min_learning_rate"))
+        peak_name = _first_name(flat, ("peak_lr", "max_lr", "learning_rate", "lr"))
+        rate = _number(flat[rate_name]) if rate_name else None
+        peak = _number(flat[peak_name]) if peak_name else None
+        if rate is not None and peak:
+            values["final"] = str(rate / peak)
+            used += [(rate_name or "", str(flat[rate_name or ""])), (peak_name or "", str(flat[peak_name or ""]))]
+    if shape != "constant" and "total" not in values:
+        return None
+    if shape != "wsd":
+        values.pop("decay", None)
+        used = [u for u in used if u[0] not in _PARAM_NAMES["decay"]]
+    try:
+        built = _build_spec(shape, values, f"{kind} " + " ".join(f"{k}={v}" for k, v in values.items()), "run params", "params")
+    except ConfigError as exc:
+        return _steps_only(flat, (f"the planned lr in the params does not fit together ({exc}): its shape is not used",))
+    return replace(built, description=_describe_params(built, tuple(used)), params=tuple(used))
+
+
+# Names of a run's planned last step, when nothing else of its schedule is known. Composer's
+# and OLMo's ``max_duration`` counts steps as a number or "<N>ba" (tokens "T"/"tok" and epochs
+# "ep" are not steps).
+_TOTAL_NAMES = ("max_steps", "total_steps", "num_training_steps", "train_iters", "max_iters", "max_duration")
+STEPS_ONLY = "steps-only"
+
+
+def _steps_only(flat: Mapping[str, Any], notes: tuple[str, ...], used: tuple[tuple[str, str], ...] = ()) -> LrSchedule | None:
+    """A plan that knows only the planned total (``steps-only``), or None without one."""
+    for name in _TOTAL_NAMES:
+        total = planned_steps(flat.get(name))
+        if total is not None and total > 0:
+            return _steps_only_plan(total, ((name, _text(flat[name])),) + used, notes)
+    return None
+
+
+def _steps_only_plan(total: float, used: tuple[tuple[str, str], ...], notes: tuple[str, ...]) -> LrSchedule:
+    # The knots hold the lr level; the forecast replaces them by the shape the log shows.
+    named = ", ".join(f"{k}={v}" for k, v in used[:1])
+    return LrSchedule(
+        (0.0, total), (1.0, 1.0), total, STEPS_ONLY, f"planned steps known ({named}), schedule shape not", params=used, notes=notes
+    )
+
+
+def _from_trainer(plan: TrainerPlan) -> LrSchedule | None:
+    """A trainer's plan as a schedule: knots tracing its pieces, the pieces kept exact."""
+    if not plan.pieces:
+        if plan.total is None:
             return None
-        values: dict[str, str] = {}
-        for key, names in _PARAM_NAMES.items():
-            found = _first(flat, names)
-            if found is not None:
-                values[key] = str(found)
-        ratio = _number(_first(flat, ("warmup_ratio", "warmup_fraction")))
-        total = _number(values.get("total"))
-        if "warmup" not in values and ratio is not None and total is not None:
-            values["warmup"] = str(ratio * total)
-        if "final" not in values:
-            rate = _number(_first(flat, ("min_lr", "final_lr", "lr_min", "min_learning_rate")))
-            peak = _number(_first(flat, ("peak_lr", "max_lr", "learning_rate", "lr")))
-            if rate is not None and peak:
-                values["final"] = str(rate / peak)
-        if shape != "constant" and "total" not in values:
-            return None
-        if shape != "wsd":
-            values.pop("decay", None)
-        try:
-            return _build_spec(shape, values, f"{kind} " + " ".join(f"{k}={v}" for k, v in values.items()), "run params", "params")
-        except ConfigError:
-            return None
+        totals = [u for u in plan.used if u[0] in _TRAINER_TOTALS]
+        return _steps_only_plan(plan.total, tuple(totals[:1] or [("total", _text(plan.total))]) + plan.used, plan.notes)
+    knots: list[tuple[float, float]] = []
+    for piece in plan.pieces:
+        x = np.linspace(0.0, 1.0, 2 if piece.kind == "linear" else _CURVE_KNOTS)
+        y = piece.last + (piece.first - piece.last) * _curve_array(piece.kind, x)
+        knots += list(zip((piece.start + x * (piece.end - piece.start)).tolist(), y.tolist()))
+    if plan.total is not None and plan.total > knots[-1][0]:
+        knots.append((plan.total, knots[-1][1]))
+    steps, lr = zip(*_dedupe(knots))
+    named = ", ".join(f"{k}={v}" for k, v in plan.used)
+    description = f"{plan.shape} from params ({plan.trainer}: {named})"
+    return LrSchedule(tuple(steps), tuple(lr), plan.total, "params", description, plan.pieces, plan.used, plan.notes)
+
+
+# The trainers' names of their planned total (for the steps-only description).
+_TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens")
+
+
+def _curve_array(kind: str, p: np.ndarray) -> np.ndarray:
+    """:data:`~tracker_plugin.plan.trainers.CURVES` on an array of progress values."""
+    p = np.clip(p, 0.0, 1.0)
+    if kind == "cosine":
+        return np.asarray(0.5 * (1.0 + np.cos(np.pi * p)))
+    if kind == "sqrt":
+        return np.asarray(1.0 - np.sqrt(p))
+    return np.asarray(1.0 - p)
 
 
 _SHAPE_KEYS = (
@@ -291,10 +395,22 @@ def _flatten(params: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _first(flat: Mapping[str, Any], names: Sequence[str]) -> Any:
+    name = _first_name(flat, names)
+    return None if name is None else flat[name]
+
+
+def _first_name(flat: Mapping[str, Any], names: Sequence[str]) -> str | None:
     for name in names:
         if name in flat and flat[name] not in (None, "", "None"):
-            return flat[name]
+            return name
     return None
+
+
+def _text(value: Any) -> str:
+    number = _number(value)
+    if number is None:
+        return str(value)
+    return f"{number:.0f}" if number.is_integer() else f"{number:g}"
 
 
 def _number(value: Any) -> float | None:
@@ -305,8 +421,10 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _describe_params(schedule: LrSchedule) -> str:
-    return schedule.description.rsplit(" (", 1)[0] + " (run params)"
+def _describe_params(schedule: LrSchedule, used: Sequence[tuple[str, str]]) -> str:
+    """The schedule's words, then the params it was read from by name."""
+    named = ", ".join(f"{name}={_text(value)}" for name, value in used)
+    return schedule.description.rsplit(" (", 1)[0] + f" (run params: {named})"
 
 
 def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, source: str) -> LrSchedule:
@@ -428,7 +546,7 @@ class Plan:
         return "assumed" if self.schedule is None else self.schedule.source
 
 
-def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
+def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedule | None = None) -> Plan:
     """Recognise a cosine or linear decay in the logged lr and extend it to its end.
 
     The decay is taken to start where the lr last sat at its peak; a cosine and a linear
@@ -436,19 +554,25 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
     is accepted when it explains the log to within 1% of the peak and the lr has already
     fallen by at least 5% of the peak. Otherwise nothing is inferred and the note says what
     the forecast assumes instead: that the last logged lr continues.
+
+    ``planned``: a ``steps-only`` plan from the run's params (its total known, its shape
+    not). The decay then ends at that total, and what is built keeps the source
+    ``steps-only`` (an unknown shape for the interval); with no decay in the log, the last
+    logged lr is held to the total.
     """
+    known = _known_total(planned, step)
     if lr is None or len(lr) < 2 or not np.isfinite(lr).any():
-        return Plan(None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
+        return _unknown_shape(planned, step, None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
     ok = np.isfinite(lr)
     s, v = np.asarray(step, float)[ok], np.asarray(lr, float)[ok]
     peak = float(v.max())
     if peak <= 0:
-        return Plan(None, "the logged lr is zero: the forecast assumes a constant lr")
+        return _unknown_shape(planned, s, v, "the logged lr is zero: the forecast assumes a constant lr")
     last = float(v[-1])
     at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
     if last >= _AT_PEAK * peak:
-        return Plan(
-            None,
+        return _unknown_shape(
+            planned, s, v,
             f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
             "stays there; a planned decay would reach targets sooner (pass lr_schedule)",
         )
@@ -459,12 +583,12 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
     for start in {int(np.argmax(v)), int(at_peak[-1])}:
         if decayed < _MIN_DECAY or len(v) - start < 4:
             continue
-        found = _best_decay(s[start:], v[start:], peak)
+        found = _best_decay(s[start:], v[start:], peak, known)
         if found is not None and (best is None or found[0] < best[0]):
             best = (*found, start)
     if best is None:
-        return Plan(
-            None,
+        return _unknown_shape(
+            planned, s, v,
             f"the planned lr after step {s[-1]:,.0f} is unknown: the forecast assumes the last logged lr "
             f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass lr_schedule)",
         )
@@ -473,15 +597,47 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None) -> Plan:
     knots = [(float(x), float(y)) for x, y in zip(s[: start + 1], v[: start + 1])]
     knots += [(a, peak * b) for a, b in _decay(float(s[start]), total, final, shape)][1:]
     steps, values = zip(*_dedupe(knots))
+    ending = "" if known is None else f", ending at the planned step {known:,.0f}"
     description = (
         f"{shape} decay from step {s[start]:,.0f} to {final:.2g}x the peak at step {total:,.0f} "
-        f"(inferred from the logged lr; warmup to step {warmup:,.0f})"
+        f"(inferred from the logged lr{ending}; warmup to step {warmup:,.0f})"
     )
+    if planned is not None and known is not None:
+        schedule = replace(planned, steps=tuple(steps), lr=tuple(values), description=f"{planned.description}; {description}")
+        return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {schedule.description}")
     schedule = LrSchedule(tuple(steps), tuple(values), total, "inferred", description)
     return Plan(schedule, f"planned lr inferred from the log: {description}")
 
 
-def _best_decay(s: np.ndarray, v: np.ndarray, peak: float) -> tuple[float, str, float, float] | None:
+# The report's one line for a plan whose total is known and whose shape is not.
+_STEPS_ONLY_NOTE = "planned steps known, schedule shape not: interval widened"
+
+
+def _known_total(planned: LrSchedule | None, step: np.ndarray) -> float | None:
+    """The planned total of a steps-only plan, when it is still ahead of the log."""
+    if planned is None or planned.source != STEPS_ONLY or planned.total_steps is None:
+        return None
+    last = float(np.nanmax(np.asarray(step, float))) if len(step) else 0.0
+    return planned.total_steps if planned.total_steps > last else None
+
+
+def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | None, note: str) -> Plan:
+    """No shape in the log: the held lr, to the planned total when params give one."""
+    known = _known_total(planned, s)
+    if planned is None or known is None:
+        return Plan(None, note)
+    if v is None or not len(v) or float(np.nanmax(v)) <= 0:
+        knots: tuple[tuple[float, ...], tuple[float, ...]] = ((0.0, known), (1.0, 1.0))
+    else:
+        keep = np.unique(np.linspace(0, len(s) - 1, min(len(s), _DECAY_POINTS)).round().astype(np.int64))
+        knots = (tuple(s[keep].tolist()) + (known,), tuple(v[keep].tolist()) + (float(v[-1]),))
+    schedule = replace(planned, steps=knots[0], lr=knots[1], description=f"{planned.description}; the last logged lr held to it")
+    return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {note}")
+
+
+def _best_decay(
+    s: np.ndarray, v: np.ndarray, peak: float, total: float | None = None
+) -> tuple[float, str, float, float] | None:
     """(rms, shape, total, final fraction) of the decay that best explains ``v``; None if none does.
 
     Every candidate decay is scored at once on at most :data:`_DECAY_POINTS` rows, spread
@@ -492,7 +648,8 @@ def _best_decay(s: np.ndarray, v: np.ndarray, peak: float) -> tuple[float, str, 
         keep = np.unique(np.linspace(0, len(s) - 1, _DECAY_POINTS).round().astype(np.int64))
         s, v = s[keep], v[keep]
     start, last = float(s[0]), float(s[-1])
-    totals = start + (last - start) * np.geomspace(1.0 + 1e-3, 50.0, 400)
+    # The decay's end: searched, or the planned total when the params give it.
+    totals = start + (last - start) * np.geomspace(1.0 + 1e-3, 50.0, 400) if total is None else np.array([total])
     y = v / peak
     x = (s - start)[None, :] / (totals - start)[:, None]
     best: tuple[float, str, float, float] | None = None
