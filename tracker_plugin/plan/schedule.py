@@ -204,7 +204,8 @@ class LrSchedule:
            (see :meth:`parse_spec`);
         2. a trainer's own config, computed as the trainer computes it
            (:mod:`tracker_plugin.plan.trainers`: nanoGPT ``decay_lr``, ``warmup_iters``,
-           ``lr_decay_iters``, ``min_lr``; torchtitan ``lr_scheduler.*``; litgpt ``train.*``);
+           ``lr_decay_iters``, ``min_lr``; torchtitan ``lr_scheduler.*``; litgpt ``train.*``;
+           Megatron-LM ``lr_decay_style``, ``lr_warmup_iters``, ``lr_decay_iters``, ...);
         3. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
            ``lr_schedule_type``, ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
            ``linear``, ``constant``, ``wsd``; common aliases such as
@@ -327,7 +328,7 @@ def _from_trainer(plan: TrainerPlan) -> LrSchedule | None:
 
 
 # The trainers' names of their planned total (for the steps-only description).
-_TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens")
+_TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens", "train_iters")
 
 
 def _curve_array(kind: str, p: np.ndarray) -> np.ndarray:

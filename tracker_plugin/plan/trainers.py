@@ -255,10 +255,65 @@ def _litgpt(config: _Config) -> TrainerPlan:
     return config.plan("cosine", pieces, total)
 
 
+# --- Megatron-LM -------------------------------------------------------------------------------
+# NVIDIA/Megatron-LM megatron/training/training.py get_optimizer_param_scheduler (iteration
+# based: lr_decay_iters defaults to train_iters; warmup lr_warmup_iters, or lr_warmup_fraction
+# x lr_decay_iters; WSD's decay lr_wsd_decay_iters; init_lr lr_warmup_init, max_lr lr, min_lr
+# min_lr; every count x global_batch_size, which cancels in the ratios below) and
+# megatron/core/optimizer_param_scheduler.py OptimizerParamScheduler.get_lr at n steps:
+#   warmup > 0 and n <= warmup: init + (max - init) * n / warmup; constant: max;
+#   n > decay: min; else ratio = (n - warmup) / (decay - warmup), min + coeff * (max - min)
+#   with coeff 1 - ratio (linear), (cos(pi ratio) + 1) / 2 (cosine), and for WSD 1 until
+#   decay - wsd, then over the last wsd steps linear, cosine or minus_sqrt (1 - sqrt).
+# Its asserts: max_lr >= min_lr, lr_warmup_steps < lr_decay_steps. training_log logs the lr
+# the scheduler set after each iteration at that iteration (the frame's step).
+
+
+def _megatron(config: _Config) -> TrainerPlan:
+    total = config.number("train_iters")
+    if total is None or total <= 0:
+        return config.plan("unknown", [], None)
+    style = config.word("lr_decay_style", "linear")
+    lr = config.number("lr")
+    if lr is None:
+        config.notes.append("Megatron-LM params hold no lr")
+        return config.plan("unknown", [], total)
+    decay = config.number("lr_decay_iters") or total
+    fraction = config.number("lr_warmup_fraction")
+    warmup = fraction * decay if fraction is not None else config.number("lr_warmup_iters", 0.0)
+    floor = config.number("min_lr", 0.0)
+    start = config.number("lr_warmup_init", 0.0)
+    assert warmup is not None and floor is not None and start is not None
+    if floor > lr:
+        config.contradiction(f"min_lr={floor:g} is above lr={lr:g}")
+        return config.plan("unknown", [], total)
+    if warmup >= decay:
+        config.contradiction(f"the warmup ({warmup:g} iterations) is not before lr_decay_iters={decay:g}")
+        return config.plan("unknown", [], total)
+    pieces = [Piece(0.0, warmup, "linear", start, lr)] if warmup > 0 else []
+    if style == "constant":
+        return config.plan("constant", pieces + [Piece(warmup, total, "linear", lr, lr)], total)
+    if style in ("linear", "cosine"):
+        return config.plan(style, pieces + [Piece(warmup, decay, style, lr, floor)], total)
+    if style == "WSD":
+        wsd = config.number("lr_wsd_decay_iters")
+        kind = {"linear": "linear", "cosine": "cosine", "minus_sqrt": "sqrt"}.get(config.word("lr_wsd_decay_style", "exponential"))
+        if wsd is None or kind is None or not 0 < wsd <= decay - warmup:
+            config.notes.append("Megatron-LM's WSD decay is read for lr_wsd_decay_style linear, cosine or minus_sqrt "
+                                "with lr_wsd_decay_iters within the decay: the shape is not read")
+            return config.plan("unknown", [], total)
+        anneal = decay - wsd
+        pieces += [Piece(warmup, anneal, "linear", lr, lr), Piece(anneal, decay, kind, lr, floor)]
+        return config.plan(f"wsd ({kind} decay)", pieces, total)
+    config.notes.append(f"Megatron-LM lr_decay_style={style!r} is not read here (constant, linear, cosine, WSD are)")
+    return config.plan("unknown", [], total)
+
+
 _READERS: dict[str, Callable[[_Config], TrainerPlan]] = {
     "nanoGPT": _nanogpt,
     "torchtitan": _torchtitan,
     "litgpt": _litgpt,
+    "Megatron-LM": _megatron,
 }
 # Names only this trainer's config holds: a run from an unknown source (a CSV, a generic
 # tracker run) is read as the trainer's when its config has every name of one group.
@@ -266,6 +321,7 @@ _MARKS = {
     "nanoGPT": (("decay_lr", "lr_decay_iters"), ("decay_lr", "warmup_iters")),
     "torchtitan": (("lr_scheduler.decay_type", "training.steps"), ("lr_scheduler.warmup_steps", "training.steps")),
     "litgpt": (("train.lr_warmup_steps", "train.max_tokens"),),
+    "Megatron-LM": (("lr_decay_style", "train_iters"), ("lr_warmup_iters", "train_iters")),
 }
 
 

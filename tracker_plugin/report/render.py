@@ -92,6 +92,8 @@ def _plan_json(analysis: Analysis) -> dict[str, Any] | None:
         "source": None if schedule is None else schedule.source,
         "description": None if schedule is None else schedule.description,
         "total_steps": None if schedule is None else _num(schedule.total_steps),
+        # The run params the plan was read from (name: value as configured).
+        "params": None if schedule is None or not schedule.params else dict(schedule.params),
         "note": plan.note,
     }
 

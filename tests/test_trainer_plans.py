@@ -1,0 +1,318 @@
+"""The planned lr read from each trainer's own config matches the trainer's own formula.
+
+Each ``*_lr`` below restates a trainer's lr code independently of the plugin (the sources
+are cited in tracker_plugin/plan/trainers.py); params are shaped as the trainer's tracker
+integration stores them: the committed fixtures' own configs (tests/data/frameworks/, written
+through the real clients), and variants of them.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
+from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.trackers.wandb_offline import read_offline_run
+
+FRAMEWORKS = Path(__file__).parent / "data" / "frameworks"
+RTOL = 1e-9
+
+
+def _wandb_config(name: str) -> dict:
+    (path,) = (FRAMEWORKS / "wandb" / name).rglob("run-*.wandb")
+    return read_offline_run(path, (), ref=str(path)).config
+
+
+def _mlflow_params(run_name: str) -> dict[str, str]:
+    with sqlite3.connect(FRAMEWORKS / "mlflow.db") as db:
+        rows = db.execute(
+            "select p.key, p.value from params p join runs r on r.run_uuid = p.run_uuid where r.name = ?", (run_name,)
+        ).fetchall()
+    return dict(rows)
+
+
+def _check(plan: LrSchedule | None, formula, steps) -> None:
+    assert plan is not None and plan.source == "params"
+    steps = np.asarray(list(steps), float)
+    expected = np.array([formula(s) for s in steps])
+    np.testing.assert_allclose(plan.at(steps), expected, rtol=RTOL, atol=1e-300)
+
+
+# --- nanoGPT: karpathy/nanoGPT train.py get_lr, lr = get_lr(iter) if decay_lr else learning_rate
+
+
+def nanogpt_lr(it, *, learning_rate, warmup_iters, lr_decay_iters, min_lr, decay_lr=True):
+    if not decay_lr:
+        return learning_rate
+    if it < warmup_iters:
+        return learning_rate * (it + 1) / (warmup_iters + 1)
+    if it > lr_decay_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (learning_rate - min_lr)
+
+
+def test_nanogpt_fixture_config_plans_nanogpts_own_lr():
+    config = _wandb_config("nanogpt-wandb")
+    plan = LrSchedule.from_params(config, trainer="nanoGPT")
+    keys = ("learning_rate", "warmup_iters", "lr_decay_iters", "min_lr")
+    _check(plan, lambda it: nanogpt_lr(it, **{k: config[k] for k in keys}), range(0, config["max_iters"] + 1))
+    assert plan is not None and plan.total_steps == config["max_iters"]
+    assert dict(plan.params)["warmup_iters"] == "40" and "nanoGPT" in plan.description
+
+
+@pytest.mark.parametrize("as_text", [False, True])
+def test_nanogpt_train_py_defaults_and_a_floor_after_the_decay(as_text):
+    # train.py's own defaults, but the decay ending before max_iters: min_lr after it.
+    config = {"learning_rate": 6e-4, "max_iters": 700000, "decay_lr": True, "warmup_iters": 2000,
+              "lr_decay_iters": 600000, "min_lr": 6e-5, "batch_size": 12, "block_size": 1024}
+    params = {k: str(v) for k, v in config.items()} if as_text else config  # MLflow keeps text
+    plan = LrSchedule.from_params(params)  # recognised by its names
+    steps = [*range(0, 2100), *range(2100, 700001, 997), 599999, 600000, 600001, 700000]
+    keys = ("learning_rate", "warmup_iters", "lr_decay_iters", "min_lr")
+    _check(plan, lambda it: nanogpt_lr(it, **{k: config[k] for k in keys}), steps)
+    assert plan is not None
+    assert plan.description.startswith("cosine from params (nanoGPT: ")
+    assert "warmup_iters=2000, lr_decay_iters=600000, min_lr=6e-05" in plan.description
+
+
+def test_nanogpt_without_decay_is_constant():
+    config = {**_wandb_config("nanogpt-wandb"), "decay_lr": "False"}
+    plan = LrSchedule.from_params(config, trainer="nanoGPT")
+    _check(plan, lambda it: config["learning_rate"], range(0, 401, 7))
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [({"lr_decay_iters": 30}, "lr_decay_iters=30"), ({"min_lr": 0.01}, "min_lr=0.01")],
+)
+def test_nanogpt_params_that_contradict_each_other_give_a_note_and_only_the_total(change, named):
+    plan = LrSchedule.from_params({**_wandb_config("nanogpt-wandb"), **change}, trainer="nanoGPT")
+    assert plan is not None and plan.source == "steps-only" and plan.total_steps == 400
+    assert plan.source in UNKNOWN_PLAN_SOURCES
+    (note,) = plan.notes
+    assert named in note and "contradict" in note
+
+
+def test_an_unparseable_param_is_ignored_with_a_note():
+    config = {**_wandb_config("nanogpt-wandb"), "min_lr": "six"}
+    plan = LrSchedule.from_params(config, trainer="nanoGPT")
+    assert plan is not None and plan.source == "params"
+    assert any("min_lr='six' is not a number: ignored" in n for n in plan.notes)
+    # ignored: train.py's default min_lr (6e-5) stands
+    assert float(plan.at(400.0)) == pytest.approx(6e-5, rel=RTOL)
+
+
+# --- torchtitan: pytorch/torchtitan torchtitan/components/lr_scheduler.py (min_lr_factor version)
+
+
+def torchtitan_lr(step, *, steps, lr, warmup_steps, decay_ratio, decay_type, min_lr_factor):
+    """The lr optimizer step ``step`` (1-based) trains with: base lr x LambdaLR factor(step - 1)."""
+    warmup = min(warmup_steps, steps)
+    if decay_ratio is not None:
+        decay = round(steps * decay_ratio)
+        if warmup + decay > steps:
+            decay = steps - warmup
+    else:
+        decay = steps - warmup
+    stable = steps + 1 - warmup - decay
+    c = step - 1
+    if c < warmup:
+        factor = (c + 1) / warmup
+    elif c < warmup + stable:
+        factor = 1.0
+    else:
+        progress = (c + 1 - (warmup + stable)) / decay
+        factor = {"linear": 1 - progress, "sqrt": 1 - math.sqrt(progress),
+                  "cosine": 0.5 * (1.0 + math.cos(math.pi * progress))}[decay_type]
+        factor = min_lr_factor + (1 - min_lr_factor) * factor
+    return lr * factor
+
+
+def _titan_args(config: dict) -> dict:
+    sched = config["lr_scheduler"]
+    return {"steps": config["training"]["steps"], "lr": config["optimizer"]["lr"], "warmup_steps": sched["warmup_steps"],
+            "decay_ratio": sched["decay_ratio"], "decay_type": sched["decay_type"], "min_lr_factor": sched["min_lr_factor"]}
+
+
+def test_torchtitan_fixture_config_plans_torchtitans_own_lr():
+    config = _wandb_config("torchtitan-wandb")
+    plan = LrSchedule.from_params(config, trainer="torchtitan")
+    _check(plan, lambda k: torchtitan_lr(k, **_titan_args(config)), range(1, 401))
+    assert plan is not None and plan.total_steps == 400
+
+
+def _flattened(config: dict, sep: str) -> dict:
+    return {f"{section}{sep}{key}": value for section, inner in config.items() for key, value in inner.items()}
+
+
+@pytest.mark.parametrize("sep", [".", "/"])
+@pytest.mark.parametrize(("ratio", "kind", "floor"), [(0.2, "sqrt", 0.1), (0.25, "cosine", 0.0), (None, "linear", 0.05)])
+def test_torchtitan_wsd_and_every_decay_type_flattened_as_trackers_store_them(sep, ratio, kind, floor):
+    config = _wandb_config("torchtitan-wandb")
+    config["training"] = {**config["training"], "steps": 1000}
+    config["lr_scheduler"] = {"warmup_steps": 90, "decay_ratio": ratio, "decay_type": kind, "min_lr_factor": floor}
+    plan = LrSchedule.from_params(_flattened(config, sep))
+    _check(plan, lambda k: torchtitan_lr(k, **_titan_args(config)), range(1, 1001))
+
+
+# --- litgpt: Lightning-AI/litgpt litgpt/pretrain.py fit() and get_lr, litgpt/args.py TrainArgs
+
+
+def litgpt_step_lr(step, params: dict) -> float:
+    """The lr optimizer step ``step`` (the logged ``step``) trains with: litgpt sets get_lr
+    at every micro-iteration; the step is taken at the last one of its accumulation."""
+    devices, micro = int(params["devices"]), int(params["train/micro_batch_size"])
+    world = devices * int(params["num_nodes"])
+    accumulation = (int(params["train/global_batch_size"]) // devices) // micro
+    max_iters = (int(params["train/max_tokens"]) // world) // (micro * int(params["train/max_seq_length"]))
+    warmup_iters = min(max_iters, int(params["train/lr_warmup_steps"]) * accumulation)
+    lr, min_lr = float(params["optimizer/init_args/lr"]), float(params["train/min_lr"])
+    it = step * accumulation - 1
+    if it < warmup_iters:
+        return lr * it / warmup_iters
+    if it > max_iters:
+        return min_lr
+    ratio = (it - warmup_iters) / (max_iters - warmup_iters)
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
+
+
+def test_litgpt_mlflow_params_plan_litgpts_own_lr():
+    params = _mlflow_params("litgpt-mlflow")  # Lightning's MLFlowLogger: '/'-joined text
+    plan = LrSchedule.from_params(params, trainer="litgpt")
+    _check(plan, lambda s: litgpt_step_lr(s, params), range(1, 401))
+    assert plan is not None and plan.total_steps == 400
+
+
+def test_litgpt_wandb_config_with_a_floor_and_three_nodes():
+    config = _wandb_config("litgpt-wandb")
+    config["num_nodes"] = 3
+    config["train"] = {**config["train"], "min_lr": 1e-4, "max_tokens": 3 * 2 * 2 * 64 * 8 * 1000, "lr_warmup_steps": 37}
+    plan = LrSchedule.from_params(config)  # recognised by its names
+    flat = {"devices": config["devices"], "num_nodes": 3, "optimizer/init_args/lr": config["optimizer"]["init_args"]["lr"],
+            **{f"train/{k}": v for k, v in config["train"].items()}}
+    _check(plan, lambda s: litgpt_step_lr(s, flat), range(1, 1001))
+
+
+# --- Megatron-LM: megatron/core/optimizer_param_scheduler.py get_lr, training.py's scheduler
+
+
+def megatron_lr(n, a: dict) -> float:
+    warmup = a["lr_warmup_iters"]
+    decay = a["lr_decay_iters"] or a["train_iters"]
+    max_lr, min_lr, init = a["lr"], a["min_lr"], a["lr_warmup_init"]
+    if warmup > 0 and n <= warmup:
+        return init + (max_lr - init) * n / warmup
+    if a["lr_decay_style"] == "constant":
+        return max_lr
+    if n > decay:
+        return min_lr
+    ratio = (n - warmup) / (decay - warmup)
+    if a["lr_decay_style"] == "linear":
+        coeff = 1.0 - ratio
+    elif a["lr_decay_style"] == "cosine":
+        coeff = 0.5 * (math.cos(math.pi * ratio) + 1.0)
+    else:  # WSD
+        start = decay - a["lr_wsd_decay_iters"]
+        if n <= start:
+            coeff = 1.0
+        else:
+            r = (n - start) / a["lr_wsd_decay_iters"]
+            coeff = {"linear": 1.0 - r, "cosine": 0.5 * (math.cos(math.pi * r) + 1.0), "minus_sqrt": 1.0 - math.sqrt(r)}[
+                a["lr_wsd_decay_style"]]
+    return min_lr + coeff * (max_lr - min_lr)
+
+
+@pytest.mark.parametrize(
+    "style",
+    [{"lr_decay_style": "cosine"}, {"lr_decay_style": "linear", "lr_decay_iters": 4000},
+     {"lr_decay_style": "WSD", "lr_wsd_decay_style": "minus_sqrt", "lr_wsd_decay_iters": 800},
+     {"lr_decay_style": "WSD", "lr_wsd_decay_style": "cosine", "lr_wsd_decay_iters": 1000}],
+)
+def test_megatron_args_plan_megatrons_own_lr(style):
+    # W&B gets vars(args): flat names, unset ones None
+    args = {"train_iters": 5000, "lr": 3e-4, "min_lr": 3e-5, "lr_warmup_iters": 250, "lr_warmup_init": 1e-6,
+            "lr_decay_iters": None, "lr_warmup_fraction": None, "global_batch_size": 256,
+            "lr_wsd_decay_style": "exponential", "lr_wsd_decay_iters": None, **style}
+    plan = LrSchedule.from_params(args, trainer="Megatron-LM")
+    _check(plan, lambda n: megatron_lr(n, args), range(0, 5001))
+
+
+def test_megatron_warmup_after_the_decay_is_a_note():
+    args = {"train_iters": 5000, "lr": 3e-4, "min_lr": 0.0, "lr_warmup_iters": 6000, "lr_decay_style": "cosine"}
+    plan = LrSchedule.from_params(args, trainer="Megatron-LM")
+    assert plan is not None and plan.source == "steps-only" and "lr_decay_iters=5000" in plan.notes[0]
+
+
+def test_every_trainer_with_a_reader_is_a_convention_the_frame_detects():
+    from tracker_plugin.frame.conventions import CONVENTIONS
+    from tracker_plugin.plan.trainers import _READERS
+
+    assert set(_READERS) <= {c.name for c in CONVENTIONS}
+
+
+# --- end to end: a fixture run analysed with no plan flags reports the plan its params hold
+
+
+def _analyze(capsys, name: str, *flags: str) -> tuple[str, dict]:
+    import json
+
+    from tracker_plugin.cli import main
+
+    (run_dir,) = (FRAMEWORKS / "wandb" / name).glob("offline-run-*")
+    assert main(["analyze", f"wandb-offline:{run_dir}", "--target", "3.0", *flags]) == 0
+    text = capsys.readouterr().out
+    assert main(["analyze", f"wandb-offline:{run_dir}", "--target", "3.0", "--json", *flags]) == 0
+    return text, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(
+    ("name", "trainer", "named"),
+    [("nanogpt-wandb", "nanoGPT", ("warmup_iters", "40")),
+     ("torchtitan-wandb", "torchtitan", ("lr_scheduler.decay_type", "cosine")),
+     ("litgpt-wandb", "litgpt", ("train.lr_warmup_steps", "40"))],
+)
+def test_a_fixture_run_reports_the_plan_from_its_params(capsys, name, trainer, named):
+    text, document = _analyze(capsys, name)
+    plan = document["lr_plan"]
+    assert plan["source"] == "params" and plan["total_steps"] == 400
+    assert plan["params"][named[0]] == named[1]
+    assert plan["description"].startswith(f"cosine from params ({trainer}: ")
+    assert f"planned lr: cosine from params ({trainer}: " in text
+    assert f"{named[0]}={named[1]}" in text
+
+
+def test_a_run_whose_params_know_only_the_total_says_so_in_one_line(capsys):
+    # The Lightning module's hparams hold max_steps and no schedule.
+    text, document = _analyze(capsys, "lightning-wandb")
+    plan = document["lr_plan"]
+    assert plan["source"] == "steps-only" and plan["total_steps"] == 400 and plan["params"] == {"max_steps": "400"}
+    (line,) = [line for line in text.splitlines() if "planned steps known, schedule shape not: interval widened" in line]
+    assert line.startswith("note: ")
+
+
+def test_a_steps_only_plan_takes_its_shape_from_the_log_ending_at_the_planned_total():
+    from tracker_plugin.core.forecast import UNKNOWN_PLAN_INFLATION, plan_inflation
+    from tracker_plugin.plan.schedule import infer_lr_schedule
+
+    planned = LrSchedule.from_params({"max_steps": "1000", "batch_size": 8})
+    assert planned is not None and planned.source == "steps-only"
+    step = np.arange(0, 601, 10.0)
+    progress = np.clip((step - 50) / 950, 0, None)
+    lr = np.where(step < 50, 1e-3 * step / 50, 1e-4 + 0.5 * (1 + np.cos(np.pi * progress)) * 9e-4)
+    plan = infer_lr_schedule(step, lr, planned=planned)
+    assert plan.source == "steps-only" and plan.total_steps == 1000
+    assert plan.schedule is not None and plan.schedule.steps[-1] == 1000
+    # the decay fitted with its end fixed finds the floor the log implies (0.1x the peak)
+    assert float(plan.schedule.at(1000.0)) == pytest.approx(1e-4, rel=0.02)
+    assert plan.note.startswith("planned steps known, schedule shape not: interval widened")
+    assert plan_inflation(plan) == UNKNOWN_PLAN_INFLATION
+    # no decay in the log yet: the last lr is held, to the planned total
+    held = infer_lr_schedule(step, np.full(len(step), 1e-3), planned=planned)
+    assert held.source == "steps-only" and held.total_steps == 1000
+    assert float(held.schedule.at(900.0)) == pytest.approx(1e-3)
