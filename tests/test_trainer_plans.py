@@ -249,6 +249,66 @@ def test_megatron_warmup_after_the_decay_is_a_note():
     assert plan is not None and plan.source == "steps-only" and "lr_decay_iters=5000" in plan.notes[0]
 
 
+# --- OLMo: allenai/OLMo olmo/optim.py schedulers, olmo/train.py scheduler_current / scheduler_max
+
+
+def olmo_lr(step, cfg: dict) -> float:
+    sched, lr = cfg["scheduler"], cfg["optimizer"]["learning_rate"]
+    per_step = cfg["global_train_batch_size"] * cfg["model"]["max_sequence_length"]
+    duration = cfg["max_duration"]
+    if isinstance(duration, str) and duration.endswith("T"):
+        max_tokens = int(float(duration[:-1]))
+        max_steps = max_tokens // per_step
+    else:
+        max_steps = int(float(duration))
+        max_tokens = max_steps * per_step
+    tokens = sched["units"] == "tokens"
+    current, t_max = (step * per_step, max_tokens) if tokens else (step, max_steps)
+    t_max = t_max if sched["t_max"] is None else sched["t_max"]
+    if sched["name"] == "constant":
+        return lr
+    eta, warmup = lr * sched["alpha_f"], sched["t_warmup"]
+    if current < warmup:
+        wmin = sched["warmup_min_lr"] if sched["warmup_min_lr"] is not None else lr * 0.10
+        return wmin + (lr - wmin) * min(current, warmup) / warmup
+    if current >= t_max:
+        return eta
+    current, span = current - warmup, t_max - warmup
+    if sched["name"] == "cosine_with_warmup":
+        return eta + (lr - eta) * (1 + math.cos(math.pi * current / span)) / 2
+    return lr - (lr - eta) * (current / span)
+
+
+@pytest.mark.parametrize(
+    "sched",
+    [
+        {"name": "cosine_with_warmup", "units": "steps", "t_warmup": 200, "t_max": None, "alpha_f": 0.1,
+         "warmup_min_lr": None},
+        {"name": "linear_with_warmup", "units": "steps", "t_warmup": 100, "t_max": 1500, "alpha_f": 0.0,
+         "warmup_min_lr": 0.0},
+        {"name": "cosine_with_warmup", "units": "tokens", "t_warmup": 2048 * 4 * 150, "t_max": None, "alpha_f": 0.05,
+         "warmup_min_lr": 1e-6},
+        {"name": "constant", "units": "steps", "t_warmup": 0, "t_max": None, "alpha_f": 0.1, "warmup_min_lr": None},
+    ],
+)
+@pytest.mark.parametrize("duration", [2000, "16384000T"])  # steps, or tokens: 2000 steps of 4 x 2048
+def test_olmo_config_plans_olmos_own_lr(sched, duration):
+    # W&B gets the TrainConfig as nested dicts
+    cfg = {"optimizer": {"name": "adamw", "learning_rate": 4e-4}, "scheduler": sched, "max_duration": duration,
+           "global_train_batch_size": 4, "model": {"max_sequence_length": 2048, "d_model": 64}}
+    plan = LrSchedule.from_params(cfg, trainer="OLMo")
+    _check(plan, lambda k: olmo_lr(k, cfg), range(1, 2001))
+    assert plan is not None and plan.total_steps == 2000
+
+
+def test_olmo_warmup_floor_above_the_lr_is_a_note():
+    cfg = {"optimizer": {"learning_rate": 4e-4}, "max_duration": 2000, "global_train_batch_size": 4,
+           "model": {"max_sequence_length": 2048},
+           "scheduler": {"name": "cosine_with_warmup", "t_warmup": 100, "warmup_min_lr": 1e-3}}
+    plan = LrSchedule.from_params(cfg)  # recognised by its names
+    assert plan is not None and plan.source == "steps-only" and "warmup_min_lr=0.001" in plan.notes[0]
+
+
 def test_every_trainer_with_a_reader_is_a_convention_the_frame_detects():
     from tracker_plugin.frame.conventions import CONVENTIONS
     from tracker_plugin.plan.trainers import _READERS
@@ -316,3 +376,12 @@ def test_a_steps_only_plan_takes_its_shape_from_the_log_ending_at_the_planned_to
     held = infer_lr_schedule(step, np.full(len(step), 1e-3), planned=planned)
     assert held.source == "steps-only" and held.total_steps == 1000
     assert float(held.schedule.at(900.0)) == pytest.approx(1e-3)
+
+
+def test_a_composer_schedule_in_durations_is_steps_only_with_its_planned_batches():
+    # llm-foundry yaml: durations as "<N>ba"; the shape is not read, the total is
+    yaml = {"scheduler": {"name": "cosine_with_warmup", "t_warmup": "100ba", "alpha_f": 0.1}, "max_duration": "4800ba",
+            "global_train_batch_size": 256, "max_seq_len": 2048}
+    plan = LrSchedule.from_params(yaml, trainer="Composer / llm-foundry")
+    assert plan is not None and plan.source == "steps-only" and plan.total_steps == 4800
+    assert plan.params[0] == ("max_duration", "4800ba")

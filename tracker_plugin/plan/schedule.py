@@ -205,7 +205,8 @@ class LrSchedule:
         2. a trainer's own config, computed as the trainer computes it
            (:mod:`tracker_plugin.plan.trainers`: nanoGPT ``decay_lr``, ``warmup_iters``,
            ``lr_decay_iters``, ``min_lr``; torchtitan ``lr_scheduler.*``; litgpt ``train.*``;
-           Megatron-LM ``lr_decay_style``, ``lr_warmup_iters``, ``lr_decay_iters``, ...);
+           Megatron-LM ``lr_decay_style``, ``lr_warmup_iters``, ``lr_decay_iters``, ...; OLMo
+           ``scheduler.*``, ``max_duration``);
         3. a shape under ``lr_scheduler``, ``lr_scheduler_type``, ``scheduler``,
            ``lr_schedule_type``, ``scheduler_type``, ``lr_decay_style`` or ``decay_style`` (``cosine``,
            ``linear``, ``constant``, ``wsd``; common aliases such as
@@ -272,7 +273,7 @@ def _from_common_names(flat: Mapping[str, Any]) -> LrSchedule | None:
             values["final"] = str(rate / peak)
             used += [(rate_name or "", str(flat[rate_name or ""])), (peak_name or "", str(flat[peak_name or ""]))]
     if shape != "constant" and "total" not in values:
-        return None
+        return _steps_only(flat, ())
     if shape != "wsd":
         values.pop("decay", None)
         used = [u for u in used if u[0] not in _PARAM_NAMES["decay"]]
@@ -328,7 +329,7 @@ def _from_trainer(plan: TrainerPlan) -> LrSchedule | None:
 
 
 # The trainers' names of their planned total (for the steps-only description).
-_TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens", "train_iters")
+_TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens", "train_iters", "max_duration")
 
 
 def _curve_array(kind: str, p: np.ndarray) -> np.ndarray:

@@ -309,11 +309,81 @@ def _megatron(config: _Config) -> TrainerPlan:
     return config.plan("unknown", [], total)
 
 
+# --- OLMo --------------------------------------------------------------------------------------
+# allenai/OLMo (commit 9b502b7af9cf63eddf6f081ea410c888da3f914d) olmo/config.py SchedulerConfig
+# (name cosine_with_warmup, units steps, t_warmup 100, t_max None, alpha_f 0.1, warmup_min_lr
+# None), olmo/optim.py build_scheduler and the schedulers' get_lr(initial_lr, step, max_steps):
+#   warmup (step < t_warmup): wmin + (lr - wmin) * step / t_warmup, wmin = warmup_min_lr or 0.1 lr
+#   cosine_with_warmup: eta + (lr - eta) * (1 + cos(pi (step - t_warmup) / (t_max - t_warmup))) / 2
+#   linear_with_warmup: lr - (lr - eta) * (step - t_warmup) / (t_max - t_warmup)
+#   both eta = lr * alpha_f from t_max on (t_max defaults to the run's maximum); constant: lr.
+# olmo/train.py: train_step sets the lr from scheduler_current (global_step, or with units
+# tokens global_train_tokens_seen) and scheduler_max (max_steps, or max_tokens); global_step
+# counts from 1 and is the W&B step. max_duration is steps, or tokens with "T" (max_steps =
+# tokens // (global_train_batch_size x model.max_sequence_length) for a fresh run).
+
+
+def _olmo(config: _Config) -> TrainerPlan:
+    duration = config.raw("max_duration")
+    per_step = (config.number("global_train_batch_size") or 0.0) * (config.number("model.max_sequence_length") or 0.0)
+    total, max_tokens = _olmo_duration(None if duration is None else duration[1], per_step)
+    if duration is not None:
+        config.used.append(("max_duration", str(duration[1])))
+    name = config.word("scheduler.name", "cosine_with_warmup")
+    units = config.word("scheduler.units", "steps")
+    lr = config.number("optimizer.learning_rate")
+    if lr is None or total is None:
+        return config.plan("unknown", [], total)
+    if name == "constant":
+        return config.plan("constant", [Piece(0.0, total, "linear", lr, lr)], total)
+    if name not in ("cosine_with_warmup", "linear_with_warmup"):
+        config.notes.append(f"OLMo scheduler.name={name!r} is not read here (cosine_with_warmup, linear_with_warmup, constant are)")
+        return config.plan("unknown", [], total)
+    scale = 1.0 if units == "steps" else per_step  # a scheduler in tokens, in steps
+    if units not in ("steps", "tokens") or scale <= 0:
+        config.notes.append(f"OLMo scheduler.units={units!r} cannot be turned into steps from these params")
+        return config.plan("unknown", [], total)
+    warmup = (config.number("scheduler.t_warmup", 100.0) or 0.0) / scale
+    t_max = config.number("scheduler.t_max")
+    end = t_max / scale if t_max is not None else (total if units == "steps" else (max_tokens or total * per_step) / scale)
+    alpha = config.number("scheduler.alpha_f", 0.1)
+    start = config.number("scheduler.warmup_min_lr")
+    assert alpha is not None
+    start = 0.1 * lr if start is None else start
+    if not 0 <= start < lr:
+        config.contradiction(f"warmup_min_lr={start:g} is not below optimizer.learning_rate={lr:g}")
+        return config.plan("unknown", [], total)
+    if end <= warmup:
+        config.contradiction(f"t_max ({end:g} steps) is not after t_warmup ({warmup:g} steps)")
+        return config.plan("unknown", [], total)
+    kind = "cosine" if name == "cosine_with_warmup" else "linear"
+    pieces = [Piece(0.0, warmup, "linear", start, lr)] if warmup > 0 else []
+    pieces.append(Piece(warmup, end, kind, lr, lr * alpha))
+    return config.plan(kind, pieces, total)
+
+
+def _olmo_duration(value: Any, per_step: float) -> tuple[float | None, float | None]:
+    """(max steps, max tokens) of OLMo's max_duration: steps, or tokens with "T"."""
+    if value is None or isinstance(value, bool):
+        return None, None
+    text = str(value).strip()
+    if text.endswith("T"):
+        tokens = _number(text[:-1])
+        if tokens is None or per_step <= 0:
+            return None, tokens
+        return float(int(tokens) // int(per_step)), tokens
+    if text.endswith("ep"):
+        return None, None
+    steps = _number(text)
+    return (float(int(steps)), None) if steps is not None else (None, None)
+
+
 _READERS: dict[str, Callable[[_Config], TrainerPlan]] = {
     "nanoGPT": _nanogpt,
     "torchtitan": _torchtitan,
     "litgpt": _litgpt,
     "Megatron-LM": _megatron,
+    "OLMo": _olmo,
 }
 # Names only this trainer's config holds: a run from an unknown source (a CSV, a generic
 # tracker run) is read as the trainer's when its config has every name of one group.
@@ -322,6 +392,7 @@ _MARKS = {
     "torchtitan": (("lr_scheduler.decay_type", "training.steps"), ("lr_scheduler.warmup_steps", "training.steps")),
     "litgpt": (("train.lr_warmup_steps", "train.max_tokens"),),
     "Megatron-LM": (("lr_decay_style", "train_iters"), ("lr_warmup_iters", "train_iters")),
+    "OLMo": (("scheduler.t_warmup", "model.max_sequence_length", "max_duration"),),
 }
 
 
