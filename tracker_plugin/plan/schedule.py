@@ -79,7 +79,8 @@ class LrSchedule:
     ``steps`` and ``lr`` are the knots (steps increasing). Past the last knot the lr stays at
     its last value. ``total_steps`` is the planned last step, when known (it decides "within
     the planned run"); ``source`` says where the plan came from (``file``, ``spec``,
-    ``params``, ``inferred``, ``log``) and ``description`` says it in words.
+    ``params``, ``steps-only`` (the params' planned total only), ``inferred``, ``log``) and
+    ``description`` says it in words.
 
     Only the shape matters to the models (they use ``lr / peak``), so a schedule of
     multipliers (1.0 at the peak) is as good as one of absolute rates.
@@ -544,7 +545,8 @@ class Plan:
     @property
     def source(self) -> str:
         """Where the plan came from: the schedule's source (``params``, ``spec``, ``file``,
-        ``log``, ``inferred``), or ``assumed`` when none is known and the lr is held."""
+        ``log``, ``inferred``, ``steps-only``), or ``assumed`` when none is known and the lr
+        is held."""
         return "assumed" if self.schedule is None else self.schedule.source
 
 
