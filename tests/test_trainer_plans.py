@@ -95,6 +95,8 @@ def test_nanogpt_params_that_contradict_each_other_give_a_note_and_only_the_tota
     plan = LrSchedule.from_params({**_wandb_config("nanogpt-wandb"), **change}, trainer="nanoGPT")
     assert plan is not None and plan.source == "steps-only" and plan.total_steps == 400
     assert plan.source in UNKNOWN_PLAN_SOURCES
+    assert plan.description == "planned steps known (max_iters=400), schedule shape not"
+    assert len(plan.params) == len(dict(plan.params))  # each param named once
     (note,) = plan.notes
     assert named in note and "contradict" in note
 
@@ -385,3 +387,9 @@ def test_a_composer_schedule_in_durations_is_steps_only_with_its_planned_batches
     plan = LrSchedule.from_params(yaml, trainer="Composer / llm-foundry")
     assert plan is not None and plan.source == "steps-only" and plan.total_steps == 4800
     assert plan.params[0] == ("max_duration", "4800ba")
+
+
+def test_a_run_logged_as_nanogpt_without_nanogpts_schedule_names_gets_no_plan_of_its_defaults():
+    # modded-nanoGPT style: nanoGPT's keys in the log, its own config names
+    config = {"num_iterations": 5100, "cooldown_frac": 0.4, "batch_size": 8 * 64 * 1024}
+    assert LrSchedule.from_params(config, trainer="nanoGPT") is None

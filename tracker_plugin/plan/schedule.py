@@ -18,7 +18,7 @@ import numpy as np
 
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.plan.params import param_paths, planned_steps
-from tracker_plugin.plan.trainers import Piece, TrainerPlan, read_trainer_plan
+from tracker_plugin.plan.trainers import Piece, TrainerPlan, curve, read_trainer_plan
 
 __all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
 
@@ -121,7 +121,7 @@ class LrSchedule:
             inside = (flat >= piece.start) & (flat <= piece.end)
             if inside.any() and piece.end > piece.start:
                 p = (flat[inside] - piece.start) / (piece.end - piece.start)
-                out[inside] = piece.last + (piece.first - piece.last) * _curve_array(piece.kind, p)
+                out[inside] = piece.last + (piece.first - piece.last) * curve(piece.kind, p)
         return out.reshape(where.shape)
 
     # ---- constructors ------------------------------------------------------------------
@@ -314,12 +314,13 @@ def _from_trainer(plan: TrainerPlan) -> LrSchedule | None:
     if not plan.pieces:
         if plan.total is None:
             return None
-        totals = [u for u in plan.used if u[0] in _TRAINER_TOTALS]
-        return _steps_only_plan(plan.total, tuple(totals[:1] or [("total", _text(plan.total))]) + plan.used, plan.notes)
+        # The total's own name first (the description names it), then the rest as read.
+        used = sorted(plan.used, key=lambda item: item[0] not in _TRAINER_TOTALS)
+        return _steps_only_plan(plan.total, tuple(used), plan.notes)
     knots: list[tuple[float, float]] = []
     for piece in plan.pieces:
         x = np.linspace(0.0, 1.0, 2 if piece.kind == "linear" else _CURVE_KNOTS)
-        y = piece.last + (piece.first - piece.last) * _curve_array(piece.kind, x)
+        y = piece.last + (piece.first - piece.last) * curve(piece.kind, x)
         knots += list(zip((piece.start + x * (piece.end - piece.start)).tolist(), y.tolist()))
     if plan.total is not None and plan.total > knots[-1][0]:
         knots.append((plan.total, knots[-1][1]))
@@ -331,16 +332,6 @@ def _from_trainer(plan: TrainerPlan) -> LrSchedule | None:
 
 # The trainers' names of their planned total (for the steps-only description).
 _TRAINER_TOTALS = ("max_iters", "training.steps", "train.max_tokens", "train_iters", "max_duration")
-
-
-def _curve_array(kind: str, p: np.ndarray) -> np.ndarray:
-    """:data:`~tracker_plugin.plan.trainers.CURVES` on an array of progress values."""
-    p = np.clip(p, 0.0, 1.0)
-    if kind == "cosine":
-        return np.asarray(0.5 * (1.0 + np.cos(np.pi * p)))
-    if kind == "sqrt":
-        return np.asarray(1.0 - np.sqrt(p))
-    return np.asarray(1.0 - p)
 
 
 _SHAPE_KEYS = (

@@ -14,21 +14,29 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tracker_plugin.plan.params import param_paths
 
-__all__ = ["CURVES", "Piece", "TrainerPlan", "read_trainer_plan", "trainer_of"]
+__all__ = ["CURVES", "Piece", "TrainerPlan", "curve", "read_trainer_plan", "trainer_of"]
 
 # How a piece goes from its first value to its last, as a function of progress p in [0, 1].
-CURVES: dict[str, Callable[[float], float]] = {
-    "linear": lambda p: 1.0 - p,
-    "cosine": lambda p: 0.5 * (1.0 + math.cos(math.pi * p)),
-    "sqrt": lambda p: 1.0 - math.sqrt(p),
-}
+CURVES = ("linear", "cosine", "sqrt")
+
+
+def curve(kind: str, p: np.ndarray) -> np.ndarray:
+    """1 - p (linear), (1 + cos(pi p)) / 2 (cosine) or 1 - sqrt(p) (sqrt), p clipped to [0, 1]."""
+    p = np.clip(np.asarray(p, float), 0.0, 1.0)
+    if kind == "cosine":
+        return np.asarray(0.5 * (1.0 + np.cos(np.pi * p)))
+    if kind == "sqrt":
+        return np.asarray(1.0 - np.sqrt(p))
+    return np.asarray(1.0 - p)
 
 
 @dataclass(frozen=True)
 class Piece:
-    """The lr from ``start`` to ``end`` (steps): ``last + (first - last) * CURVES[kind](p)``,
+    """The lr from ``start`` to ``end`` (steps): ``last + (first - last) * curve(kind, p)``,
     with ``p = (step - start) / (end - start)``."""
 
     start: float
@@ -404,20 +412,25 @@ def _values(params: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-def trainer_of(params: Mapping[str, Any]) -> str | None:
-    """The trainer whose config names ``params`` hold (see ``_MARKS``), or None."""
+def trainer_of(params: Mapping[str, Any], first: str | None = None) -> str | None:
+    """The trainer whose config names ``params`` hold (see ``_MARKS``), ``first`` tried
+    first; None when they hold no trainer's."""
     config = _Config("", _values(params))
-    for trainer, groups in _MARKS.items():
-        if any(all(config.raw(name) is not None for name in group) for group in groups):
+    order = ([first] if first in _MARKS else []) + [name for name in _MARKS if name != first]
+    for trainer in order:
+        if any(all(config.raw(name) is not None for name in group) for group in _MARKS[trainer]):
             return trainer
     return None
 
 
 def read_trainer_plan(params: Mapping[str, Any], trainer: str | None) -> TrainerPlan | None:
-    """The plan ``trainer``'s config holds (``trainer`` as ``frame.conventions`` names it;
-    None, or one without a reader: recognised from the config's names); None when no
-    reader applies."""
-    name = trainer if trainer in _READERS else trainer_of(params)
+    """The plan a trainer's config holds; None when the params hold no trainer's names.
+
+    ``trainer`` (as ``frame.conventions`` names it, from the logged keys) is tried first,
+    but only on its own config names: a run logged as nanoGPT logs but configured some
+    other way gets no plan made of nanoGPT's defaults.
+    """
+    name = trainer_of(params, first=trainer)
     if name is None:
         return None
     return _READERS[name](_Config(name, _values(params)))
