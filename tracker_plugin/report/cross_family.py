@@ -94,7 +94,7 @@ def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), word
     if result.held_out is not None:
         rows, fams = held_out(result)
         lines += ["", "Held-out families, rules from all visible families: " + _header(result.held_out), ""]
-        lines += _figures_text(rows, ["today", "all"], "chosen on all visible families (all)")
+        lines += _figures_text(rows, ["today", "all"], "on all visible families (all)")
         lines += _families_text(fams, "today -> all")
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in skipped]
     return "\n".join(lines)

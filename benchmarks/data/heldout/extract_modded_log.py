@@ -1,4 +1,4 @@
-"""Rows of a modded-nanogpt training log as a CSV: step,time,val_loss,train_loss.
+"""Rows of a modded-nanogpt training log as a CSV: step,time,val_loss[,train_loss].
 
     python extract_modded_log.py LOG.txt OUT.csv
 
@@ -31,10 +31,12 @@ def main() -> None:
     source, target = sys.argv[1:3]
     with open(source) as f:
         table = rows(f.read().splitlines())
+    # As the runs-time logs: no train_loss column when the log has no training loss.
+    keep = 4 if any(row[3] for row in table) else 3
     with open(target, "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
-        writer.writerow(["step", "time", "val_loss", "train_loss"])
-        writer.writerows(table)
+        writer.writerow(["step", "time", "val_loss", "train_loss"][:keep])
+        writer.writerows(row[:keep] for row in table)
 
 
 if __name__ == "__main__":
