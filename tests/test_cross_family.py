@@ -123,3 +123,25 @@ def test_cross_family_options_are_checked(capsys, three_families):
     code = main(["backtest", str(three_families), "--cross-family", "--family", "([a-z]"])
     err = capsys.readouterr().err
     assert code == 2 and "is not a regular expression" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plan_given_to_a_run_without_lr_opens_the_gate_as_the_forecast_does():
+    """A run that logs no lr: with its plan given, the decay it has shed by the cut comes
+    from the plan (the forecast's own gate reads the plan too); inferred, nothing is seen."""
+    import tracker_plugin as tp
+    from tracker_plugin.core.analysis import AnalysisConfig
+    from tracker_plugin.core.cross_family import run_cases
+    from tracker_plugin.plan.schedule import LrSchedule
+
+    spec = "wsd:warmup=20,total=600,decay=0.8,final=0"  # the decay starts at step 120
+    frame = synthetic_run(600, batch=131072.0, log_every=4, lr_schedule=spec, anneal_gain=0.05, noise=0.01, seed=3)
+    history = tp.build_history(frame.drop(columns=["lr"]), run="no-lr")
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=2e7)
+    plan = LrSchedule.parse_spec(spec)
+    cases, cuts = run_cases(history, "x", config, "log", 0.05, given=plan)
+    by_cut = {c.fraction: c.seen_decay for c in cuts}
+    # at f=0.5 (step ~300) the plan has shed (300 - 120) / 480 of its peak
+    assert by_cut[0.5] == pytest.approx(180 / 480, abs=0.02)
+    assert {c.plan_source for c in cases if c.plan_source} == {"spec"}
+    _, inferred = run_cases(history, "x", config, "infer", 0.05, given=plan)
+    assert all(c.seen_decay == 0.0 for c in inferred)
