@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -23,14 +24,17 @@ from tracker_plugin.cli.options import (
 from tracker_plugin.cli.words import in_flags
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig
 from tracker_plugin.core.backtest import PLANS
+from tracker_plugin.core.cross_family import DEFAULT_FAMILY_RULE
 from tracker_plugin.errors import DataError
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.jobs.backtest import backtest_runs
 from tracker_plugin.jobs.compare import compare_runs
+from tracker_plugin.jobs.cross_family import cross_family_runs
 from tracker_plugin.jobs.runner import outcome_rows
 from tracker_plugin.jobs.runs import NotOneRun, analyze_one
 from tracker_plugin.jobs.watch import Pass, watch_runs
 from tracker_plugin.report.backtest import backtest_json, backtest_text
+from tracker_plugin.report.cross_family import cross_family_json, cross_family_text
 from tracker_plugin.report.render import to_json, to_text
 from tracker_plugin.report.runs import runs_json, runs_table
 
@@ -167,6 +171,34 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
 @source_options
 @tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print every case and the summary as JSON.")
+@click.option(
+    "--cross-family",
+    is_flag=True,
+    help="Validate the forecast's rules leave-one-family-out: each family of runs scored with the rules "
+    "chosen on the others (its own cuts, targets, laws and both plans).",
+)
+@click.option(
+    "--family",
+    "family_rule",
+    default=DEFAULT_FAMILY_RULE,
+    show_default=True,
+    metavar="REGEX",
+    help="With --cross-family: a run's family is the first group of this pattern in its name "
+    "(default: the name up to its first '-').",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="With --cross-family: processes computing the cases.",
+)
+@click.option(
+    "--cases-cache",
+    type=click.Path(dir_okay=False),
+    help="With --cross-family: keep the cases in this file and reuse them while the runs, settings and "
+    "version are the same (the cases take minutes for tens of runs).",
+)
 def backtest(
     sources: tuple[str, ...],
     fit_fractions: tuple[float, ...],
@@ -174,6 +206,10 @@ def backtest(
     models: tuple[str, ...],
     plan: str,
     as_json: bool,
+    cross_family: bool,
+    family_rule: str,
+    processes: int,
+    cases_cache: str | None,
     **options: Any,
 ) -> int:
     """How far to trust forecasts on finished runs: cut, forecast, compare.
@@ -185,10 +221,19 @@ def backtest(
     the cases without a forecast and how often the intervals held the truth. Exit code 1
     if some run could not be read (the others are still scored).
 
+    With --cross-family, each family of runs (--family) is held out in turn: the
+    forecast's rules (the annealing-gain prior, auto's margin and gate, the interval's
+    inflations and error prior) are chosen on the other families and the held-out family
+    is scored with them. Prints the figures with the former, today's and the held-out
+    rules, each family's mean signed error and Brier score, and the rules chosen.
+
     \b
-    Example:
+    Examples:
       tracker-plugin backtest runs/ --fit-fractions 0.25 0.5 --target-quantiles 0.6 0.8 0.95
+      tracker-plugin backtest runs/ --cross-family --processes 2 --cases-cache cases.pkl
     """
+    if cross_family:
+        return _cross_family(sources, as_json, family_rule, processes, cases_cache, options)
     _check_shares("--fit-fractions", fit_fractions, one_allowed=False)
     _check_shares("--target-quantiles", target_quantiles, one_allowed=True)
     # The targets come from the protocol; the config's own is a placeholder.
@@ -200,6 +245,25 @@ def backtest(
     )
     click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
     return 1 if result.skipped else 0
+
+
+def _cross_family(
+    sources: tuple[str, ...], as_json: bool, family_rule: str, processes: int, cache: str | None, options: dict[str, Any]
+) -> int:
+    """The leave-one-family-out backtest; its protocol sets the cuts, targets, laws and plans."""
+    context = click.get_current_context()
+    for name in ("fit_fractions", "target_quantiles", "models", "plan"):
+        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            flag = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{flag} does not go with --cross-family: its protocol sets the cuts, targets, laws and plans")
+    config = AnalysisConfig(targets=(1.0,), **make_settings(options))
+    reading = make_source_options(options)
+    result, skipped = cross_family_runs(
+        default_sources(sources, reading), reading, config, family_rule=family_rule, processes=processes,
+        cache=None if cache is None else Path(cache),
+    )
+    click.echo(json.dumps(cross_family_json(result, skipped), indent=2) if as_json else cross_family_text(result, skipped, in_flags))
+    return 1 if skipped else 0
 
 
 def _check_plot_path(path: str | None) -> None:

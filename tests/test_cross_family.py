@@ -1,0 +1,147 @@
+"""Leave-one-family-out validation: no family is scored by a rule chosen on itself."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from tracker_plugin.cli import main
+from tracker_plugin.core.backtest import PLANS, BacktestCase
+from tracker_plugin.core.cross_family import (
+    FRACTIONS,
+    GAINS,
+    LAWS,
+    QUANTILES,
+    TODAY,
+    Cut,
+    Replay,
+    choose,
+    cross_family,
+    family_of,
+    family_rows,
+)
+from tracker_plugin.core.status import Status
+from tracker_plugin.errors import ConfigError
+from tracker_plugin.testing import synthetic_run
+
+# Each family's forecast error (ln predicted/true) under each gain prior: families a and b
+# are exact with 0.05, family c only with 0.1.
+ERRORS = {"a": {0.025: 0.2, 0.05: 0.0, 0.1: 0.2}, "b": {0.025: 0.2, 0.05: 0.0, 0.1: 0.2},
+          "c": {0.025: 0.3, 0.05: 0.3, 0.1: 0.0}}
+
+
+def _results(errors: dict[str, dict[float, float]]) -> dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]]:
+    """Cases of two runs per family whose error depends only on the family and the gain."""
+    out = {}
+    for plan in PLANS:
+        for gain in GAINS:
+            cases, cuts = [], []
+            for fam, by_gain in errors.items():
+                for k in range(2):
+                    run = f"{fam}-{k}"
+                    for f in FRACTIONS:
+                        cuts.append(Cut(run, fam, f, 0.0, 1e8, plan))
+                        for q in QUANTILES:
+                            truth = 1e9 * (1 + q)
+                            for law in LAWS:
+                                tokens = truth * math.exp(by_gain[gain])
+                                cases.append(BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=tokens,
+                                                          draws=(tokens / 2, tokens, tokens * 2), rows=100))
+            out[(plan, gain)] = (cases, cuts)
+    return out
+
+
+def test_a_family_is_scored_with_the_rule_the_other_families_chose():
+    result = cross_family(_results(ERRORS))
+    rules = dict(result.rules)
+    # c's own optimum is 0.1; held out, it gets what a and b choose
+    assert rules["c"].gain == 0.05
+    # without a: on b and c the mean of the families' medians is 0.1 for gain 0.1, 0.15 for 0.05
+    assert rules["a"].gain == rules["b"].gain == 0.1
+    assert result.on_all.gain == 0.05
+    rows = {(r.plan, r.family): r for r in family_rows(result.replay, dict.fromkeys(result.families, TODAY), rules)}
+    # scored with the others' rule, c is 0.3 late, not the 0.0 its own rule would give
+    assert rows[("log", "c")].signed_lofo == pytest.approx(0.3, abs=1e-12)
+    assert rows[("log", "a")].signed_lofo == pytest.approx(0.2, abs=1e-12)
+    assert rows[("log", "a")].signed_today == pytest.approx(0.0, abs=1e-12)
+
+
+def test_choose_sees_only_the_families_it_is_given():
+    replay = Replay(_results(ERRORS))
+    assert choose(replay, ["c"]).gain == 0.1
+    assert choose(replay, ["a", "b"]).gain == 0.05
+
+
+def test_one_family_is_refused():
+    with pytest.raises(ConfigError, match="at least two families; found a"):
+        cross_family(_results({"a": ERRORS["a"]}))
+
+
+def test_family_rule():
+    assert family_of("olmo-ladder-190M-1xC") == "olmo"
+    assert family_of("run-7-gpt2", r"-(gpt\d)") == "gpt2"
+    with pytest.raises(ConfigError, match="needs a group"):
+        family_of("a-1", "a")
+    with pytest.raises(ConfigError, match="finds no family in the run name 'b_1'"):
+        family_of("b_1", r"^(a)-")
+
+
+@pytest.fixture(scope="module")
+def three_families(tmp_path_factory):
+    """One short run in each of three families, with different schedules and annealing gains."""
+    folder = tmp_path_factory.mktemp("families")
+    shapes = {"alpha": ("wsd:warmup=40,total=800,decay=0.3", 0.05), "beta": ("cosine:warmup=40,total=800,final=0.1", 0.1),
+              "gamma": ("linear:warmup=40,total=800,final=0.0", 0.02)}
+    for k, (name, (spec, gain)) in enumerate(shapes.items()):
+        frame = synthetic_run(800, batch=131072.0, log_every=4, lr_schedule=spec, anneal_gain=gain, noise=0.01, seed=k)
+        frame.to_csv(folder / f"{name}-run.csv", index=False)
+    return folder
+
+
+def test_the_cross_family_command(capsys, three_families, tmp_path):
+    cache = tmp_path / "cases.pkl"
+    argv = ["backtest", str(three_families), "--cross-family", "--ema-token-window", "2e7", "--cases-cache", str(cache)]
+    assert main([*argv, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [f["family"] for f in doc["families"]] == ["alpha", "beta", "gamma"]
+    assert [r["family"] for r in doc["rules"]["without"]] == ["alpha", "beta", "gamma"]
+    assert {r["rules"] for r in doc["figures"]} == {"former", "today", "LOFO"}
+    assert cache.exists()
+    # the table reads the same cases from the cache
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "3 runs (alpha 1, beta 1, gamma 1)" in out
+    assert "Rules chosen with each family held out:" in out and "without gamma" in out
+
+
+def test_cross_family_options_are_checked(capsys, three_families):
+    code = main(["backtest", str(three_families), "--cross-family", "--fit-fractions", "0.5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--fit-fractions does not go with --cross-family" in err
+    code = main(["backtest", str(three_families), "--cross-family", "--family", "([a-z]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "is not a regular expression" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plan_given_to_a_run_without_lr_opens_the_gate_as_the_forecast_does():
+    """A run that logs no lr: with its plan given, the decay it has shed by the cut comes
+    from the plan (the forecast's own gate reads the plan too); inferred, nothing is seen."""
+    import tracker_plugin as tp
+    from tracker_plugin.core.analysis import AnalysisConfig
+    from tracker_plugin.core.cross_family import run_cases
+    from tracker_plugin.plan.schedule import LrSchedule
+
+    spec = "wsd:warmup=20,total=600,decay=0.8,final=0"  # the decay starts at step 120
+    frame = synthetic_run(600, batch=131072.0, log_every=4, lr_schedule=spec, anneal_gain=0.05, noise=0.01, seed=3)
+    history = tp.build_history(frame.drop(columns=["lr"]), run="no-lr")
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=2e7)
+    plan = LrSchedule.parse_spec(spec)
+    cases, cuts = run_cases(history, "x", config, "log", 0.05, given=plan)
+    by_cut = {c.fraction: c.seen_decay for c in cuts}
+    # at f=0.5 (step ~300) the plan has shed (300 - 120) / 480 of its peak
+    assert by_cut[0.5] == pytest.approx(180 / 480, abs=0.02)
+    assert {c.plan_source for c in cases if c.plan_source} == {"spec"}
+    _, inferred = run_cases(history, "x", config, "infer", 0.05, given=plan)
+    assert all(c.seen_decay == 0.0 for c in inferred)

@@ -1,0 +1,449 @@
+"""Leave-one-family-out validation of the forecast's rules.
+
+The forecast rests on rules read off runs: the annealing-gain prior (``anneal_gain``), the
+margin by which ``auto`` prefers the multi-power law over the lr-annealing law
+(``forecast.SELECTION_MARGIN``), the share of the peak lr a log must have shed before the
+multi-power law is a candidate (``forecast.MIN_SEEN_DECAY``), the interval's inflations
+and the error prior. Tuned on the runs they are scored on, their figures flatter them, so
+each family of runs is held out in turn:
+
+1. every run is backtested (:func:`tracker_plugin.core.backtest.backtest_run`) with each
+   law of :data:`LAWS` and each gain of :data:`GAINS`, with the plan given (``log``) and
+   inferred (``infer``): :func:`run_cases`;
+2. ``auto`` under any rule is replayed from those cases (:class:`Replay`): the law it would
+   choose from each law's own inner-cut score, which every case carries, and any inflation
+   or error prior from the bootstrap's raw draws, which every case carries;
+3. for each held-out family the rule is chosen on the *other* families alone
+   (:func:`choose`): gain, margin and gate by the mean over families of the median
+   ``|ln(predicted/true)|`` (each family weighs the same), then the error prior and the
+   inflations by the squared miss of the 50/80/95% coverages of their cases pooled;
+4. the held-out family is scored with that rule; all families' held-out scores pooled are
+   the leave-one-family-out figures (:func:`cross_family`, :func:`figure_rows`).
+
+Cuts whose forecast saw at most :data:`SPARSE_ROWS` logged rows are reported on their own.
+The Brier score of ``p_reach_within_plan`` is over the targets the runs reached and, per
+cut, one they did not (``backtest_run(beyond=True)``).
+
+Pure: histories and settings in, frozen dataclasses out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracker_plugin.core import forecast
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.core.backtest import PLANS, BacktestCase, backtest_run
+from tracker_plugin.errors import ConfigError
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.schedule import LrSchedule
+
+__all__ = [
+    "DEFAULT_FAMILY_RULE", "FORMER", "GAINS", "LAWS", "SETTINGS", "TODAY", "CrossFamily", "Cut", "FamilyRow",
+    "FigureRow", "Replay", "Rule", "Scored", "brier", "choose", "cross_family", "family_of", "family_rows",
+    "figure_rows", "figures", "held_out", "run_cases",
+]
+
+LAWS = ("lr-annealing", "multi-power")
+FRACTIONS = (0.25, 0.5)
+QUANTILES = (0.6, 0.8)
+# (fit fraction, target quantile) of the figures; the first is the headline setting.
+SETTINGS = ((0.5, 0.8), (0.25, 0.6), (0.25, 0.8))
+LEVELS = (0.5, 0.8, 0.95)
+SPARSE_ROWS = 40
+# Candidate rules.
+GAINS = (0.025, 0.05, 0.1)
+MARGINS = (0.0, 0.01, 0.03, 0.1, math.inf)
+GATES = (0.1, 0.25, 0.5)
+INFLATIONS = (0.8, 1.0, 1.25, 1.5, 2.0)
+ERROR_SCALES = (0.05, 0.1, 0.2, 0.3)
+ERROR_WEIGHTS = (1.0, 3.0, 10.0)
+# The family of a run: the first group of this pattern matched against the run's name.
+DEFAULT_FAMILY_RULE = r"^([^-]+)"
+
+Results = Mapping[tuple[str, float], tuple[Sequence[BacktestCase], Sequence["Cut"]]]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One setting of every rule the forecast rests on."""
+
+    gain: float
+    margin: float
+    gate: float
+    inflation: float = forecast.INTERVAL_INFLATION
+    unknown_inflation: float = forecast.UNKNOWN_PLAN_INFLATION
+    error_scale: float = forecast.ERROR_PRIOR_SCALE
+    error_weight: float = forecast.ERROR_PRIOR_WEIGHT
+
+    def __str__(self) -> str:
+        return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
+                f"error prior {self.error_scale:g} x {self.error_weight:g}")
+
+
+# Today's rules (the forecast's defaults, the gain prior's default 0.05).
+TODAY = Rule(0.05, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
+# The rules before they were chosen by this protocol (read off the runs they were scored on).
+FORMER = Rule(0.05, 0.01, 0.25, 1.0, 1.0, 0.1, 1.0)
+
+
+def family_of(name: str, rule: str = DEFAULT_FAMILY_RULE) -> str:
+    """The family a run belongs to: the first group of ``rule`` searched in its name.
+
+    Raises
+    ------
+    ConfigError
+        The rule is not a pattern with a group, or it does not match the name.
+    """
+    try:
+        pattern = re.compile(rule)
+    except re.error as exc:
+        raise ConfigError(f"family rule {rule!r} is not a regular expression ({exc})") from None
+    if pattern.groups < 1:
+        raise ConfigError(f"family rule {rule!r} needs a group, such as ^([^-]+), whose match names the family")
+    found = pattern.search(name)
+    if found is None or not found.group(1):
+        raise ConfigError(f"family rule {rule!r} finds no family in the run name {name!r}")
+    return found.group(1)
+
+
+@dataclass(frozen=True)
+class Cut:
+    """One cut of one run: what auto's gate and the inflation need besides the cases."""
+
+    run: str
+    family: str
+    fraction: float
+    seen_decay: float  # share of the peak lr shed by the cut
+    observed: float  # tokens at the cut
+    plan: str = "log"
+
+
+def run_cases(
+    history: History, family: str, config: AnalysisConfig, plan: str, gain: float, given: LrSchedule | None = None
+) -> tuple[list[BacktestCase], list[Cut]]:
+    """One run's cases under one plan and gain prior, and its cuts.
+
+    ``given`` is the run's planned lr where the run logs none (``plan`` ``log`` only): the
+    forecast gets it as the planned schedule, and the gate reads the decay it has shed by
+    the cut from it, as the forecast's own gate does.
+    """
+    schedule = given if plan == "log" else None
+    settings = replace(config, targets=(1.0,), anneal_gain=gain, lr_schedule=schedule or config.lr_schedule)
+    cases = backtest_run(history, settings, fit_fractions=FRACTIONS, target_quantiles=QUANTILES, models=LAWS,
+                         plan=plan, beyond=True)
+    cuts = []
+    for f in FRACTIONS:
+        rows = int(np.searchsorted(history.tokens, f * history.last_tokens, side="right"))
+        lr = history.lr[:rows] if history.lr is not None else None
+        if lr is None and schedule is not None:
+            lr = schedule.at(history.step[:rows])
+        cuts.append(Cut(history.run, family, f, _seen_decay(lr), float(history.tokens[max(rows - 1, 0)]), plan))
+    return cases, cuts
+
+
+def _seen_decay(lr: np.ndarray | None) -> float:
+    if lr is None or not np.isfinite(lr).any() or np.nanmax(lr) <= 0:
+        return 0.0
+    peak = float(np.nanmax(lr))
+    return (peak - float(np.nanmin(lr[int(np.nanargmax(lr)):]))) / peak
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One replayed auto forecast: the case of the law the rule chose, its family and cut."""
+
+    case: BacktestCase
+    family: str
+    tokens: float | None
+    draws: np.ndarray
+    sparse: bool
+    p_reach: float | None
+
+    @property
+    def error(self) -> float | None:
+        if self.tokens is None or not self.case.reached_in_run or not self.case.forecast:
+            return None
+        return math.log(self.tokens / self.case.true_tokens)
+
+    def covered(self, level: float) -> bool | None:
+        if not self.case.reached_in_run or self.tokens is None or not len(self.draws):
+            return None
+        top = len(self.draws) - 1
+        low, high = self.draws[math.floor((1 - level) / 2 * top)], self.draws[math.ceil((1 + level) / 2 * top)]
+        return bool(low <= self.case.true_tokens <= high)
+
+
+class Replay:
+    """``auto`` under any rule, from the per-law cases of every gain and plan.
+
+    ``results`` maps ``(plan, gain)`` to the cases and cuts of every run.
+    """
+
+    def __init__(self, results: Results) -> None:
+        self.cases: dict[tuple[str, float], dict[tuple[str, float, float, str], BacktestCase]] = {}
+        self.cuts: dict[tuple[str, str, float], Cut] = {}
+        for (plan, gain), (cases, cuts) in results.items():
+            self.cases[(plan, gain)] = {(c.run, c.fit_fraction, c.target_quantile, c.model): c for c in cases}
+            for cut in cuts:
+                self.cuts[(plan, cut.run, cut.fraction)] = cut
+        self.keys = sorted({k[:3] for k in next(iter(self.cases.values()))}) if self.cases else []
+        self.families = sorted({c.family for c in self.cuts.values()})
+
+    def runs(self, family: str) -> int:
+        return len({c.run for c in self.cuts.values() if c.family == family})
+
+    def scored(self, rule: Rule, plan: str, families: Iterable[str]) -> list[Scored]:
+        wanted = set(families)
+        table = self.cases[(plan, rule.gain)]
+        out = []
+        for run, f, q in self.keys:
+            cut = self.cuts[(plan, run, f)]
+            if cut.family not in wanted:
+                continue
+            la, mp = table[(run, f, q, LAWS[0])], table[(run, f, q, LAWS[1])]
+            # As choose_law: the multi-power law once the log has shed enough of the peak
+            # lr, unless the lr-annealing law forecast the log's end better by the margin.
+            chosen = la
+            if cut.seen_decay >= rule.gate:
+                chosen = mp
+                if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
+                    chosen = la
+            tokens = chosen.tokens if chosen.forecast else None
+            draws = self.draws(chosen, rule, cut.observed, tokens)
+            p_reach = chosen.p_reach
+            if chosen.plan_end_tokens is not None and len(draws):
+                p_reach = float(np.mean(draws <= chosen.plan_end_tokens))
+            out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS, p_reach))
+        return out
+
+    @staticmethod
+    def draws(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
+        """The case's interval draws under another error prior and inflation, as the forecast
+        makes them (forecast_targets): each raw crossing's log horizon stretched by a t draw."""
+        raw = np.array(case.raw_draws, float)
+        if case.error_scale is None or not len(raw):
+            return np.array(case.draws, float)
+        n = case.error_count - forecast.ERROR_PRIOR_WEIGHT
+        squares = max(case.error_scale**2 * case.error_count - forecast.ERROR_PRIOR_WEIGHT * forecast.ERROR_PRIOR_SCALE**2, 0.0)
+        weight = rule.error_weight
+        scale = math.sqrt((weight * rule.error_scale**2 + squares) / (weight + n))
+        seed = zlib.crc32(f"{case.run}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
+        shifts = np.random.default_rng(seed).standard_t(weight + n, len(raw))
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            horizon = np.log(np.maximum(raw / observed, 1.0))
+            stretch = np.exp(np.clip(scale * shifts, -20.0, 5.0))
+            draws = observed * np.exp(np.minimum(horizon * stretch, 600.0))
+            draws = np.where(np.isfinite(raw), draws, math.inf)
+            inflation = rule.unknown_inflation if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES else rule.inflation
+            if inflation != 1.0 and tokens is not None:
+                moved = tokens * np.exp(inflation * np.log(draws / tokens))
+                draws = np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
+        return np.sort(draws)
+
+
+def in_setting(scored: Sequence[Scored], f: float, q: float) -> list[Scored]:
+    return [s for s in scored if (s.case.fit_fraction, s.case.target_quantile) == (f, q)]
+
+
+def point_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
+    """Mean over families, plans and settings of the median |ln|: every family weighs the same."""
+    values = []
+    for plan in PLANS:
+        scored = replay.scored(rule, plan, families)
+        for fam in families:
+            for f, q in SETTINGS:
+                errors = [abs(e) for s in in_setting(scored, f, q) if s.family == fam and (e := s.error) is not None]
+                if errors:
+                    values.append(float(np.median(errors)))
+    return float(np.mean(values)) if values else math.inf
+
+
+def calibration_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
+    """Mean over plans and settings of the squared misses of the 50/80/95% coverages, the
+    families' cases pooled: coverage is a property of the pooled forecasts (a family of two
+    runs has no coverage of its own worth squaring)."""
+    values = []
+    for plan in PLANS:
+        scored = replay.scored(rule, plan, families)
+        for f, q in SETTINGS:
+            group = in_setting(scored, f, q)
+            for level in LEVELS:
+                held = [c for s in group if (c := s.covered(level)) is not None]
+                if held:
+                    values.append((float(np.mean(held)) - level) ** 2)
+    return float(np.mean(values)) if values else math.inf
+
+
+def choose(replay: Replay, families: Sequence[str]) -> Rule:
+    """The rule ``families`` pick: point rules first (a tie keeps today's), then the
+    inflation and error prior jointly, then the inflation apart for a plan given and one
+    inferred or assumed."""
+    best = min((Rule(g, m, gate) for g, m, gate in itertools.product(GAINS, MARGINS, GATES)),
+               key=lambda r: (round(point_loss(replay, r, families), 6), r != Rule(TODAY.gain, TODAY.margin, TODAY.gate)))
+    joint = min((Rule(best.gain, best.margin, best.gate, k, k, s0, w)
+                 for k, s0, w in itertools.product(INFLATIONS, ERROR_SCALES, ERROR_WEIGHTS)),
+                key=lambda r: calibration_loss(replay, r, families))
+    known = min((replace(joint, inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
+    return min((replace(known, unknown_inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
+
+
+def lofo(replay: Replay, plan: str, rules: Mapping[str, Rule]) -> list[Scored]:
+    """Each family scored with its own rule (``rules`` maps family to rule)."""
+    return [s for held, rule in rules.items() for s in replay.scored(rule, plan, [held])]
+
+
+def figures(scored: Sequence[Scored]) -> dict[str, float | None]:
+    """Cases reached, median and p90 |ln|, mean signed ln, and the 50/80/95% coverages."""
+    errors = np.array([e for s in scored if (e := s.error) is not None])
+    out: dict[str, float | None] = {
+        "n": float(len([s for s in scored if s.case.reached_in_run])),
+        "median": float(np.median(np.abs(errors))) if len(errors) else None,
+        "p90": float(np.percentile(np.abs(errors), 90)) if len(errors) else None,
+        "signed": float(np.mean(errors)) if len(errors) else None,
+    }
+    for level in LEVELS:
+        held = [c for s in scored if (c := s.covered(level)) is not None]
+        out[f"cov{level:.0%}"] = float(np.mean(held)) if held else None
+    return out
+
+
+def brier(scored: Sequence[Scored], f: float) -> tuple[float | None, int]:
+    """Brier score of p_reach_within_plan at one cut: the targets reached and the one past the end."""
+    pairs = [(s.p_reach, 1.0 if s.case.reached_in_run else 0.0) for s in scored
+             if s.case.fit_fraction == f and s.p_reach is not None]
+    if not pairs:
+        return None, 0
+    return float(np.mean([(p - o) ** 2 for p, o in pairs])), len(pairs)
+
+
+@dataclass(frozen=True)
+class CrossFamily:
+    """The leave-one-family-out validation: the replay, the rule chosen without each
+    family, the rule all families choose, and the held-out families (scored with it)."""
+
+    replay: Replay
+    rules: tuple[tuple[str, Rule], ...]  # (held-out family, the rule the others chose)
+    on_all: Rule
+    held_out: Replay | None = None
+
+    @property
+    def families(self) -> list[str]:
+        return self.replay.families
+
+
+def cross_family(results: Results, held_out_results: Results | None = None) -> CrossFamily:
+    """Each family's rule chosen on the others, and the rule of all (see the module's docstring).
+
+    ``held_out_results`` are runs of other families, scored with the rule of all only.
+
+    Raises
+    ------
+    ConfigError
+        Fewer than two families: none would be left to choose a rule on.
+    """
+    replay = Replay(results)
+    if len(replay.families) < 2:
+        found = ", ".join(replay.families) or "none"
+        raise ConfigError(f"a cross-family backtest needs runs of at least two families; found {found}")
+    rules = tuple((held, choose(replay, [f for f in replay.families if f != held])) for held in replay.families)
+    on_all = choose(replay, replay.families)
+    other = Replay(held_out_results) if held_out_results else None
+    return CrossFamily(replay, rules, on_all, other)
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    """The figures of one plan, rule set, setting and group of cuts (``all``: more than
+    :data:`SPARSE_ROWS` rows seen; ``sparse``: at most; ``pooled``: both)."""
+
+    plan: str
+    rules: str  # former, today, LOFO (or, held out, the rule of all: "all")
+    fit_fraction: float
+    target_quantile: float
+    group: str
+    cases: int
+    median_abs: float | None
+    p90_abs: float | None
+    signed: float | None
+    coverage_50: float | None
+    coverage_80: float | None
+    coverage_95: float | None
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """One family under one plan: the mean signed ln at the headline setting and the Brier
+    score per cut, with today's rules and with the rule chosen without it."""
+
+    plan: str
+    family: str
+    signed_today: float | None
+    signed_lofo: float | None
+    brier: tuple[tuple[float, float | None, float | None, int], ...]  # (cut, today, LOFO, cases)
+    pooled: bool = False  # every family's cases (family is "all"; no signed figures)
+
+
+def rule_sets(result: CrossFamily) -> tuple[tuple[str, dict[str, Rule]], ...]:
+    """The rule sets the figures compare: former, today's and the leave-one-family-out."""
+    families = result.families
+    return (("former", dict.fromkeys(families, FORMER)), ("today", dict.fromkeys(families, TODAY)),
+            ("LOFO", dict(result.rules)))
+
+
+def figure_rows(replay: Replay, sets: Sequence[tuple[str, Mapping[str, Rule]]]) -> list[FigureRow]:
+    """Per plan, rule set and setting: the figures of non-sparse, sparse and pooled cuts."""
+    rows = []
+    for plan in PLANS:
+        for name, chosen in sets:
+            scored = lofo(replay, plan, chosen)
+            for f, q in SETTINGS:
+                group = in_setting(scored, f, q)
+                for label, part in (("all", [s for s in group if not s.sparse]), ("sparse", [s for s in group if s.sparse]),
+                                    ("pooled", group)):
+                    if part:
+                        rows.append(_figure_row(plan, name, f, q, label, figures(part)))
+    return rows
+
+
+def _figure_row(plan: str, name: str, f: float, q: float, group: str, x: dict[str, float | None]) -> FigureRow:
+    return FigureRow(plan, name, f, q, group, int(x["n"] or 0), x["median"], x["p90"], x["signed"], x["cov50%"],
+                     x["cov80%"], x["cov95%"])
+
+
+def family_rows(replay: Replay, today: Mapping[str, Rule], rules: Mapping[str, Rule]) -> list[FamilyRow]:
+    """Per plan and family: the mean signed ln at the headline setting and the Brier score
+    at each cut (f=0.5, then f=0.25), under ``today`` and under ``rules``; then per plan the
+    Brier score of every family's cases pooled."""
+    f0, q0 = SETTINGS[0]
+    out = []
+    for plan in PLANS:
+        now, held = lofo(replay, plan, today), lofo(replay, plan, rules)
+        for fam in replay.families:
+            a = figures([s for s in in_setting(now, f0, q0) if s.family == fam])["signed"]
+            b = figures([s for s in in_setting(held, f0, q0) if s.family == fam])["signed"]
+            scores = []
+            for f in sorted(FRACTIONS, reverse=True):
+                (x, n), (y, _) = brier([s for s in now if s.family == fam], f), brier([s for s in held if s.family == fam], f)
+                scores.append((f, x, y, n))
+            out.append(FamilyRow(plan, fam, a, b, tuple(scores)))
+        pooled = [(f, brier(now, f)[0], brier(held, f)[0], brier(now, f)[1]) for f in sorted(FRACTIONS, reverse=True)]
+        out.append(FamilyRow(plan, "all", None, None, tuple(pooled), pooled=True))
+    return out
+
+
+def held_out(result: CrossFamily) -> tuple[list[FigureRow], list[FamilyRow]]:
+    """The held-out families scored with today's rules and with the rule of all families."""
+    other = result.held_out
+    if other is None:
+        return [], []
+    today = dict.fromkeys(other.families, TODAY)
+    chosen = dict.fromkeys(other.families, result.on_all)
+    return figure_rows(other, (("today", today), ("all", chosen))), family_rows(other, today, chosen)

@@ -1,0 +1,150 @@
+"""A leave-one-family-out backtest as text for people and as one JSON document."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
+
+from tracker_plugin.core.backtest import PLANS, Skipped
+from tracker_plugin.core.cross_family import (
+    FORMER,
+    FRACTIONS,
+    GAINS,
+    LAWS,
+    QUANTILES,
+    SETTINGS,
+    SPARSE_ROWS,
+    TODAY,
+    CrossFamily,
+    FamilyRow,
+    FigureRow,
+    Replay,
+    Rule,
+    family_rows,
+    figure_rows,
+    held_out,
+    rule_sets,
+)
+from tracker_plugin.report.render import Wording, as_written
+from tracker_plugin.report.tables import Align, json_row, json_value, text_table
+
+__all__ = ["cross_family_json", "cross_family_text"]
+
+_PROTOCOL = (
+    "each family held out in turn: the rules (gain prior, auto's margin and gate, interval inflations, error prior) "
+    "chosen on the other families, the held-out family scored with them; error = ln(predicted / true tokens)"
+)
+
+
+def cross_family_json(result: CrossFamily, skipped: Sequence[Skipped] = ()) -> dict[str, Any]:
+    """The validation as one JSON document: families, rules, figures, held-out families."""
+    replay = result.replay
+    sets = rule_sets(result)
+    doc: dict[str, Any] = {
+        "protocol": _PROTOCOL,
+        "laws": list(LAWS),
+        "anneal_gains": list(GAINS),
+        "plans": list(PLANS),
+        "fit_fractions": list(FRACTIONS),
+        "target_quantiles": list(QUANTILES),
+        "sparse_rows": SPARSE_ROWS,
+        "families": [{"family": f, "runs": replay.runs(f)} for f in replay.families],
+        "rules": {"former": _rule_json(FORMER), "today": _rule_json(TODAY), "on_all": _rule_json(result.on_all),
+                  "without": [{"family": f, **_rule_json(r)} for f, r in result.rules]},
+        "figures": [json_row(x) for x in figure_rows(replay, sets)],
+        "per_family": [_family_json(x) for x in family_rows(replay, sets[1][1], sets[2][1])],
+        "held_out": None,
+        "skipped": [json_row(s) for s in skipped],
+    }
+    if result.held_out is not None:
+        rows, fams = held_out(result)
+        doc["held_out"] = {
+            "families": [{"family": f, "runs": result.held_out.runs(f)} for f in result.held_out.families],
+            "figures": [json_row(x) for x in rows],
+            "per_family": [_family_json(x) for x in fams],
+        }
+    return doc
+
+
+def _rule_json(rule: Rule) -> dict[str, Any]:
+    return {k: json_value(v) for k, v in asdict(rule).items()}
+
+
+def _family_json(row: FamilyRow) -> dict[str, Any]:
+    return {
+        "plan": row.plan,
+        "family": None if row.pooled else row.family,
+        "signed_today": row.signed_today,
+        "signed_lofo": row.signed_lofo,
+        "brier": [{"fit_fraction": f, "today": a, "lofo": b, "cases": n} for f, a, b, n in row.brier],
+    }
+
+
+def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), wording: Wording = as_written) -> str:
+    """The figures with former, today's and the leave-one-family-out rules, per family the
+    signed bias and the Brier score, the rules chosen, and the held-out families."""
+    sets = rule_sets(result)
+    lines = [_header(result.replay), ""]
+    lines += _figures_text(figure_rows(result.replay, sets), [name for name, _ in sets], "on the other families (LOFO)")
+    lines += _families_text(family_rows(result.replay, sets[1][1], sets[2][1]), "today -> LOFO")
+    lines += [f"\nformer rules: {FORMER}\ntoday's rules: {TODAY}", "Rules chosen with each family held out:"]
+    lines += [f"  without {held:8} {rule}" for held, rule in result.rules]
+    lines.append(f"  on all families:  {result.on_all}  (what the forecast's defaults should be)")
+    if result.held_out is not None:
+        rows, fams = held_out(result)
+        lines += ["", "Held-out families, rules from all visible families: " + _header(result.held_out), ""]
+        lines += _figures_text(rows, ["today", "all"], "on all visible families (all)")
+        lines += _families_text(fams, "today -> all")
+    lines += [f"skipped {item.run}: {wording(item.error)}" for item in skipped]
+    return "\n".join(lines)
+
+
+def _header(replay: Replay) -> str:
+    counts = ", ".join(f"{f} {replay.runs(f)}" for f in replay.families)
+    runs = sum(replay.runs(f) for f in replay.families)
+    return (f"{runs} runs ({counts}); laws {LAWS} x gains {GAINS} x plans {PLANS}, cut at {FRACTIONS}, "
+            f"targets at {QUANTILES}")
+
+
+def _figures_text(rows: list[FigureRow], names: list[str], chosen: str) -> list[str]:
+    header = ("plan", "f", "q", "runs", "rules", "cases", "median", "p90", "signed", "cov50", "cov80", "cov95")
+    cells = [(x.plan, f"{x.fit_fraction:g}", f"{x.target_quantile:g}", x.group, x.rules, f"{x.cases}", _fmt(x.median_abs),
+              _fmt(x.p90_abs), _fmt(x.signed, "+.3f"), _fmt(x.coverage_50, ".2f"), _fmt(x.coverage_80, ".2f"),
+              _fmt(x.coverage_95, ".2f")) for x in rows if x.group != "pooled"]
+    lines = [f"Forecasts of every family (\"all\": cuts with more than {SPARSE_ROWS} logged rows; \"sparse\": at most {SPARSE_ROWS}),",
+             f"with today's rules and with the rules chosen {chosen}:\n"]
+    left: list[Align] = ["<"] * 5
+    right: list[Align] = [">"] * 7
+    lines += text_table(header, cells, align=left + right)
+    settings = " | ".join(f"f={f:g} q={q:g}" for f, q in SETTINGS)
+    lines.append(f"\nAll cuts pooled (sparse and not), {settings}: median / p90, cov50 / cov80 / cov95")
+    pooled = {(x.plan, x.rules, x.fit_fraction, x.target_quantile): x for x in rows if x.group == "pooled"}
+    for plan in PLANS:
+        for name in names:
+            parts = []
+            for f, q in SETTINGS:
+                x = pooled.get((plan, name, f, q))
+                get = (lambda field: None) if x is None else (lambda field, x=x: getattr(x, field))
+                parts.append(f"{_fmt(get('median_abs'))} / {_fmt(get('p90_abs'))}, {_fmt(get('coverage_50'), '.2f')} / "
+                             f"{_fmt(get('coverage_80'), '.2f')} / {_fmt(get('coverage_95'), '.2f')}")
+            lines.append(f"  plan {plan:5} {name:5}  " + " | ".join(parts))
+    return lines
+
+
+def _families_text(rows: list[FamilyRow], arrow: str) -> list[str]:
+    f0, q0 = SETTINGS[0]
+    cuts = " | ".join(f"f={f:g}" for f in sorted(FRACTIONS, reverse=True))
+    lines = [f"\nMean signed ln(predicted/true) per family at f={f0:g} q={q0:g} (target within +-0.03), and the Brier score",
+             f"of p_reach_within_plan ({cuts}; cases with a plan end), {arrow}:"]
+    for x in rows:
+        if x.pooled:
+            lines.append(f"  plan {x.plan:5} {'all':8} Brier " + " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier))
+            continue
+        briers = " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier)
+        lines.append(f"  plan {x.plan:5} {x.family:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   Brier " + briers)
+    return lines
+
+
+def _fmt(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
