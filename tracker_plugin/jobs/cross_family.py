@@ -23,7 +23,7 @@ from tracker_plugin.core.backtest import PLANS, BacktestCase, Skipped
 from tracker_plugin.core.cross_family import GAINS, CrossFamily, Cut, cross_family, family_of, run_cases
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.history import History
-from tracker_plugin.jobs.runner import _progress_bar
+from tracker_plugin.jobs.runner import progress_bar
 from tracker_plugin.jobs.runs import opened_runs
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers import SourceOptions
@@ -72,7 +72,7 @@ def cross_family_cases(
     # The longest logs first, so the pool does not end waiting on one.
     order = sorted(range(len(jobs)), key=lambda k: -len(jobs[k][0].history))
     out: dict[int, tuple[list[BacktestCase], list[Cut]]] = {}
-    with _progress_bar(len(jobs), "backtesting", progress) as bar:
+    with progress_bar(len(jobs), "backtesting", progress) as bar:
         for k, got in zip(order, _mapped([jobs[k] for k in order], processes)):
             out[k] = got
             bar.update(1)

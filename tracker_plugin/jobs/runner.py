@@ -89,7 +89,7 @@ def process_runs(
     results: dict[int, Outcome] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:
         futures = {pool.submit(one, run): k for k, run in enumerate(runs)}
-        with _progress_bar(len(runs), label, progress) as bar:
+        with progress_bar(len(runs), label, progress) as bar:
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 bar.update(1)
@@ -131,7 +131,7 @@ class _NoBar:
         return None
 
 
-def _progress_bar(length: int, label: str, enabled: bool) -> AbstractContextManager[Any]:
+def progress_bar(length: int, label: str, enabled: bool) -> AbstractContextManager[Any]:
     """A progress bar on stderr, when stderr is a terminal (not in cron logs)."""
     if not enabled or length < 2 or not sys.stderr.isatty():
         return nullcontext(_NoBar())
