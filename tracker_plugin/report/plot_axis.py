@@ -60,6 +60,10 @@ class XAxis:
             words += f", {hours_text(float(self.x(tokens)))}"
         return words
 
+    def short(self, tokens: float) -> str:
+        """A place on this axis in its own units only: ``2.98B`` on tokens, ``5.2 h`` on the clock."""
+        return format_tokens(tokens) if self.kind == "tokens" else hours_text(float(self.x(tokens)))
+
     def format(self, ax: Any) -> None:
         """Ticks: the report's token units (2.98B) on the token axis, plain hours on the clock."""
         if not self.log:
