@@ -144,10 +144,13 @@ def forecast_curve(analysis: Analysis, end: float) -> Curve:
     last = float(np.maximum(analysis.history.tokens, analysis.history.batch[0])[-1])
     if isinstance(fit, LawFit):
         steps, curve = fit.smoothed()
-        at = np.asarray(fit.timeline.tokens_at(steps), float)
+        at, curve = np.asarray(fit.timeline.tokens_at(steps), float), np.asarray(curve, float)
         keep = (at >= last) & (at <= end)
         if keep.sum() >= 2:
-            return at[keep], np.asarray(curve, float)[keep]
+            # From the log's last row on, with no gap before the curve's first sample after
+            # it (a crossing just past the log sits there).
+            head = float(np.interp(last, at, curve))
+            return np.r_[last, at[keep]], np.r_[head, curve[keep]]
     beyond = np.geomspace(last, max(end, last * 1.0001), 200)
     return beyond, fit.predict(beyond)
 
