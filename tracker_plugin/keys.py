@@ -122,11 +122,12 @@ def report_digest(report: bytes) -> str:
     return hashlib.sha256(report).hexdigest()[:16]
 
 
-def plot_digest(run: str, name: str | None) -> str:
-    """The digest of what the plot draws from beyond the report: its title's run reference
-    and name (a renamed run must get its plot redrawn). Inputs, not the PNG's bytes, which
-    differ between machines and matplotlib versions."""
-    inputs = {"run": run, "name": name, "x": "tokens"}
+def plot_digest(name: str | None) -> str:
+    """The digest of what the plot draws from beyond the report: the run's name in its
+    title (a renamed run must get its plot redrawn) and its axis. Inputs, not the PNG's
+    bytes, which differ between machines and matplotlib versions. The run's reference is
+    left out: it is the run's identity, and a synced offline run keeps its annotation."""
+    inputs = {"name": name, "x": "tokens"}
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -88,7 +88,7 @@ def build_annotation(
     report["settings_hash"] = fingerprint
     report["progress"] = progress
     # The plot's own inputs, in the keys (checked before a run is read) and the report.
-    labels[PLOT_DIGEST] = report["plot_sha256"] = plot_digest(analysis.run, run_name)
+    labels[PLOT_DIGEST] = report["plot_sha256"] = plot_digest(run_name)
     digest = labels[REPORT_DIGEST] = report_digest(encode_report(report))
     return Annotation(
         run=analysis.run,

@@ -108,7 +108,7 @@ def _one(
     dry_run: bool,
 ) -> Outcome:
     previous = run.previous
-    drawn = plot_digest(run.ref, run.name)  # renamed since: the plot's title must be redrawn
+    drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
     if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
         if source.intact(run):  # the report is read only when everything else says current
             return Outcome(run, Action.UNCHANGED)

@@ -60,7 +60,7 @@ class Previous:
     of ours as that annotation wrote them; ``holds`` is the same hash of the keys the run
     holds now. They differ when a write was cut short or overlapped by another job's.
     ``report`` is the digest of ``loss_eta/loss_eta.json`` the keys record, ``plot`` the
-    digest of the plot's own inputs (the run's reference and name in its title).
+    digest of the plot's own inputs (the run's name in its title).
     """
 
     settings_hash: str | None
