@@ -243,9 +243,14 @@ def test_an_interval_open_at_the_top_ends_in_an_arrow_inside_the_frame() -> None
     assert all(float(t.xy[0]) < x1 for t in arrows)
 
 
-def test_overlay_title_names_the_runs() -> None:
+def test_overlay_title_names_the_runs_and_the_axis_says_steps_for_a_batch_of_one() -> None:
     _, ax = _overlay(ladder())
     assert ax.get_title().splitlines()[0] == "short, long, cut"
+    assert ax.get_xlabel() == "tokens"
+    assert "(batch 524,288)" in ax.get_legend().get_texts()[0].get_text()
+    _, ax = _overlay(speedruns())  # --batch-size 1: the tokens are steps
+    assert ax.get_xlabel().startswith("steps")
+    assert ax.get_legend().get_texts()[0].get_text() == "2024-11-24_WindowWarmup"
 
 
 def test_a_time_plot_with_a_run_without_a_clock_is_one_line_and_exit_2(capsys, tmp_path) -> None:

@@ -36,10 +36,13 @@ class XAxis:
     tokens: np.ndarray | None = None  # the logged tokens and their hours (time axis only)
     hours: np.ndarray | None = None
     hours_per_token: float = 0.0
+    steps: bool = False  # a batch of one "token" per step: the token axis counts steps
 
     @property
     def label(self) -> str:
-        return "tokens" if self.kind == "tokens" else "hours since the first logged row"
+        if self.kind == "time":
+            return "hours since the first logged row"
+        return "steps (a batch of 1: tokens count steps)" if self.steps else "tokens"
 
     @property
     def log(self) -> bool:
@@ -94,7 +97,7 @@ def tick_tokens(value: float) -> str:
 def x_axis(analysis: Analysis, kind: str) -> XAxis:
     """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log."""
     if kind == "tokens":
-        return XAxis("tokens")
+        return XAxis("tokens", steps=bool(analysis.history.on_steps or np.all(analysis.history.batch == 1)))
     if kind != "time":
         raise ValueError(f"no x axis '{kind}'; one of {', '.join(X_AXES)}")
     history, timing = analysis.history, analysis.timing

@@ -201,7 +201,7 @@ def _target_lines(ax: Any, targets: Sequence[float]) -> list[Any]:
 def _x_label(axes: Sequence[XAxis], kind: str) -> str:
     if kind == "time":
         return "hours since each run's first logged row"
-    return axes[0].label if axes and all(a.label == axes[0].label for a in axes) else "tokens (steps where a run logs none)"
+    return axes[0].label if axes and all(a.label == axes[0].label for a in axes) else "tokens (steps for a batch of 1)"
 
 
 def _title(analyses: Sequence[tuple[str, Analysis]], kind: str, left_out: Sequence[str]) -> str:
@@ -227,8 +227,8 @@ def _first_below(analysis: Analysis, level: float) -> float:
 
 
 def _batch_words(analysis: Analysis) -> str:
-    """``  (batch 524,288)``, ``  (batch 262,144->1,048,576)``; nothing on steps (no batch known)."""
-    if analysis.history.on_steps:
+    """``  (batch 524,288)``, ``  (batch 262,144->1,048,576)``; nothing on steps (a batch of 1)."""
+    if x_axis(analysis, "tokens").steps:
         return ""
     first, last = analysis.stages[0].batch, analysis.stages[-1].batch
     return f"  (batch {last:,.0f})" if not analysis.dynamic_batch else f"  (batch {first:,.0f}->{last:,.0f})"
