@@ -272,3 +272,14 @@ def test_a_time_plot_of_clocked_runs_is_written(capsys, tmp_path) -> None:
                  "--plot", str(png), "--x", "time", "--sort", "hours"])
     out, _ = capsys.readouterr()
     assert code == 0 and png.read_bytes().startswith(b"\x89PNG") and "hours left" in out
+
+
+def test_a_forecast_past_the_warn_factor_is_flagged_on_the_overlay() -> None:
+    _, ax = _overlay(ladder())
+    flagged = [(name, r) for name, a in ladder() for r in a.targets if r.beyond_warn_factor]
+    assert len(flagged) == 1
+    warned = [t.get_text() for t in ax.texts if "WARNING" in t.get_text()]
+    assert len(warned) == 1 and warned[0].startswith("3.1: ") and "WARNING: 8.79x past the log" in warned[0]
+    edged = [m for m in _markers(ax) if m.get_markeredgecolor() == "black"]
+    assert len(edged) == 1 and float(edged[0].get_xdata()[0]) == pytest.approx(flagged[0][1].tokens, rel=1e-9)
+    assert any("past the warn factor (3x)" in t.get_text() for t in ax.get_legend().get_texts())

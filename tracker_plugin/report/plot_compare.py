@@ -245,7 +245,7 @@ def _key_handles(analyses: Sequence[tuple[str, Analysis]]) -> list[Any]:
         Line2D([], [], marker="o", color="0.3", ls="none", label="reached (smoothed loss crossed)"),
         Line2D([], [], marker="D", color="0.3", ls="none", label="forecast, on its curve"),
         Line2D([], [], color="0.3", ls="--", label="forecast curve (EMA of the fit)"),
-        Line2D([], [], color="0.3", lw=4, alpha=0.35, label=f"{level:.0%} interval; arrow: no upper bound"),
+        Line2D([], [], color="0.3", lw=4, alpha=0.35, label=f"{level:.0%} interval (arrow: it goes on past the frame)"),
     ]
     if any(t.beyond_warn_factor for _, a in analyses for t in a.targets):
         handles.append(Line2D([], [], marker="D", color="0.3", markeredgecolor="black", markeredgewidth=2,
