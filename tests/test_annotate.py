@@ -37,7 +37,8 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
-    assert len(keys) == 4 * (8 + 6) + 8  # per target 8 keys and 6 time keys; the 7 run keys and the report digest
+    # Per target 8 keys and 6 time keys; the 7 run keys, the report digest and the plot digest.
+    assert len(keys) == 4 * (8 + 6) + 9
     for key in keys:
         assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] segments
         assert MLFLOW_KEY.match(key), key

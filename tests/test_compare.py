@@ -6,11 +6,23 @@ import csv
 import io
 import json
 import shutil
+from functools import cache
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
+from matplotlib.colors import to_rgb
+from matplotlib.text import Text
 
+import tracker_plugin as tp
 from tracker_plugin.cli import main
+from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.status import Status
 from tracker_plugin.report.compare import spreadsheet_safe
+from tracker_plugin.report.plot_compare import comparison_figure
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture
@@ -90,3 +102,184 @@ def test_csv_output_escapes_formula_like_run_names(capsys, arms):
     names = [r["run"] for r in csv.DictReader(io.StringIO(text))]
     assert "'=HYPERLINK(1)" in names
     assert not any(n.startswith(("=", "+", "-", "@")) for n in names)
+
+
+# -- the overlay plot, read back from its Figure ---------------------------------------------
+
+OVERLAY_TARGETS = (3.6, 3.4, 3.3)
+
+
+@cache
+def ladder() -> list[tuple[str, Analysis]]:
+    """Runs of different lengths: 3.6 reached by two and forecast for the shortest; 3.4 reached
+    by the longest, forecast for a cut one; 3.1 forecast with an interval open at the top."""
+    columns = tp.Columns().with_overrides(loss="val_loss")
+    runs = [("short", DATA / "olmo-ladder-190M-1xC.csv"), ("long", DATA / "olmo-ladder-370M-5xC.csv")]
+    runs.append(("cut", DATA / "olmo-ladder-370M-5xC.csv"))
+    out = []
+    for name, path in runs:
+        frame = pd.read_csv(path)
+        if name == "cut":
+            frame = frame.iloc[: len(frame) // 6]
+        out.append((name, tp.analyze(frame, [3.6, 3.4, 3.1], run=name, columns=columns)))
+    return out
+
+
+@cache
+def speedruns() -> list[tuple[str, Analysis]]:
+    columns = tp.Columns().with_overrides(loss="val_loss")
+    return [
+        (name, tp.analyze(pd.read_csv(DATA / f"modded-short-{name}.csv"), list(OVERLAY_TARGETS), run=name,
+                          columns=columns, batch_size=1, ema_token_window=250))
+        for name in ("2024-11-24_WindowWarmup", "2024-12-10_MFUTweaks")
+    ]
+
+
+def _overlay(analyses, **kw):
+    fig = comparison_figure(analyses, **kw)
+    fig.canvas.draw()
+    return fig, fig.axes[0]
+
+
+def _markers(ax) -> list:
+    return [line for line in ax.lines if line.get_marker() in ("o", "D")]
+
+
+def test_the_ladder_has_reached_and_forecast_crossings_of_one_target() -> None:
+    statuses = {name: a.targets[1].status for name, a in ladder()}
+    assert Status.REACHED in statuses.values() and Status.EXTRAPOLATED in statuses.values(), statuses
+
+
+@pytest.mark.parametrize("kind", ["tokens", "time"])
+def test_each_runs_markers_sit_on_its_own_curve(kind: str) -> None:
+    analyses = ladder() if kind == "tokens" else speedruns()
+    _, ax = _overlay(analyses, x=kind)
+    curves = [line for line in ax.lines if line.get_marker() in ("None", "", None) and line.get_linewidth() < 3]
+    colors = [to_rgb(line.get_color()) for line in ax.get_legend().get_lines()[: len(analyses)]]
+    assert len(set(colors)) == len(analyses)  # one colour per run
+    for color, (_, analysis) in zip(colors, analyses, strict=True):
+        mine = [m for m in _markers(ax) if to_rgb(m.get_color()) == color]
+        drawn = [r for r in analysis.targets if r.tokens is not None]
+        assert len(mine) == len(drawn) > 0
+        own = [c for c in curves if to_rgb(c.get_color()) == color and len(c.get_xdata()) > 2]
+        for marker in mine:
+            mx, my = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
+            gaps = []
+            for curve in own:
+                x, y = np.asarray(curve.get_xdata(), float), np.asarray(curve.get_ydata(), float)
+                if x[0] <= mx <= x[-1]:
+                    gaps.append(abs(float(np.interp(mx, x, y)) - my))
+            # Within 1% of the loss frame: on the curve as the eye sees it.
+            low, high = ax.get_ylim()
+            assert gaps and min(gaps) < 0.01 * (high - low), (analysis.run, mx, my, gaps)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "time"])
+def test_overlay_texts_do_not_overlap_and_stay_in_the_axes(kind: str) -> None:
+    analyses = ladder() if kind == "tokens" else speedruns()
+    fig, ax = _overlay(analyses, x=kind)
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in ax.texts if t.get_text()]
+    boxes = [Text.get_window_extent(t, renderer) for t in texts]
+    assert len(texts) >= len(OVERLAY_TARGETS) + 4
+    frame = ax.get_window_extent(renderer)
+    legend = ax.get_legend().get_window_extent(renderer)
+    for k, box in enumerate(boxes):
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        assert not box.overlaps(legend)
+        clash = [texts[j].get_text() for j, other in enumerate(boxes[k + 1:], k + 1) if box.overlaps(other)]
+        assert not clash, (texts[k].get_text(), clash)
+
+
+def test_the_time_axis_puts_each_run_on_hours_since_its_own_first_row() -> None:
+    analyses = speedruns()
+    _, ax = _overlay(analyses, x="time")
+    assert ax.get_xlabel() == "hours since each run's first logged row" and ax.get_xscale() == "linear"
+    runs = ax.get_legend().get_lines()[: len(analyses)]
+    solid = {to_rgb(line.get_color()): line for line in ax.lines if line.get_linewidth() == 1.6}
+    for legend_line, (_, analysis) in zip(runs, analyses, strict=True):
+        history = analysis.history
+        hours = (np.asarray(history.time, float) - history.time_start) / 3600.0
+        line = solid[to_rgb(legend_line.get_color())]
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        rows = np.flatnonzero(history.step >= analysis.fit_start_step)
+        assert len(x) == len(rows)  # a short log: every row from the fit start
+        assert x == pytest.approx(hours[rows], abs=1e-9)
+        assert y == pytest.approx(analysis.smoothed[rows], abs=1e-12)
+    # The table's hours: a forecast sits at the last row's hours plus its hours left.
+    for _, analysis in analyses:
+        timing = analysis.timing
+        assert timing is not None
+        last = (float(analysis.history.time[-1]) - analysis.history.time_start) / 3600.0
+        for result, timed in zip(analysis.targets, timing.targets, strict=True):
+            if result.status != Status.EXTRAPOLATED:
+                continue
+            at = last + timed.seconds_left / 3600.0
+            assert any(float(m.get_xdata()[0]) == pytest.approx(at, rel=1e-6) for m in _markers(ax))
+
+
+def test_bands_of_runs_at_one_target_are_drawn_apart() -> None:
+    fig, ax = _overlay(speedruns())
+    bands = [line for line in ax.lines if line.get_linewidth() == 4]
+    assert len(bands) >= 2
+    heights = {}
+    for band in bands:
+        y = float(band.get_ydata()[0])
+        px = float(band.get_transform().transform((band.get_xdata()[0], y))[1])
+        heights.setdefault(y, []).append(px)
+    shared = [pxs for pxs in heights.values() if len(pxs) > 1]
+    assert shared, heights
+    for pxs in shared:
+        assert min(np.diff(sorted(pxs))) >= 4.0  # pixels: two bands never on one row
+
+
+def test_an_interval_open_at_the_top_ends_in_an_arrow_inside_the_frame() -> None:
+    _, ax = _overlay(ladder())
+    (long,) = [a for name, a in ladder() if name == "long"]
+    assert not np.isfinite(long.targets[2].tokens_interval[1])
+    arrows = [t for t in ax.texts if t.arrow_patch is not None and t.arrowprops.get("arrowstyle") == "-|>"]
+    assert arrows
+    x1 = ax.get_xlim()[1]
+    assert all(float(t.xy[0]) < x1 for t in arrows)
+
+
+def test_overlay_title_names_the_runs_and_the_axis_says_steps_for_a_batch_of_one() -> None:
+    _, ax = _overlay(ladder())
+    assert ax.get_title().splitlines()[0] == "short, long, cut"
+    assert ax.get_xlabel() == "tokens"
+    assert "(batch 524,288)" in ax.get_legend().get_texts()[0].get_text()
+    _, ax = _overlay(speedruns())  # --batch-size 1: the tokens are steps
+    assert ax.get_xlabel().startswith("steps")
+    assert ax.get_legend().get_texts()[0].get_text() == "2024-11-24_WindowWarmup"
+
+
+def test_a_time_plot_with_a_run_without_a_clock_is_one_line_and_exit_2(capsys, tmp_path) -> None:
+    png = tmp_path / "overlay.png"
+    clocked = DATA / "modded-short-2024-11-24_WindowWarmup.csv"
+    code = main(["compare", str(clocked), str(DATA / "olmo-ladder-190M-1xC.csv"), "--loss-col", "val_loss",
+                 "-t", "3.6", "--batch-size", "1", "--plot", str(png), "--x", "time"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "no clock" in err
+    assert "olmo-ladder-190M-1xC" in err and "WindowWarmup" not in err
+    assert not png.exists()
+
+
+def test_a_time_plot_of_clocked_runs_is_written(capsys, tmp_path) -> None:
+    png = tmp_path / "overlay.png"
+    runs = [str(DATA / f"modded-short-{name}.csv") for name in ("2024-11-24_WindowWarmup", "2024-12-10_MFUTweaks")]
+    code = main(["compare", *runs, "--loss-col", "val_loss", "-t", "3.6", "3.3", "--batch-size", "1",
+                 "--plot", str(png), "--x", "time", "--sort", "hours"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and png.read_bytes().startswith(b"\x89PNG") and "hours left" in out
+
+
+def test_a_forecast_past_the_warn_factor_is_flagged_on_the_overlay() -> None:
+    _, ax = _overlay(ladder())
+    flagged = [(name, r) for name, a in ladder() for r in a.targets if r.beyond_warn_factor]
+    assert len(flagged) == 1
+    warned = [t.get_text() for t in ax.texts if "WARNING" in t.get_text()]
+    assert len(warned) == 1 and warned[0].startswith("3.1: ") and "WARNING: 8.79x past the log" in warned[0]
+    edged = [m for m in _markers(ax) if m.get_markeredgecolor() == "black"]
+    assert len(edged) == 1 and float(edged[0].get_xdata()[0]) == pytest.approx(flagged[0][1].tokens, rel=1e-9)
+    assert any("past the warn factor (3x)" in t.get_text() for t in ax.get_legend().get_texts())

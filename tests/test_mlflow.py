@@ -609,3 +609,52 @@ def test_rest_reads_retry_a_bounded_number_of_times_within_their_timeout(recorde
     dead = rest_target(f"http://127.0.0.1:{free_port()}", timeout=0.5, retries=1)
     with pytest.raises(Unreachable, match="connection refused"):
         dead.check_reachable()
+
+
+def test_a_renamed_run_gets_its_plot_redrawn_and_nothing_else_is_written_twice(local, capsys):
+    run_id = local.log(training_log(), name="arm-a")
+
+    def annotate() -> str:
+        code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
+        assert code == 0
+        (row,) = {r["action"] for r in json.loads(out)}
+        return row
+
+    def title() -> str:
+        import io
+
+        from PIL import Image
+
+        with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"])) as png:
+            return png.text["Title"]
+
+    assert annotate() == "annotated" and title().startswith("arm-a  (")
+    before = snapshot(local, run_id)
+    assert annotate() == "unchanged"
+    assert snapshot(local, run_id) == before  # nothing written
+    local.client.update_run(run_id, name="arm-b")
+    assert annotate() == "annotated"
+    assert title().startswith(f"arm-b  (mlflow:{run_id})")
+    renamed = snapshot(local, run_id)
+    assert renamed["tags"]["loss_eta/plot_sha256"] != before["tags"]["loss_eta/plot_sha256"]
+    assert annotate() == "unchanged"
+    assert snapshot(local, run_id) == renamed
+
+
+def test_a_plot_another_job_drew_is_redrawn(local, capsys, tmp_path):
+    """After a race the picture can be another job's: its metadata names another report."""
+    run_id = local.log(training_log(), name="arm")
+    code, _, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert code == 0
+    ours = snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"]
+    analysis = run_analysis(build_history(training_log(), run=f"mlflow:{run_id}"), AnalysisConfig(targets=(5.5,)))
+    other = build_annotation(analysis, {"version": "other"}, run_name="arm").plot_bytes()
+    (tmp_path / "loss_eta.png").write_bytes(other)
+    local.client.log_artifact(run_id, str(tmp_path / "loss_eta.png"), artifact_path="loss_eta")
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
+    assert code == 0 and {r["action"] for r in json.loads(out)} == {"annotated"}
+    redrawn = snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"]
+    from tracker_plugin.trackers.base import png_text
+
+    assert png_text(redrawn)["loss_eta/report_sha256"] == png_text(ours)["loss_eta/report_sha256"]
+    assert png_text(other)["loss_eta/report_sha256"] != png_text(ours)["loss_eta/report_sha256"]

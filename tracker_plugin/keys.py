@@ -25,6 +25,7 @@ The keys, for a target of 3.3::
     loss_eta/settings_hash, loss_eta/settings, loss_eta/loss_key, loss_eta/version
     loss_eta/progress                          the source's fingerprint of the analysed history
     loss_eta/report_sha256                     the digest of loss_eta/loss_eta.json
+    loss_eta/plot_sha256                       the digest of what loss_eta.png draws from beyond the report
     loss_eta/marker                            written last: the hash of every key above
 """
 
@@ -46,6 +47,7 @@ __all__ = [
     "MARKER",
     "MARKERS",
     "NAMESPACE",
+    "PLOT_DIGEST",
     "PNG_PATH",
     "REPORT_DIGEST",
     "STALE",
@@ -54,6 +56,7 @@ __all__ = [
     "target_collision",
     "content_hash",
     "is_own",
+    "plot_digest",
     "report_digest",
     "target_slug",
 ]
@@ -68,6 +71,7 @@ PNG_PATH = f"{ARTIFACT_DIR}/{ARTIFACT_PNG}"
 MARKER = f"{NAMESPACE}/marker"
 MARKERS = (MARKER,)
 REPORT_DIGEST = f"{NAMESPACE}/report_sha256"
+PLOT_DIGEST = f"{NAMESPACE}/plot_sha256"
 STALE = "stale"  # the status of a target no longer in the settings
 # Each target's keys, after ``loss_eta/target_X/``: numbers, then text. Extend here.
 TARGET_METRICS = ("tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor")
@@ -116,6 +120,15 @@ def target_collision(targets: Iterable[float]) -> str | None:
 
 def report_digest(report: bytes) -> str:
     return hashlib.sha256(report).hexdigest()[:16]
+
+
+def plot_digest(name: str | None) -> str:
+    """The digest of what the plot draws from beyond the report: the run's name in its
+    title (a renamed run must get its plot redrawn) and its axis. Inputs, not the PNG's
+    bytes, which differ between machines and matplotlib versions. The run's reference is
+    left out: it is the run's identity, and a synced offline run keeps its annotation."""
+    inputs = {"name": name, "x": "tokens"}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def content_hash(held: Mapping[str, Any]) -> str:

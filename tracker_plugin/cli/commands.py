@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from tracker_plugin.report.backtest import backtest_json, backtest_text
 from tracker_plugin.report.cross_family import cross_family_json, cross_family_text
 from tracker_plugin.report.render import to_json, to_text
 from tracker_plugin.report.runs import runs_json, runs_table
+from tracker_plugin.report.tables import printable
 
 __all__ = ["cli"]
 
@@ -288,6 +289,19 @@ def _write_plot(path: str, draw: Callable[[], None]) -> None:
         raise click.UsageError(f"--plot {path}: cannot write it ({exc.strerror or exc})") from None
 
 
+def _check_clocks(drawn: Sequence[tuple[str, Any]]) -> None:
+    """Refuse a time axis that some run has no clock for, naming those runs."""
+    from tracker_plugin.report.plot_compare import clockless
+
+    missing = clockless(drawn)
+    if missing:
+        names = ", ".join(printable(name) for name in missing)
+        raise DataError(
+            f"--x time: no clock in the log of {len(missing)} of {len(drawn)} runs ({names}); "
+            "they cannot be plotted against time (plot against tokens: --x tokens)"
+        )
+
+
 def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) -> None:
     """Shares of the final tokens are in (0, 1]; a cut at all of them (1) leaves nothing to forecast."""
     if not all(0 < v <= 1 for v in values) or (not one_allowed and 1.0 in values):
@@ -311,7 +325,18 @@ def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) ->
     show_default=True,
     help="Order each target's runs by tokens to reach it, or by wall-clock hours left.",
 )
-def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, sort: str, **options: Any) -> int:
+@click.option(
+    "--x",
+    "plot_x",
+    type=click.Choice(["tokens", "time"]),
+    default="tokens",
+    show_default=True,
+    help="The plot's x axis: tokens (log scale) or time (each run on hours since its own first logged row; "
+    "every run must log a clock).",
+)
+def compare(
+    sources: tuple[str, ...], fmt: str | None, plot_path: str | None, sort: str, plot_x: str, **options: Any
+) -> int:
     """Compare runs on the token axis: which reaches each target first, and by how much.
 
     SOURCES are CSV files or directories, MLflow experiments or runs, W&B projects or
@@ -326,6 +351,9 @@ def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, so
     reading = make_source_options(options)
     comparison = compare_runs(default_sources(sources, reading), reading, config, sort)
     rows = comparison.rows
+    drawn = [(c.name, c.analysis) for c in comparison.runs if c.analysis is not None]
+    if plot_path and plot_x == "time":
+        _check_clocks(drawn)  # before the table: a refused plot is the whole answer
     if fmt == "json":
         click.echo(json.dumps(render_json(rows), indent=2))
     elif fmt == "csv":
@@ -335,11 +363,10 @@ def compare(sources: tuple[str, ...], fmt: str | None, plot_path: str | None, so
     else:
         click.echo(render_text(rows))
     if plot_path:
-        from tracker_plugin.report.plot import plot_comparison
+        from tracker_plugin.report.plot_compare import plot_comparison
 
-        drawn = [(c.name, c.analysis) for c in comparison.runs if c.analysis is not None]
         left_out = [c.name for c in comparison.runs if c.analysis is None]
-        _write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out))
+        _write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out, x=plot_x))
     return 1 if comparison.failed else 0
 
 

@@ -16,7 +16,15 @@ from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
-from tracker_plugin.keys import NAMESPACE, REPORT_DIGEST, TARGET_METRICS, report_digest, target_slug
+from tracker_plugin.keys import (
+    NAMESPACE,
+    PLOT_DIGEST,
+    REPORT_DIGEST,
+    TARGET_METRICS,
+    plot_digest,
+    report_digest,
+    target_slug,
+)
 from tracker_plugin.report.render import to_json
 from tracker_plugin.report.timing import time_metrics
 from tracker_plugin.trackers.base import Annotation, encode_report
@@ -79,7 +87,9 @@ def build_annotation(
     report = to_json(analysis)
     report["settings_hash"] = fingerprint
     report["progress"] = progress
-    labels[REPORT_DIGEST] = report_digest(encode_report(report))
+    # The plot's own inputs, in the keys (checked before a run is read) and the report.
+    labels[PLOT_DIGEST] = report["plot_sha256"] = plot_digest(run_name)
+    digest = labels[REPORT_DIGEST] = report_digest(encode_report(report))
     return Annotation(
         run=analysis.run,
         metrics=metrics,
@@ -88,7 +98,7 @@ def build_annotation(
         progress=progress,
         settings_hash=fingerprint,
         step=int(analysis.observed_step),
-        plot=lambda: _plot_png(analysis, run_name),
+        plot=lambda: _plot_png(analysis, run_name, digest),
     )
 
 
@@ -96,11 +106,16 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def _plot_png(analysis: Analysis, name: str | None) -> bytes:
-    """``loss_eta.png``, rendered when a tracker writes it (matplotlib is imported only then)."""
+def _plot_png(analysis: Analysis, name: str | None, report: str) -> bytes:
+    """``loss_eta.png``, rendered when a tracker writes it (matplotlib is imported only then).
+
+    It carries the report's digest (which commits to the plot's inputs too) in its
+    metadata: a tracker can tell a picture another job wrote from this one's.
+    """
     from tracker_plugin.report.plot import plot_analysis
 
     buffer = io.BytesIO()
-    plot_analysis(analysis, buffer, name=name)  # titled by the run's name: its ref is an id
+    # Titled by the run's name: its ref is an id.
+    plot_analysis(analysis, buffer, name=name, metadata={REPORT_DIGEST: report})
     return buffer.getvalue()
 

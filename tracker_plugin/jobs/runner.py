@@ -18,7 +18,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import target_collision
+from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import RunInfo, Source
 
@@ -108,7 +108,8 @@ def _one(
     dry_run: bool,
 ) -> Outcome:
     previous = run.previous
-    if write and not force and previous is not None and previous.current(fingerprint, run.progress):
+    drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
+    if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
         if source.intact(run):  # the report is read only when everything else says current
             return Outcome(run, Action.UNCHANGED)
     analysis = run_analysis(source.read(run), config)

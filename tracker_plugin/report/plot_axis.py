@@ -36,10 +36,13 @@ class XAxis:
     tokens: np.ndarray | None = None  # the logged tokens and their hours (time axis only)
     hours: np.ndarray | None = None
     hours_per_token: float = 0.0
+    steps: bool = False  # a batch of one "token" per step: the token axis counts steps
 
     @property
     def label(self) -> str:
-        return "tokens" if self.kind == "tokens" else "hours since the first logged row"
+        if self.kind == "time":
+            return "hours since the first logged row"
+        return "steps (a batch of 1: tokens count steps)" if self.steps else "tokens"
 
     @property
     def log(self) -> bool:
@@ -59,6 +62,10 @@ class XAxis:
         if self.kind == "time":
             words += f", {hours_text(float(self.x(tokens)))}"
         return words
+
+    def short(self, tokens: float) -> str:
+        """A place on this axis in its own units only: ``2.98B`` on tokens, ``5.2 h`` on the clock."""
+        return format_tokens(tokens) if self.kind == "tokens" else hours_text(float(self.x(tokens)))
 
     def format(self, ax: Any) -> None:
         """Ticks: the report's token units (2.98B) on the token axis, plain hours on the clock."""
@@ -90,7 +97,7 @@ def tick_tokens(value: float) -> str:
 def x_axis(analysis: Analysis, kind: str) -> XAxis:
     """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log."""
     if kind == "tokens":
-        return XAxis("tokens")
+        return XAxis("tokens", steps=bool(analysis.history.on_steps or np.all(analysis.history.batch == 1)))
     if kind != "time":
         raise ValueError(f"no x axis '{kind}'; one of {', '.join(X_AXES)}")
     history, timing = analysis.history, analysis.timing

@@ -24,6 +24,7 @@ from tracker_plugin.keys import (
     JSON_PATH,
     MARKER,
     NAMESPACE,
+    PLOT_DIGEST,
     PNG_PATH,
     REPORT_DIGEST,
     STALE,
@@ -58,7 +59,8 @@ class Previous:
     ``marker`` is the completion marker (``loss_eta/marker``): the hash of every other key
     of ours as that annotation wrote them; ``holds`` is the same hash of the keys the run
     holds now. They differ when a write was cut short or overlapped by another job's.
-    ``report`` is the digest of ``loss_eta/loss_eta.json`` the keys record.
+    ``report`` is the digest of ``loss_eta/loss_eta.json`` the keys record, ``plot`` the
+    digest of the plot's own inputs (the run's name in its title).
     """
 
     settings_hash: str | None
@@ -66,17 +68,19 @@ class Previous:
     marker: str | None = None
     holds: str | None = None
     report: str | None = None
+    plot: str | None = None
 
     @property
     def complete(self) -> bool:
         """Does the run hold exactly what its completion marker commits to?"""
         return self.marker is not None and self.marker == self.holds
 
-    def current(self, settings_hash: str, progress: str | None) -> bool:
-        """Complete, and made with these settings from a history at this progress?"""
+    def current(self, settings_hash: str, progress: str | None, plot: str) -> bool:
+        """Complete, and made with these settings from a history at this progress, its plot
+        from these inputs (see :func:`~tracker_plugin.keys.plot_digest`)?"""
         return (
             self.complete and progress is not None
-            and (self.settings_hash, self.progress) == (settings_hash, progress)
+            and (self.settings_hash, self.progress, self.plot) == (settings_hash, progress, plot)
         )  # fmt: skip
 
 
@@ -96,6 +100,7 @@ def previous_of(held: Mapping[str, Any]) -> Previous | None:
         marker=text(MARKER),
         holds=content_hash(own),
         report=text(REPORT_DIGEST),
+        plot=text(PLOT_DIGEST),
     )
 
 
@@ -142,7 +147,26 @@ class Annotation:
 
     def is_current(self, previous: Previous | None) -> bool:
         """Does the run already hold a complete annotation with these settings and progress?"""
-        return previous is not None and previous.current(self.settings_hash, self.progress)
+        return previous is not None and previous.current(self.settings_hash, self.progress, self.labels[PLOT_DIGEST])
+
+
+def png_text(data: bytes) -> dict[str, str]:
+    """A PNG's uncompressed text chunks (``tEXt``), where a plot keeps its metadata; empty
+    for anything that is not a PNG."""
+    import struct
+
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return {}
+    found, at = {}, 8
+    while at + 8 <= len(data):
+        size, kind = struct.unpack(">I4s", data[at : at + 8])
+        if kind == b"tEXt":
+            key, _, value = data[at + 8 : at + 8 + size].partition(b"\0")
+            found[key.decode("latin-1")] = value.decode("latin-1")
+        if kind == b"IEND":
+            break
+        at += 12 + size  # length, type, data, CRC
+    return found
 
 
 def encode_report(report: Mapping[str, Any]) -> bytes:
@@ -260,13 +284,28 @@ class Source(ABC):
         """The run's ``loss_eta/loss_eta.json`` as stored now; None when there is none."""
         return None
 
+    def stored_plot(self, run: RunInfo) -> bytes | None:
+        """The run's ``loss_eta/loss_eta.png`` as stored now; None when there is none.
+        Only sources that set :attr:`reads_plot` can say."""
+        return None
+
+    # Whether :meth:`stored_plot` reads the stored picture (so :meth:`intact` checks it).
+    reads_plot: ClassVar[bool] = False
+
     def intact(self, run: RunInfo) -> bool:
-        """Is the run's stored report the one its (complete) keys record?"""
+        """Is the run's stored report the one its (complete) keys record, and (where the
+        source can read it) its picture the one drawn with that report?"""
         previous = run.previous
         if previous is None or previous.report is None:
             return False
         stored = self.stored_report(run)
-        return stored is not None and report_digest(stored) == previous.report
+        if stored is None or report_digest(stored) != previous.report:
+            return False
+        if not self.reads_plot:
+            return True
+        picture = self.stored_plot(run)
+        # Another job's picture (after a race) carries another report's digest.
+        return picture is not None and png_text(picture).get(REPORT_DIGEST) == previous.report
 
     def settled(self, run: RunInfo) -> bool:
         """After a write: does the run hold one complete annotation (this one or another

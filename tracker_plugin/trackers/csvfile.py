@@ -210,6 +210,9 @@ def _previous(path: Path) -> Previous | None:
         report = json.loads(json_path.read_text())
         # The report is the marker (written last, atomically): if it reads, it is complete.
         fingerprint = str(report.get("settings_hash"))
-        return Previous(report.get("settings_hash"), report.get("progress"), marker=fingerprint, holds=fingerprint)
+        return Previous(
+            report.get("settings_hash"), report.get("progress"), marker=fingerprint, holds=fingerprint,
+            plot=report.get("plot_sha256"),
+        )
     except (OSError, ValueError, AttributeError):
         return None

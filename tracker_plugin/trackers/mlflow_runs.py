@@ -82,6 +82,7 @@ from tracker_plugin.keys import (
     JSON_PATH,
     MARKER,
     NAMESPACE,
+    PNG_PATH,
     is_own,
 )
 from tracker_plugin.plan.params import flat_params
@@ -382,12 +383,20 @@ class MlflowSource(Source):
         with self._errors(run.ref):
             return _own(self._client().get_run(_run_id(run)))
 
+    reads_plot = True
+
     def stored_report(self, run: RunInfo) -> bytes | None:
+        return self._stored(run, JSON_PATH)
+
+    def stored_plot(self, run: RunInfo) -> bytes | None:
+        return self._stored(run, PNG_PATH)
+
+    def _stored(self, run: RunInfo, artifact: str) -> bytes | None:
         from mlflow.exceptions import MlflowException
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
             try:
-                path = self._client().download_artifacts(_run_id(run), JSON_PATH, tmp)
+                path = self._client().download_artifacts(_run_id(run), artifact, tmp)
             except (MlflowException, OSError) as exc:
                 if _network_failure(exc):
                     raise

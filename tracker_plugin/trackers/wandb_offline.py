@@ -319,11 +319,13 @@ class WandbOfflineSource(Source):
     def held(self, run: RunInfo) -> dict[str, Any]:
         return self._read(_wandb_file(run.ref), run.ref).own
 
+    reads_plot = True
+
     def stored_report(self, run: RunInfo) -> bytes | None:
-        try:
-            return (_wandb_file(run.ref).parent / "files" / JSON_PATH).read_bytes()
-        except OSError:
-            return None
+        return _stored(run, JSON_PATH)
+
+    def stored_plot(self, run: RunInfo) -> bytes | None:
+        return _stored(run, PNG_PATH)
 
     def settled(self, run: RunInfo) -> bool:
         return True  # the summary and the marker go in one atomic rewrite of the file
@@ -507,3 +509,11 @@ def _wandb_file(ref: str) -> Path:
     if not files:
         raise RunNotFound("holds no run-*.wandb file", run=ref)
     return files[-1]
+
+
+def _stored(run: RunInfo, artifact: str) -> bytes | None:
+    """One of our artifacts in the run's ``files/``; None when it is not there."""
+    try:
+        return (_wandb_file(run.ref).parent / "files" / artifact).read_bytes()
+    except OSError:
+        return None

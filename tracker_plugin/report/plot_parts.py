@@ -1,0 +1,364 @@
+"""The pieces both plots draw with: one run's (:mod:`.plot`) and the overlay of several
+(:mod:`.plot_compare`). matplotlib is imported only inside them, when a plot is drawn.
+
+Each piece takes an :class:`~tracker_plugin.report.plot_axis.XAxis`, so it lands on the
+token axis or the run's clock alike.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Sequence
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from tracker_plugin.core.analysis import Analysis, TargetResult
+from tracker_plugin.core.models import FitFailure
+from tracker_plugin.core.models.schedule_law import LawFit
+from tracker_plugin.core.status import Status
+from tracker_plugin.report.plot_axis import XAxis
+
+__all__ = [
+    "LOCK",
+    "PLOT_FORMATS",
+    "Curve",
+    "crossing_label",
+    "decimated",
+    "figure",
+    "fitted",
+    "forecast_curve",
+    "frame_loss",
+    "furthest",
+    "interval_band",
+    "mark_crossing",
+    "open_top",
+    "outside_legend",
+    "place_labels",
+    "plot_format",
+    "printable",
+    "run_title",
+    "save",
+    "set_x_limits",
+    "short",
+    "warning_line",
+]
+
+# What matplotlib's Agg, PDF and SVG backends write, by file extension.
+PLOT_FORMATS = ("png", "pdf", "svg")
+# Columns of the log token axis the curves are binned into: about twice the figure's
+# pixel columns, so a bin's min and max draw what every row would have drawn.
+_BINS = 2048
+
+# matplotlib's text layout (mathtext, font cache) is not thread-safe: one plot at a time.
+LOCK = threading.Lock()
+
+Curve = tuple[np.ndarray, np.ndarray]  # (tokens, loss)
+
+
+def figure() -> Any:
+    """A figure with its own Agg canvas: no pyplot state, so threads can plot at once."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 6), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_format(path: str | os.PathLike[str] | BinaryIO) -> str:
+    """The format a plot path's extension names (png for a file object or no extension).
+
+    Raises ValueError for an extension matplotlib is not asked to write here.
+    """
+    if hasattr(path, "write"):
+        return "png"
+    suffix = os.path.splitext(os.fspath(path))[1].lower().lstrip(".")
+    if not suffix:
+        return "png"
+    if suffix not in PLOT_FORMATS:
+        raise ValueError(f"cannot write a .{suffix} plot; use .png, .pdf or .svg")
+    return suffix
+
+
+def save(fig: Any, path: str | os.PathLike[str] | BinaryIO, metadata: dict[str, str] | None = None) -> None:
+    """Write ``fig`` in the format the path names, its title in the file's own metadata
+    (a tracker's artifact viewer lists it), with ``metadata`` beside it."""
+    title = fig.axes[0].get_title().replace("\n", " | ")
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=plot_format(path),
+                metadata={"Title": title, **(metadata or {})})
+
+
+def decimated(x: np.ndarray, *ys: np.ndarray, bins: int = _BINS) -> np.ndarray:
+    """Rows that draw the same curves as all of them: each log-x bin's first, last, min and max.
+
+    ``x`` is positive and non-decreasing. A plot of millions of rows then costs a few
+    thousand points, and no spike is lost.
+    """
+    n = len(x)
+    if n <= 4 * bins:
+        return np.arange(n)
+    edges = np.geomspace(x[0], x[-1], bins + 1)[1:-1]
+    starts = np.flatnonzero(np.r_[True, np.diff(np.searchsorted(edges, x, side="right")) != 0])
+    ends = np.r_[starts[1:], n]
+    keep = [starts, ends - 1]
+    for y in ys:
+        for reduce in (np.minimum, np.maximum):
+            extreme = np.repeat(reduce.reduceat(y, starts), ends - starts)
+            hit = np.flatnonzero(y == extreme)  # every row at its bin's extreme: keep one per bin
+            _, first = np.unique(np.searchsorted(starts, hit, "right"), return_index=True)
+            keep.append(hit[first])
+    return np.unique(np.concatenate(keep))
+
+
+def printable(name: str) -> str:
+    """A run name with control characters escaped, and matplotlib's mathtext ($) defused."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name).replace("$", r"\$")
+
+
+def short(name: str, limit: int = 40) -> str:
+    return name if len(name) <= limit else name[: limit - 3] + "..."
+
+
+def run_title(ref: str, name: str | None = None, limit: int = 90) -> str:
+    """What a title calls a run: its name, then its reference where that says more."""
+    run = printable(ref if not name or name == ref else f"{name}  ({ref})")
+    return run if len(run) <= limit else "..." + run[-(limit - 3):]
+
+
+def fitted(analysis: Analysis) -> bool:
+    return analysis.fit is not None and not isinstance(analysis.fit, FitFailure)
+
+
+def forecast_curve(analysis: Analysis, end: float) -> Curve:
+    """``(tokens, loss)`` of the forecast from the log's last row to ``end`` tokens.
+
+    For a schedule-aware law, the law's token-window EMA: the curve the forecasts are
+    read from (the smoothed loss is compared with it), not the law's raw loss, which
+    levels off lower.
+    """
+    fit = analysis.fit
+    assert fit is not None and not isinstance(fit, FitFailure)
+    last = float(np.maximum(analysis.history.tokens, analysis.history.batch[0])[-1])
+    if isinstance(fit, LawFit):
+        steps, curve = fit.smoothed()
+        at, curve = np.asarray(fit.timeline.tokens_at(steps), float), np.asarray(curve, float)
+        keep = (at >= last) & (at <= end)
+        if keep.sum() >= 2:
+            # From the log's last row on, with no gap before the curve's first sample after
+            # it (a crossing just past the log sits there).
+            head = float(np.interp(last, at, curve))
+            return np.r_[last, at[keep]], np.r_[head, curve[keep]]
+    beyond = np.geomspace(last, max(end, last * 1.0001), 200)
+    return beyond, fit.predict(beyond)
+
+
+def furthest(analysis: Analysis) -> float:
+    """The furthest tokens a plot of the run shows: its log, forecasts and bounded intervals."""
+    last = float(np.maximum(analysis.history.tokens, analysis.history.batch[0])[-1])
+    forecasts = [t.tokens for t in analysis.targets if t.status == Status.EXTRAPOLATED and t.tokens]
+    highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval and np.isfinite(t.tokens_interval[1])]
+    return float(max([last, *forecasts, *highs]))
+
+
+def open_top(analysis: Analysis) -> bool:
+    """Whether some interval is open at the top (it needs room for its arrow)."""
+    return any(t.tokens_interval is not None and not np.isfinite(t.tokens_interval[1]) for t in analysis.targets)
+
+
+def set_x_limits(ax: Any, log: bool, low: float, high: float, open_top: bool) -> None:
+    """x from ``low`` to past ``high`` (in the axis's own units), with room past the
+    furthest forecast for an open interval's arrow; log or linear."""
+    room = 0.25 if open_top else 0.05
+    if log:
+        ax.set_xscale("log")
+        ax.set_xlim(low, high * (1.1 + 2 * room))
+    else:
+        ax.set_xlim(low, high + room * (high - low or 1.0))
+
+
+def frame_loss(ax: Any, losses: Sequence[np.ndarray], targets: Sequence[float]) -> None:
+    """Frame the loss after the fit start, and the targets: the first steps' loss (or a
+    lagging EMA, or a loss still falling fast) would flatten the rest."""
+    losses = [loss for loss in losses if len(loss) >= 2]
+    if not losses:
+        return
+    low = min(min(float(loss.min()) for loss in losses), *targets)
+    top = max(targets)
+    high = min(max(float(np.percentile(loss, 99)) for loss in losses), top + 2.0 * max(top - low, 0.05 * abs(top)))
+    high = max(high, top)
+    pad = 0.08 * (high - low or 1.0)
+    ax.set_ylim(low - pad, high + pad)
+
+
+def warning_line(analysis: Analysis, result: TargetResult) -> str | None:
+    """The label's WARNING line for a forecast past the warn factor; None otherwise."""
+    if not result.beyond_warn_factor or result.extrapolation_factor is None:
+        return None
+    return (
+        f"WARNING: {result.extrapolation_factor:.2f}x past the log "
+        f"(beyond the warn factor {analysis.config.extrapolation_warn_factor:g}x)"
+    )
+
+
+def mark_crossing(
+    ax: Any, axis: XAxis, analysis: Analysis, result: TargetResult, color: str, curve: Curve | None
+) -> tuple[float, float, float | None]:
+    """A crossing's marker: a circle where the smoothed loss crossed, a diamond for a
+    forecast, black-edged past the warn factor. Returns its ``(x, y)`` and, when the
+    forecast's curve is off the target where the eye sees it, the curve's value there.
+
+    The point forecast is the median crossing of the fitted curve plus the loss's
+    fluctuations: the curve itself may level off just above the target. The marker sits
+    on the curve, and a dotted tick joins it to the target line.
+    """
+    assert result.tokens is not None
+    x, y, off = float(axis.x(result.tokens)), result.target, None
+    if result.status == Status.EXTRAPOLATED and curve is not None and len(curve[0]) >= 2:
+        on_curve = float(np.interp(result.tokens, curve[0], curve[1]))
+        low, high = ax.get_ylim()
+        if abs(on_curve - y) > 0.01 * (high - low):  # only where the eye sees the gap
+            ax.plot([x, x], [y, on_curve], color=color, lw=1, ls=":")
+            off = on_curve
+        y = on_curve
+    warn = warning_line(analysis, result) is not None
+    ax.plot([x], [y], marker="o" if result.status == Status.REACHED else "D", color=color, ms=7, ls="none",
+            zorder=4, markeredgecolor="black" if warn else color, markeredgewidth=2 if warn else 1)
+    return x, y, off
+
+
+def crossing_label(ax: Any, text: str, xy: tuple[float, float], color: str, bold: bool) -> Any:
+    """A crossing's label, placed later by :func:`place_labels`; a label moved away from its
+    marker keeps a thin line to it."""
+    return ax.annotate(
+        text, xy=xy, xytext=(6, 6), textcoords="offset points", fontsize=8, color=color,
+        fontweight="bold" if bold else "normal", zorder=5,
+        arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6, "alpha": 0.6, "shrinkA": 0, "shrinkB": 4},
+    )
+
+
+def interval_band(
+    ax: Any, axis: XAxis, analysis: Analysis, k: int, color: str, *, lift: float = 0.0, say_open: bool = True
+) -> None:
+    """Target ``k``'s forecast interval as a band at its height (``lift`` points above it,
+    so several runs' bands at one target stay apart); an open top ends in an arrow, not
+    at the edge, with "no upper bound" beside it when ``say_open``. The first band drawn
+    names the level in the legend.
+    """
+    from matplotlib.transforms import ScaledTranslation
+
+    result = analysis.targets[k]
+    assert result.tokens_interval is not None
+    lo, hi = result.tokens_interval
+    level: str | None = f"{analysis.config.interval:.0%} interval"
+    if any(line.get_label() == level for line in ax.lines):  # one legend entry, from the first band
+        level = None
+    left, right = float(axis.x(lo)), float(axis.x(hi)) if np.isfinite(hi) else math.inf
+    timing = analysis.timing
+    timed = timing.targets[k] if timing is not None and k < len(timing.targets) else None
+    if axis.kind == "time" and timed is not None and timed.seconds_interval is not None:
+        # The report's hours: the forecast's interval widened by the throughput's spread.
+        left, right = (v / 3600.0 for v in timed.seconds_interval)
+    at = ax.transData + ScaledTranslation(0, lift / 72.0, ax.figure.dpi_scale_trans)
+    style = {"color": color, "lw": 4, "alpha": 0.35, "solid_capstyle": "butt", "label": level, "transform": at}
+    y = result.target
+    x0, x1 = ax.get_xlim()
+    if np.isfinite(right) and right <= x1:
+        ax.plot([left, right], [y, y], **style)
+        return
+    # Open at the top (or going on past the frame): the band stops short of the edge and
+    # ends in an arrow, so it reads as going on, not as ending where the axes do.
+
+    def along(share: float) -> float:
+        if axis.log:
+            return float(np.exp(np.log(x0) + share * (np.log(x1) - np.log(x0))))
+        return x0 + share * (x1 - x0)
+
+    end = max(along(0.95), left)
+    ax.plot([left, end], [y, y], **style)
+    ax.annotate("", xy=(along(0.995), y), xytext=(end, y), xycoords=at, textcoords=at,
+                arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.5, "alpha": 0.6})
+    if say_open and not np.isfinite(right):
+        ax.annotate("no upper bound", xy=(end, y), xycoords=at, xytext=(0, -11), textcoords="offset points",
+                    fontsize=7, color=color, ha="right")
+
+
+def outside_legend(ax: Any, handles: Sequence[Any] | None = None) -> Any:
+    """The legend right of the axes: inside, it hid the labels of targets drawn under it."""
+    kw: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
+    legend = ax.legend(**kw) if handles is None else ax.legend(handles=list(handles), **kw)
+    for line in legend.get_lines():  # a thin line (the raw loss's grey) vanished at legend size
+        line.set_linewidth(max(line.get_linewidth(), 2.0))
+    return legend
+
+
+# Where a target's label may go around its marker, in points, tried in this order:
+# (dx, dy, horizontal alignment, vertical alignment); then the same moved left of the
+# planned-end line.
+_PLACES = tuple(
+    (dx, dy, "left" if dx > 0 else "right", "bottom" if dy > 0 else "top")
+    for dxs in ((6, -6), (40, -40))  # further aside only where nothing near is clear
+    for dy in (6, -6, 24, -24, 42, -42, 64, -64, 90, 120, 150)
+    for dx in dxs
+)
+
+
+def place_labels(
+    ax: Any,
+    labels: Sequence[Any],
+    markers: Sequence[tuple[float, float]],
+    avoid_x: float | None = None,
+    avoid: Sequence[Any] = (),
+    curves: Sequence[Any] = (),
+) -> None:
+    """Put each target's label where it stays in the axes, clear of the labels placed before
+    it, of the markers, of the texts ``avoid``, of the lines ``curves`` and of the
+    planned-end line at ``avoid_x``: the first such place, else the first place clear of
+    all but the curves, else the first place inside the axes."""
+    from matplotlib.text import Text
+    from matplotlib.transforms import Bbox
+
+    paths = [line.get_transform().transform_path(line.get_path()) for line in curves]
+
+    def on_a_curve(box: Any) -> bool:
+        return any(path.intersects_bbox(box, filled=False) for path in paths)
+
+    renderer = ax.figure.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    line_px = None if avoid_x is None else float(ax.transData.transform((avoid_x, ax.get_ylim()[0]))[0])
+    taken = [Bbox.from_extents(px - 5, py - 5, px + 5, py + 5) for px, py in ax.transData.transform(markers)]
+    taken += [Text.get_window_extent(text, renderer) for text in avoid]
+    to_points = 72.0 / ax.figure.dpi
+
+    def at(text: Any, place: tuple[float, float, str, str]) -> Any:
+        text.xyann = place[:2]
+        text.set_horizontalalignment(place[2])
+        text.set_verticalalignment(place[3])
+        text.update_positions(renderer)
+        return Text.get_window_extent(text, renderer)  # the words, not the line to the marker
+
+    for text in labels:
+        places = list(_PLACES)
+        if line_px is not None:  # last resort: the whole label left of the line
+            anchor = float(ax.transData.transform(text.xy)[0])
+            if anchor > line_px:
+                shift = (line_px - 4 - anchor) * to_points
+                places += [(shift, dy, "right", va) for _, dy, _, va in _PLACES[1:22:2]]
+        inside, clear = None, None
+        for place in places:
+            box = at(text, place)
+            if not (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1):
+                continue
+            inside = inside or place
+            crosses = line_px is not None and box.x0 - 2 <= line_px <= box.x1 + 2
+            if crosses or any(box.overlaps(other) for other in taken):
+                continue
+            clear = clear or place
+            if not on_a_curve(box):
+                break
+        else:
+            at(text, clear or inside or _PLACES[1])
+        text.update_positions(renderer)
+        taken.append(Text.get_window_extent(text, renderer))
