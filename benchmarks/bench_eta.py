@@ -65,6 +65,8 @@ def case(path: Path) -> dict[str, object]:
     row["seconds_interval"] = when.seconds_interval
     row["step_interval"] = result.step_interval
     row["baseline_seconds"] = _baseline(cut, result.step)
+    throughput = found.timing.throughput  # type: ignore[union-attr]
+    row["throughput_spread"] = None if throughput is None else throughput.spread
     return row
 
 
@@ -113,6 +115,8 @@ def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
         "median_ln_seconds_minus_steps": _median(diff),
         "coverage_80": float(np.mean(covered)) if covered else None,
         "intervals": len(covered),
+        "late_step_forecasts": sum(1 for r in rows if r["step"] is not None and r["step"] > r["true_step"]),  # type: ignore[operator]
+        "median_throughput_spread": _median([r["throughput_spread"] for r in rows if r["throughput_spread"] is not None]),  # type: ignore[misc]
         "baseline_median_ln_seconds": _median([v for v in ln_base if v is not None]),
         "baseline_median_ln_seconds_minus_steps": _median(diff_base),
     }
@@ -175,7 +179,11 @@ def _print(rows: list[dict[str, object]], figures: dict[str, float | int | None]
         "baseline: no interval"
     )
     step_cov = figures["step_coverage_80"]
-    print(f"80% step intervals cover: {'-' if step_cov is None else f'{step_cov:.0%}'}")
+    print(
+        f"80% step intervals cover: {'-' if step_cov is None else f'{step_cov:.0%}'}; "
+        f"step forecasts late: {figures['late_step_forecasts']} of {figures['cases'] - figures['without_step']}"  # type: ignore[operator]
+    )
+    print(f"median throughput spread (sd of ln s/token between blocks): {_fmt(figures['median_throughput_spread']).strip()}")
 
 
 def _fmt(value: object) -> str:

@@ -3,7 +3,8 @@
     python extract.py LOG.txt > OUT.csv
 
 A row per line ``step:N/T val_loss:X train_time:Yms`` (time in seconds); ``train_loss``
-is filled where a line of that step also logs ``train_loss:X``, else left empty.
+is filled where a line of that step also logs ``train_loss:X``, else left empty. The
+step-0 row is left out.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def main(path: str) -> None:
                 train[int(match[1])] = float(match[2])
     print("step,time,val_loss,train_loss")
     for step in sorted(val):
+        if step == 0:  # the untrained model's loss: runs-time holds no step-0 row either
+            continue
         seconds, loss = val[step]
         print(f"{step},{seconds},{loss},{train.get(step, '')}")
 
