@@ -92,8 +92,8 @@ def backtest_text(backtest: Backtest, wording: Wording = as_written) -> str:
     sources = _plan_sources(backtest.cases)
     if sources:
         lines.append("the plans the forecasts used (per cut): " + ", ".join(f"{n} {name}" for name, n in sources))
-    header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
-              f"{backtest.config.interval:.0%} coverage", "width (hi/lo)")
+    header: tuple[str, ...] = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
+                               f"{backtest.config.interval:.0%} coverage", "width (hi/lo)")
     # Runs with a clock are scored in seconds too, beside the token figures.
     clocked = any(c.true_seconds is not None for c in backtest.cases)
     if clocked:
