@@ -1,6 +1,9 @@
 """Wall-clock forecasts on real speedrun logs, beside a naive baseline.
 
-    python benchmarks/bench_eta.py [--runs ../shared/data/runs-time] [--json]
+    python benchmarks/bench_eta.py [--runs-time DIR ...] [--json]
+
+Each set of logs (``--runs-time``, repeatable; by default the 18 visible ``runs-time``
+logs and the held-out ones in ``benchmarks/data/heldout-time``) is scored apart.
 
 The protocol (issue 12): each of the 18 modded-nanogpt speedrun logs (``runs-time``, with
 ``train_time`` as the run's clock) is read on steps (``batch_size=1``, the val loss,
@@ -39,6 +42,7 @@ DEFAULT_RUNS = next(
     ROOT.parent / "shared" / "data" / "runs-time",
 )
 CUT, QUANTILE, WINDOW, LEVEL = 0.5, 0.8, 250.0, 0.8
+HELDOUT = ROOT / "benchmarks" / "data" / "heldout-time"
 COLUMNS = tp.Columns().with_overrides(loss="val_loss")
 
 
@@ -61,6 +65,8 @@ def case(path: Path) -> dict[str, object]:
     row["seconds_interval"] = when.seconds_interval
     row["step_interval"] = result.step_interval
     row["baseline_seconds"] = _baseline(cut, result.step)
+    throughput = found.timing.throughput  # type: ignore[union-attr]
+    row["throughput_spread"] = None if throughput is None else throughput.spread
     return row
 
 
@@ -109,6 +115,8 @@ def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
         "median_ln_seconds_minus_steps": _median(diff),
         "coverage_80": float(np.mean(covered)) if covered else None,
         "intervals": len(covered),
+        "late_step_forecasts": sum(1 for r in rows if r["step"] is not None and r["step"] > r["true_step"]),  # type: ignore[operator]
+        "median_throughput_spread": _median([r["throughput_spread"] for r in rows if r["throughput_spread"] is not None]),  # type: ignore[misc]
         "baseline_median_ln_seconds": _median([v for v in ln_base if v is not None]),
         "baseline_median_ln_seconds_minus_steps": _median(diff_base),
     }
@@ -120,18 +128,30 @@ def _median(values: list[float]) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    parser.add_argument("--runs-time", "--runs", dest="sets", type=Path, action="append",
+                        help="a directory of CSV logs with a clock (repeatable); default: the visible and held-out sets")
     parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
     args = parser.parse_args()
-    paths = sorted(args.runs.glob("*.csv"))
-    if not paths:
-        print(f"no CSV logs in {args.runs}", file=sys.stderr)
-        return 2
-    rows = [case(p) for p in paths]
-    figures = summary(rows)
+    sets = args.sets or [DEFAULT_RUNS, HELDOUT]
+    found = {}
+    for folder in sets:
+        paths = sorted(folder.glob("*.csv"))
+        if not paths:
+            print(f"no CSV logs in {folder}", file=sys.stderr)
+            return 2
+        rows = [case(p) for p in paths]
+        found[str(folder)] = {"rows": rows, "summary": summary(rows)}
     if args.json:
-        print(json.dumps({"rows": rows, "summary": figures}, indent=2))
+        print(json.dumps(found, indent=2))
         return 0
+    for folder, scored in found.items():
+        print(f"== {folder}")
+        _print(scored["rows"], scored["summary"])
+        print()
+    return 0
+
+
+def _print(rows: list[dict[str, object]], figures: dict[str, float | int | None]) -> None:
     print(f"{'run':<48} {'status':<13} {'ln steps':>9} {'ln sec':>9} {'ln base':>9} {'in 80%':>7}")
     for r in rows:
         iv = r["seconds_interval"]
@@ -159,8 +179,11 @@ def main() -> int:
         "baseline: no interval"
     )
     step_cov = figures["step_coverage_80"]
-    print(f"80% step intervals cover: {'-' if step_cov is None else f'{step_cov:.0%}'}")
-    return 0
+    print(
+        f"80% step intervals cover: {'-' if step_cov is None else f'{step_cov:.0%}'}; "
+        f"step forecasts late: {figures['late_step_forecasts']} of {figures['cases'] - figures['without_step']}"  # type: ignore[operator]
+    )
+    print(f"median throughput spread (sd of ln s/token between blocks): {_fmt(figures['median_throughput_spread']).strip()}")
 
 
 def _fmt(value: object) -> str:

@@ -151,3 +151,59 @@ def test_beyond_targets_score_p_reach_and_cases_say_their_plan():
     assert past.p_reach is not None and past.p_reach < 0.5
     assert len(reached.draws) > 10 and list(reached.draws) == sorted(reached.draws)
     assert reached.plan_end_tokens == pytest.approx(history.tokens[-1], rel=0.01)
+
+
+def _clocked_frame():
+    """A run that follows its law, on a clock of 0.5 s per step from t = 1000 s."""
+    frame = synthetic_run(3000, batch=131072.0, noise=0.005, log_every=5, seed=2,
+                          lr_schedule="cosine:warmup=100,total=3000,final=0.1", anneal_gain=0.15)
+    frame["time"] = 1000.0 + 0.5 * frame["step"]
+    return frame
+
+
+def test_a_clocked_run_is_scored_in_seconds_beside_tokens():
+    frame = _clocked_frame()
+    history = tp.build_history(frame, run="clocked")
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=2.5e7)
+    cases = backtest_run(history, config, fit_fractions=(0.5,), target_quantiles=(0.6, 0.8), models=("auto",))
+    first = float(history.step[0])
+    for case in cases:
+        # The truth on the clock: 0.5 s per step after the first row.
+        true_step = np.interp(case.true_tokens, history.tokens, history.step)
+        assert case.true_seconds == pytest.approx(0.5 * (true_step - first), rel=1e-6)
+        # A steady clock adds nothing to the token error: the forecast's seconds are its
+        # tokens on the same clock (up to the first row's offset, a few steps in 1500).
+        predicted_step = np.interp(case.tokens, history.tokens, history.step, right=np.nan)
+        if np.isnan(predicted_step):
+            predicted_step = history.step[-1] + (case.tokens - history.tokens[-1]) / 131072.0
+        assert case.seconds == pytest.approx(0.5 * (predicted_step - first), rel=1e-3)
+        assert abs(case.seconds_error - case.error) < 0.01
+        low, high = case.seconds_interval
+        assert case.seconds_covered == (low <= case.true_seconds <= high)
+    (summary_06, summary_08) = summarize(cases)
+    assert summary_08.median_abs_seconds == pytest.approx(abs(cases[1].seconds_error))
+    assert summary_08.seconds_intervals == 1
+    # A run without a clock has no time figures.
+    unclocked = backtest_run(tp.build_history(frame.drop(columns="time"), run="no clock"), config,
+                             fit_fractions=(0.5,), target_quantiles=(0.8,), models=("auto",))
+    assert unclocked[0].true_seconds is None and unclocked[0].seconds_error is None
+    assert summarize(unclocked)[0].median_abs_seconds is None
+
+
+def test_the_backtest_command_shows_time_figures_for_a_clocked_run(capsys, tmp_path):
+    path = tmp_path / "clocked.csv"
+    _clocked_frame().to_csv(path, index=False)
+    args = ["backtest", str(path), "--ema-token-window", "2.5e7", "--fit-fractions", "0.5", "--target-quantiles", "0.8",
+            "--models", "auto"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    header = next(line for line in out.splitlines() if line.startswith("model"))
+    assert "median |ln| sec" in header and "80% coverage sec" in header
+    assert main([*args, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    (summary,) = doc["summaries"]
+    (case,) = doc["cases"]
+    assert case["log_error_seconds"] == pytest.approx(math.log(case["seconds"] / case["true_seconds"]))
+    assert summary["median_abs_log_error_seconds"] == pytest.approx(abs(case["log_error_seconds"]))
+    assert summary["seconds_intervals"] == 1 and summary["seconds_interval_coverage"] in (0.0, 1.0)
+    assert summary["seconds_interval_coverage"] == float(case["seconds_covered"])

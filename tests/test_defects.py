@@ -64,7 +64,7 @@ def test_the_sweep_final_window_is_never_a_near_duplicate(last_step, expected_ta
 
 def test_fit_window_too_short_is_a_failed_target_not_a_crash():
     frame = pd.DataFrame({"step": range(20), "train_loss": np.linspace(5, 4, 20), "lr": 1.0})
-    analysis = tp.analyze(frame, [4.5, 3.0], batch_size=1000, ema_token_window=2000, fit_start_step=15)
+    analysis = tp.analyze(frame, [4.5, 3.0], batch_size=1000, ema_token_window=2000, fit_start_step=16)
     reached, failed = analysis.targets
     assert reached.status == "reached"
-    assert failed.status == "failed" and "only 5 logged rows" in failed.note
+    assert failed.status == "failed" and "only 4 logged rows" in failed.note

@@ -154,7 +154,7 @@ def test_too_few_rows_is_a_failed_fit_not_a_crash():
     history = _run()
     timeline = build_timeline(history, None)
     fit = fit_window("multi-power", history, 10, 14, timeline, WINDOW, None)
-    assert isinstance(fit, FitFailure) and "needs at least 6 points" in fit.reason
+    assert isinstance(fit, FitFailure) and "needs at least 5 points in the fit window, has 4" in fit.reason
     frame = pd.DataFrame({"step": range(20), "train_loss": np.linspace(5, 4, 20), "lr": 1.0})
     analysis = tp.analyze(frame, [3.0], batch_size=1000, ema_token_window=2000, fit_start_step=16)
     assert analysis.targets[0].status == "failed" and "only 4 logged rows" in analysis.targets[0].note
@@ -298,3 +298,36 @@ def test_an_unknown_plan_widens_the_interval_beside_a_given_one():
     moved = _inflated(draws, 200.0, 100.0, 1.5)
     assert moved[1] == pytest.approx(200.0) and moved[2] == pytest.approx(200.0 * 2.0**1.5)
     assert moved[0] == pytest.approx(100.0) and np.isinf(moved[3])
+
+
+def _five_row_forecasts(every: int, seed: int) -> tuple[float, tuple[float, float], float]:
+    """(tokens, interval, true tokens) from rows at steps 100..500 of a constant-lr power-law run."""
+    frame = synthetic_run(600, batch=131072.0, noise=0.01, warmup=0, log_every=every, seed=seed)
+    frame = frame[frame.step >= 100]
+    truth = 1000 * 131072.0
+    target = float(2.0 + 3.0 * (truth / 1e9) ** -0.3)
+    result = tp.analyze(frame, [target], batch_size=131072.0, ema_token_window=2 * 131072.0).targets[0]
+    assert result.status == "extrapolated", result.note
+    return result.tokens, result.tokens_interval, truth
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_five_points_without_a_decay_still_forecast_with_a_wider_interval(seed):
+    # Five logged rows of a constant lr: the law is L0 + A * S1 ** -alpha there (the gain's
+    # column is zero), three parameters, so five points leave two for the noise.
+    tokens, (low, high), truth = _five_row_forecasts(100, seed)
+    assert low <= truth <= high
+    assert abs(math.log(tokens / truth)) < 0.3
+    # The same stretch logged every 20 steps (25 rows) gives a narrower interval.
+    _, (low25, high25), _ = _five_row_forecasts(20, seed)
+    assert math.log(high / low) > math.log(high25 / low25)
+
+
+def test_five_points_that_show_a_decay_need_one_more():
+    history = _run("step:warmup=0,total=80,at=40,factor=0.5", steps=80, noise=0.001, gain=0.1)
+    timeline = build_timeline(history, None)
+    first = int(np.searchsorted(history.step, 30))
+    fit = fit_window("lr-annealing", history, first, first + 5, timeline, 1e6, None)
+    assert isinstance(fit, FitFailure)
+    assert "needs at least 6 points in the fit window (it shows an lr decay" in fit.reason
+    assert not isinstance(fit_window("lr-annealing", history, first, first + 6, timeline, 1e6, None), FitFailure)

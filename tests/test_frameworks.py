@@ -202,3 +202,69 @@ def test_a_linear_stretch_logged_sparsely_smooths_exactly_as_logged_densely():
     dense = token_window_ema(loss, steps, np.ones(len(steps)), 50.0)
     sparse = token_window_ema(loss[::10], steps[::10], np.ones(101), 50.0)
     np.testing.assert_allclose(sparse, dense[::10], rtol=1e-12)
+
+
+def _trainer_file(relative: str, **options):
+    source = CsvSource(str(FRAMEWORKS / relative), ReadOptions(use_cache=False, **options))
+    (run,) = source.runs()
+    return source.read(run)
+
+
+def test_hf_train_runtime_is_the_clock_of_a_trainer_state_that_logs_it():
+    # Written by the real Trainer with include_num_input_tokens_seen: every log entry carries
+    # train_runtime, seconds since train() began.
+    path = FRAMEWORKS / "hf" / "tokens-seen" / "trainer_state.json"
+    entries = [e for e in json.loads(path.read_text())["log_history"] if "loss" in e]
+    history = _trainer_file("hf/tokens-seen/trainer_state.json")
+    assert history.time_source == "column 'train_runtime' (seconds since the run's start)"
+    assert not history.time_absolute
+    np.testing.assert_allclose(history.time, [e["train_runtime"] for e in entries], rtol=1e-9)
+    analysis = run_analysis(history, AnalysisConfig(targets=(TARGET,), ema_token_window=EMA_STEPS * HF_TOKENS))
+    assert analysis.timing.throughput is not None and analysis.timing.throughput.source == "clock"
+    assert analysis.timing.note is None
+    # The target is reached in the log: its seconds are the clock at the crossing, from the first entry.
+    (result,) = analysis.targets
+    (when,) = analysis.timing.targets
+    expected = np.interp(result.step, history.step, history.time) - history.time[0]
+    assert when.seconds == pytest.approx(expected, rel=1e-6)
+    np.testing.assert_allclose(result.step, expected_crossing(CONFIG["log_every"]), rtol=0.01)
+
+
+@pytest.mark.parametrize("relative, options", [
+    ("hf/trainer_state.json", {"batch_size": HF_TOKENS}),  # include_num_input_tokens_seen off
+    ("lightning/metrics.csv", {}),  # CSVLogger writes the metrics and the step, no time
+])
+def test_trainer_files_without_a_clock_say_so(relative, options):
+    history = _trainer_file(relative, **options)
+    assert history.time is None
+    analysis = run_analysis(history, AnalysisConfig(targets=(TARGET,), ema_token_window=EMA_STEPS * HF_TOKENS))
+    assert analysis.targets[0].status.value == "reached" and analysis.timing.targets[0].seconds is None
+    assert analysis.timing.note.startswith("no time in the log")
+
+
+def test_a_time_the_user_logged_into_metrics_csv_is_the_clock(tmp_path):
+    frame = pd.read_csv(FRAMEWORKS / "lightning" / "metrics.csv")
+    frame["time"] = 100.0 + 0.25 * frame["step"]  # a self.log("time", ...) of the user's
+    for name in ("metrics.csv", "hparams.yaml"):
+        shutil.copy(FRAMEWORKS / "lightning" / name, tmp_path / name)
+    frame.to_csv(tmp_path / "metrics.csv", index=False)
+    source = CsvSource(str(tmp_path / "metrics.csv"), ReadOptions(use_cache=False))
+    (run,) = source.runs()
+    history = source.read(run)
+    assert dict(history.read_as)["framework"] == "PyTorch Lightning"
+    assert history.time_source == "column 'time' (seconds since the run's start)"
+    np.testing.assert_allclose(np.diff(history.time) / np.diff(history.step), 0.25, rtol=1e-9)
+
+
+def test_a_clock_on_one_row_only_is_no_clock(tmp_path):
+    # HF's end-of-run entry is the only one with train_runtime without
+    # include_num_input_tokens_seen: one time is no rate, and the read says so.
+    state = json.loads((FRAMEWORKS / "hf" / "trainer_state.json").read_text())
+    last = state["log_history"][-1]["step"]
+    state["log_history"].append({"train_runtime": 12.5, "train_loss": 3.8, "epoch": 1.0, "step": last})
+    (tmp_path / "trainer_state.json").write_text(json.dumps(state))
+    source = CsvSource(str(tmp_path / "trainer_state.json"), ReadOptions(use_cache=False, batch_size=HF_TOKENS))
+    (run,) = source.runs()
+    history = source.read(run)
+    assert history.time is None
+    assert "'train_runtime' is logged on one row only: no clock read from it" in history.notes

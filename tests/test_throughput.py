@@ -270,3 +270,22 @@ def test_compare_sorts_by_hours(tmp_path, capsys):
     assert runs == ["fast", "slow"]
     hours = [row["hours_left"] for row in group["rows"]]
     assert hours[1] == pytest.approx(3 * hours[0], rel=1e-6)
+
+
+def test_seconds_interval_adds_the_throughput_spread_in_quadrature():
+    from statistics import NormalDist
+
+    from tracker_plugin.core.throughput import Throughput
+
+    history = _history(_log(steady()))
+    spread, level = 0.1, 0.8
+    rate = Throughput("clock", STEP_SECONDS / BATCH, STEP_SECONDS, spread)
+    last = history.last_tokens
+    tokens, interval = last + 2e6, (last + 1e6, last + 5e6)
+    when = time_target(history, rate, tokens=tokens, tokens_interval=interval, reached=False, level=level, deadline=None)
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    left = 2e6 * STEP_SECONDS / BATCH
+    # Known answer: each end's log distance from the point, with z x spread added in quadrature.
+    low, high = when.seconds_left_interval
+    assert math.log(left / low) == pytest.approx(math.hypot(math.log(2.0), z * spread), rel=1e-9)
+    assert math.log(high / left) == pytest.approx(math.hypot(math.log(2.5), z * spread), rel=1e-9)

@@ -12,8 +12,9 @@ trains a one-parameter module whose loss is a known function of the optimizer st
 What writes what:
 
 - ``hf``: the ``transformers`` ``Trainer`` with ``report_to=["mlflow"]`` and, in a second
-  run with ``include_num_input_tokens_seen``, ``report_to=["wandb"]``; the checkpoint's
-  ``trainer_state.json``.
+  run with ``include_num_input_tokens_seen``, ``report_to=["wandb"]``; each checkpoint's
+  ``trainer_state.json`` (the second's, whose entries carry ``train_runtime``, in
+  ``hf/tokens-seen/``).
 - ``lightning``: a ``lightning`` ``Trainer`` with ``MLFlowLogger``, ``WandbLogger`` and
   ``CSVLogger`` at once, and ``LearningRateMonitor``; CSVLogger's ``metrics.csv``.
 - ``nanogpt``, ``torchtitan``, ``litgpt``: these trainers need GPUs and their own data, so
@@ -122,9 +123,12 @@ def _hf(out: Path, tracker: str) -> None:
         disable_tqdm=True,
     )
     Trainer(model=Curve(), args=args, train_dataset=Data()).train()
+    state = out / "_hf" / name / f"checkpoint-{STEPS}" / "trainer_state.json"
     if tracker == "mlflow":
-        state = out / "_hf" / name / f"checkpoint-{STEPS}" / "trainer_state.json"
         shutil.copy(state, out / "hf" / "trainer_state.json")
+    else:
+        (out / "hf" / "tokens-seen").mkdir(parents=True, exist_ok=True)
+        shutil.copy(state, out / "hf" / "tokens-seen" / "trainer_state.json")
 
 
 def _lightning(out: Path) -> None:

@@ -27,7 +27,7 @@ from tracker_plugin.core.forecast import (
 )
 from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
 from tracker_plugin.core.models.prefixes import fit_prefixes
-from tracker_plugin.core.models.schedule_law import SmoothedLaw, smooth_all
+from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
@@ -52,10 +52,11 @@ Fitter = Callable[[int, int, Model | None], Model | FitFailure]
 MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
-# law's limit is the original script's; a schedule-aware law needs two more rows than its
-# four free parameters (three linear, one nonlinear at least).
+# law's limit is the original script's; a schedule-aware law needs two more rows than the
+# parameters its window identifies (three when it has seen no lr decay; the law itself
+# asks for one more when it has).
 MIN_FIT_ROWS = 10
-MIN_LAW_ROWS = 6
+MIN_LAW_ROWS = MIN_POINTS_NO_DECAY
 # Without an lr history the warmup is taken to be this share of the logged tokens.
 NO_LR_WARMUP_SHARE = 0.1
 

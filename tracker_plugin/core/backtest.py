@@ -8,6 +8,10 @@ The protocol, for each finished run, each fit fraction ``f`` and each target qua
 4. cut the run at ``f`` of its final tokens and forecast the target from the cut;
 5. score ``ln(predicted / true tokens)``: 0 is perfect, 0.1 is 10% off.
 
+A run with a clock is scored in seconds too: the truth is the full run's clock at the
+crossing, the forecast the cut's ``seconds`` and ``seconds_interval`` (both counted from the
+run's first row), so the time figures show what the throughput adds to the token error.
+
 The lr plan a forecast may use (``plan``): ``log`` hands it the finished run's logged lr, as
 a user hands a planned schedule (``lr_schedule``); ``infer`` gives it only the cut, so
 it infers what it can from the lr logged so far.
@@ -29,6 +33,7 @@ from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing
 from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
+from tracker_plugin.core.throughput import time_target
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
@@ -61,6 +66,10 @@ class BacktestCase:
     error_scale: float | None = None  # the selection's (see forecast.Selection)
     error_count: int = 0
     plan_end_tokens: float | None = None  # where the plan ends, in tokens (None: no end)
+    # On the run's clock (runs with one): the full run's seconds at the crossing, the forecast's.
+    true_seconds: float | None = None
+    seconds: float | None = None
+    seconds_interval: tuple[float, float] | None = None
 
     @property
     def reached_in_run(self) -> bool:
@@ -99,6 +108,22 @@ class BacktestCase:
         low, high = self.interval
         return low <= self.true_tokens <= high
 
+    @property
+    def seconds_error(self) -> float | None:
+        """``ln(predicted / true seconds)``; None without a clock or a forecast in seconds."""
+        if not self.forecast or self.seconds is None or self.true_seconds is None:
+            return None
+        if not (self.seconds > 0 and 0 < self.true_seconds < math.inf):
+            return None
+        return math.log(self.seconds / self.true_seconds)
+
+    @property
+    def seconds_covered(self) -> bool | None:
+        if self.seconds_interval is None or self.true_seconds is None or not self.forecast:
+            return None
+        low, high = self.seconds_interval
+        return low <= self.true_seconds <= high
+
 
 @dataclass(frozen=True)
 class BacktestSummary:
@@ -115,6 +140,10 @@ class BacktestSummary:
     coverage: float | None  # share of intervals holding the truth
     intervals: int
     median_width: float | None  # median high / low of the intervals
+    # The same in seconds, over the cases of runs with a clock (None: no such case).
+    median_abs_seconds: float | None = None
+    seconds_coverage: float | None = None
+    seconds_intervals: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,16 +203,27 @@ def backtest_run(
         truth = _crossing(history, smoothed, target)
         assert truth is not None  # the smoothed loss takes this value at q of the tokens
         targets.append((q, target, truth[1]))
+    clock = [_true_seconds(history, truth, config.interval) for _, _, truth in targets]
     if beyond and targets:
         end = float(smoothed[-1])
         targets.append((1.0, end - max(targets[-1][1] - end, 1e-3 * abs(end)), math.inf))
+        clock.append(None)
     schedule = logged_plan(history) if plan == "log" else None
     cases = []
     for f in fit_fractions:
         rows = int(np.searchsorted(history.tokens, f * final, side="right"))
         for model in models:
-            cases += _cut(history, rows, f, model, targets, config, schedule)
+            cut = _cut(history, rows, f, model, targets, config, schedule)
+            cases += [replace(c, true_seconds=seconds) for c, seconds in zip(cut, clock)]
     return cases
+
+
+def _true_seconds(history: History, tokens: float, level: float) -> float | None:
+    """The run's clock where it reached ``tokens``, as the analysis reads a reached target."""
+    if history.time is None:
+        return None
+    return time_target(history, None, tokens=tokens, tokens_interval=None, reached=True, level=level,
+                       deadline=None).seconds
 
 
 def _cut(
@@ -216,7 +256,7 @@ def _cut(
     plan_end = None
     if isinstance(analysis.fit, LawFit) and analysis.fit.timeline.plan_end is not None:
         plan_end = float(analysis.fit.timeline.tokens_at(analysis.fit.timeline.plan_end))
-    return [
+    cases = [
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
             score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
@@ -225,6 +265,8 @@ def _cut(
         )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
+    timing = analysis.timing.targets if history.time is not None and analysis.timing is not None else ()
+    return [replace(c, seconds=t.seconds, seconds_interval=t.seconds_interval) for c, t in zip(cases, timing)] or cases
 
 
 def _scored(
@@ -248,6 +290,8 @@ def summarize(cases: Sequence[BacktestCase]) -> list[BacktestSummary]:
 def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> BacktestSummary:
     errors = np.array([c.error for c in group if c.error is not None])
     covered = [c.covered for c in group if c.covered is not None]
+    seconds = np.array([c.seconds_error for c in group if c.seconds_error is not None])
+    seconds_covered = [c.seconds_covered for c in group if c.seconds_covered is not None]
     widths = [
         c.interval[1] / c.interval[0]
         for c in group
@@ -269,4 +313,7 @@ def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> Backte
         coverage=float(np.mean(covered)) if covered else None,
         intervals=len(covered),
         median_width=float(np.median(widths)) if widths else None,
+        median_abs_seconds=stat(np.abs(seconds), np.median),
+        seconds_coverage=float(np.mean(seconds_covered)) if seconds_covered else None,
+        seconds_intervals=len(seconds_covered),
     )

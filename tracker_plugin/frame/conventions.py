@@ -71,10 +71,16 @@ class Convention:
     world: tuple[str, ...] = ()
     seq_len: tuple[str, ...] = ()
     planned_steps: tuple[str, ...] = ()
+    # The trainer's own clock, tried after the common time names (Columns.time).
+    time: tuple[str, ...] = ()
     # The config's accumulation already counts every device (nanoGPT's global value).
     accumulation_is_global: bool = False
 
 
+# transformers trainer.py: Trainer.log adds speed_metrics("train", start_time, ...) to every
+# training log entry when include_num_input_tokens_seen is on, so each carries
+# train_runtime, seconds since this train() call began (a resumed run starts it again);
+# _finalize_training logs it once more at the end. Without that setting only the end has it.
 _HF = Convention(
     name="Hugging Face Trainer",
     markers=(("train/global_step",), ("loss", "learning_rate", "epoch"), ("loss", "grad_norm", "epoch")),
@@ -88,6 +94,7 @@ _HF = Convention(
     world=("world_size",),
     seq_len=("max_seq_length", "max_length", "block_size", "sequence_len", "seq_len"),
     planned_steps=("max_steps",),
+    time=("train_runtime",),
 )
 _LITGPT = Convention(
     name="litgpt",
@@ -371,7 +378,8 @@ def read_as(
             tokens=(tokens_key,) if tokens_key else (),
             batch=(batch_key,) if batch_key else (),
             lr=(lr,) if lr else (),
-            time=columns.time,  # the clock is found by its own names (frame/time.py)
+            # The clock is found by its own names (frame/time.py), then by the trainer's.
+            time=pinned("time") or (*default.time, *(convention.time if convention else ())),
         ),
         batch_size=batch_size_out,
         batch_source=batch_source,

@@ -309,7 +309,7 @@ _MAX_STEP = 1e15
 # A read keeping less than this share of the logged rows says why in one line; with fewer
 # than _MIN_ROWS left it fails: no fit or crossing worth the name rests on so few rows.
 _KEEP_SHARE = 0.9
-_MIN_ROWS = 6  # the fewest rows any law is fitted on (MIN_LAW_ROWS in core)
+_MIN_ROWS = 5  # the fewest rows any law is fitted on (MIN_LAW_ROWS in core)
 
 
 def _no_duplicate_columns(data: pd.DataFrame, columns: Columns, run: str) -> None:

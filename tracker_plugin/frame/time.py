@@ -48,6 +48,8 @@ def read_clock(logged: np.ndarray | None, step: np.ndarray, keep: np.ndarray, co
     known = np.isfinite(logged)
     if not known.any():
         return Clock(None)
+    if known.sum() < 2:  # one time (a trainer's end-of-run runtime) is no rate
+        return Clock(None, notes=(f"'{column}' is logged on one row only: no clock read from it",))
     values, absolute, notes = _in_seconds(logged[known], column)
     values, stitched = _forward(values, step[known], absolute, column, run)
     notes += stitched

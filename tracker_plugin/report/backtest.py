@@ -44,6 +44,9 @@ def _summary_json(x: BacktestSummary) -> dict[str, Any]:
         "interval_coverage": json_value(x.coverage),
         "intervals": x.intervals,
         "median_interval_width": json_value(x.median_width),
+        "median_abs_log_error_seconds": json_value(x.median_abs_seconds),
+        "seconds_interval_coverage": json_value(x.seconds_coverage),
+        "seconds_intervals": x.seconds_intervals,
     }
 
 
@@ -61,6 +64,11 @@ def _case_json(c: BacktestCase) -> dict[str, Any]:
         "tokens_interval": json_value(c.interval),
         "log_error": json_value(c.error),
         "covered": c.covered,
+        "true_seconds": json_value(c.true_seconds),
+        "seconds": json_value(c.seconds),
+        "seconds_interval": json_value(c.seconds_interval),
+        "log_error_seconds": json_value(c.seconds_error),
+        "seconds_covered": c.seconds_covered,
         "p_reach_within_plan": json_value(c.p_reach),
         "plan_source": c.plan_source,
         "note": c.note,
@@ -84,9 +92,14 @@ def backtest_text(backtest: Backtest, wording: Wording = as_written) -> str:
     sources = _plan_sources(backtest.cases)
     if sources:
         lines.append("the plans the forecasts used (per cut): " + ", ".join(f"{n} {name}" for name, n in sources))
-    header = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
-              f"{backtest.config.interval:.0%} coverage", "width (hi/lo)")
-    lines += text_table(header, [_summary_cells(x) for x in backtest.summaries])
+    header: tuple[str, ...] = ("model", "cut", "target", "cases", "no forecast", "median |ln|", "p90 |ln|", "bias",
+                               f"{backtest.config.interval:.0%} coverage", "width (hi/lo)")
+    # Runs with a clock are scored in seconds too, beside the token figures.
+    clocked = any(c.true_seconds is not None for c in backtest.cases)
+    if clocked:
+        lines.append("seconds: ln(predicted / true seconds on the run's clock), over the runs with a clock")
+        header += ("median |ln| sec", f"{backtest.config.interval:.0%} coverage sec")
+    lines += text_table(header, [_summary_cells(x, clocked) for x in backtest.summaries])
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in backtest.skipped]
     return "\n".join(lines)
 
@@ -100,8 +113,8 @@ def _plan_sources(cases: tuple[BacktestCase, ...]) -> list[tuple[str, int]]:
     return sorted(counts.items())
 
 
-def _summary_cells(x: BacktestSummary) -> tuple[str, ...]:
-    return (
+def _summary_cells(x: BacktestSummary, clocked: bool = False) -> tuple[str, ...]:
+    cells = (
         x.model,
         f"{x.fit_fraction:g}",
         f"{x.target_quantile:g}",
@@ -113,6 +126,10 @@ def _summary_cells(x: BacktestSummary) -> tuple[str, ...]:
         "-" if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
         _fmt(x.median_width, digits=2),
     )
+    if not clocked:
+        return cells
+    coverage = "-" if x.seconds_coverage is None else f"{x.seconds_coverage:.0%} of {x.seconds_intervals}"
+    return (*cells, _fmt(x.median_abs_seconds), coverage)
 
 
 def _fmt(value: float | None, *, signed: bool = False, digits: int = 3) -> str:

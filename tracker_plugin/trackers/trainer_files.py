@@ -6,9 +6,13 @@ Both are read as their trainer logs them (:mod:`tracker_plugin.frame.conventions
   ``on_log`` call, with ``step`` the global (optimizer) step; its top-level fields
   (``max_steps``, ``global_step``, ``train_batch_size``, ``logging_steps``) are the config.
   Gradient accumulation is not recorded there, so tokens per step need ``batch_size``
-  unless the run logged ``num_input_tokens_seen``.
+  unless the run logged ``num_input_tokens_seen``. The clock is ``train_runtime``, which
+  the Trainer adds to every entry only with ``include_num_input_tokens_seen`` (otherwise
+  once, at the end: no clock, and the analysis says there is no time in the log).
 - Lightning ``CSVLogger``'s ``metrics.csv``: a row per ``log_metrics`` call, ``step`` the
   global step; ``hparams.yaml`` beside it is the config (read when PyYAML is installed).
+  Its rows hold no time of their own; a time the user logs (``self.log("time", ...)``) is
+  found by the common time names.
 """
 
 from __future__ import annotations

@@ -63,8 +63,13 @@ __all__ = [
 ]
 
 # Fewer binned points than this and a law (three linear and at least one nonlinear
-# parameter) is not fitted.
+# parameter) is not fitted: two points beyond the four parameters are left for the noise
+# the interval resamples.
 MIN_POINTS = 6
+# A window that has seen no lr decay identifies only L0, A and the exponent (the gain's
+# column is zero there, and a decay's shape acts on nothing): one parameter fewer, one
+# point fewer, the same two left for the noise.
+MIN_POINTS_NO_DECAY = MIN_POINTS - 1
 # Long logs are averaged in at most this many bins of consecutive rows ...
 MAX_BINS = 192
 # ... none spanning more than this ratio of steps, so the steep early curve keeps its shape.
@@ -448,10 +453,10 @@ def fit_law(
 
     Returns a :class:`FitFailure` with the reason when the window cannot carry a fit.
     """
-    failure = _degenerate(law.name, obs)
+    cells = timeline.drops()
+    failure = _degenerate(law.name, obs, seen_decay=len(cells.before(float(obs.clock[-1]))) > 0)
     if failure is not None:
         return failure
-    cells = timeline.drops()
     if not len(cells):
         prior = None  # no decay logged or planned: the gain has nothing to act on
     area_ref = float(obs.area[-1])
@@ -469,9 +474,11 @@ def _level(obs: Observations) -> float:
     return float(np.average(obs.loss[-tail:], weights=obs.weight[-tail:]))
 
 
-def _degenerate(name: str, obs: Observations) -> FitFailure | None:
-    if len(obs) < MIN_POINTS:
-        return FitFailure(name, f"needs at least {MIN_POINTS} points in the fit window, has {len(obs)}")
+def _degenerate(name: str, obs: Observations, *, seen_decay: bool) -> FitFailure | None:
+    needed = MIN_POINTS if seen_decay else MIN_POINTS_NO_DECAY
+    if len(obs) < needed:
+        why = " (it shows an lr decay, whose gain is one more parameter)" if seen_decay and len(obs) >= MIN_POINTS_NO_DECAY else ""
+        return FitFailure(name, f"needs at least {needed} points in the fit window{why}, has {len(obs)}")
     if not (np.isfinite(obs.loss).all() and np.isfinite(obs.area).all()):
         return FitFailure(name, "the fit window holds values that are not finite")
     if obs.area[0] <= 0 or obs.area[-1] <= obs.area[0]:
