@@ -353,14 +353,17 @@ def read_as(
         batch_key = BATCH_FROM_TOKENS
         described["tokens"] = described.get("tokens", f"{tokens_key} (logged)")
     if batch_key is None:
-        batch_size_out, batch_source, how = _composed(convention, config, batch_size, batch_params, seq_len, world)
+        composed = _composed(convention, config, batch_size, batch_params, seq_len, world, world_from == "world_size")
+        batch_size_out, batch_source = composed.tokens, composed.source
         if batch_size_out is None:
             on_steps, batch_size_out, batch_source = True, 1.0, "no tokens: one per step"
             described["tokens"] = "none (on steps)"
-            notes.append(f"no tokens logged and none can be composed ({how}): working on steps; pass seq_len "
-                         "(and world_size) or batch_size for tokens")
+            notes.append(f"no tokens logged and none can be composed ({composed.how}): working on steps; "
+                         f"{composed.remedy}")
         else:
-            described["tokens"] = how
+            described["tokens"] = composed.how
+            if composed.assumed:
+                notes.append(composed.assumed)
     planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
     return Reading(
         framework=convention.name if convention else "generic",
@@ -559,6 +562,20 @@ def _tokens(
     return _first(default.tokens, logged), batch, None, ""
 
 
+@dataclass(frozen=True)
+class _Composed:
+    """Tokens per step as composed (None: none can be), how, and what it rests on.
+
+    ``remedy``: the settings that would give tokens, for the on-steps note. ``assumed``: a
+    note when the tokens rest on a gradient accumulation the config does not record."""
+
+    tokens: float | None
+    source: str | None
+    how: str
+    remedy: str = "pass seq_len (and world_size) or batch_size for tokens, or name the tokens column with columns.tokens"
+    assumed: str | None = None
+
+
 def _composed(
     convention: Convention | None,
     config: Mapping[str, Any],
@@ -566,28 +583,50 @@ def _composed(
     batch_params: Sequence[str],
     seq_len: float | None,
     world: float | None,
-) -> tuple[float | None, str | None, str]:
-    """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts."""
+    world_given: bool,
+) -> _Composed:
+    """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts.
+
+    A config that gives the batch in sequences but not the gradient accumulation (HF's
+    ``trainer_state.json``, Lightning's hparams: ``accumulate_grad_batches`` is a Trainer
+    argument) composes tokens only when the user gave ``seq_len`` or ``world_size``, and
+    then says what it assumes: a guess of one micro-batch per step would be off by the
+    accumulation, silently."""
     if batch_size is not None:
-        return float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)"
+        return _Composed(float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)")
     explicit = _batch_param(config, batch_params)
     if explicit is not None:
         value, name = explicit
-        return value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')"
+        return _Composed(value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')")
     if convention is None:
-        return None, None, "no batch key or param"
+        remedy = "pass batch_size (tokens per step) or name the tokens column with columns.tokens"
+        return _Composed(None, None, "no batch key or param", remedy)
     seq_found = _param(config, convention.seq_len, with_name=True)
     seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
         (_number(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
     )
-    seqs, parts = _sequences(convention, config, world)
+    seqs, parts, accumulated = _sequences(convention, config, world)
     if seqs is None:
-        return None, None, "no batch size in the config"
-    if seq is None or seq <= 0:
-        return None, None, f"{parts} sequences per step, but no sequence length"
+        return _Composed(None, None, "no batch size in the config")
+    unaccumulated = not accumulated and seq_len is None and not world_given
+    remedy = _Composed.remedy if not unaccumulated else (
+        "pass batch_size (tokens per step), or seq_len to compose them assuming no accumulation, "
+        "or name the tokens column with columns.tokens"
+    )
+    no_seq = seq is None or seq <= 0
+    if unaccumulated:
+        device = parts.split(" x ")[0]  # "'train_batch_size' 4": the per-device part alone is known
+        missing = "no gradient accumulation" + (" and no sequence length" if no_seq else "")
+        return _Composed(None, None, f"{device} sequences per device, but {missing} in the config", remedy)
+    if seq is None or no_seq:
+        return _Composed(None, None, f"{parts} sequences per step, but no sequence length", remedy)
     tokens = seqs * seq
     how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
-    return tokens, "params", how
+    assumed = None if accumulated else (
+        f"tokens per step ({tokens:,.0f}) assume no gradient accumulation: the config records none "
+        "(pass batch_size with the tokens per step if the run accumulated)"
+    )
+    return _Composed(tokens, "params", how, assumed=assumed)
 
 
 def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
@@ -616,23 +655,30 @@ def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: fl
     return _number(_param(config, convention.seq_len)) if convention else None
 
 
-def _sequences(convention: Convention, config: Mapping[str, Any], world: float | None) -> tuple[float | None, str]:
-    """Sequences per optimizer step: a global count, else per-device x accumulation x world."""
+def _sequences(
+    convention: Convention, config: Mapping[str, Any], world: float | None
+) -> tuple[float | None, str, bool]:
+    """Sequences per optimizer step: a global count, else per-device x accumulation x world;
+    how; and whether the accumulation is known (a global count includes it)."""
     found = _param(config, convention.seqs_per_step, with_name=True)
     if found is not None and (_number(found[0]) or 0) > 0:
-        return _number(found[0]), f"'{found[1]}' {found[0]}"
+        return _number(found[0]), f"'{found[1]}' {found[0]}", True
     device = _param(config, convention.device_batch, with_name=True)
     if device is None or not _number(device[0]):
-        return None, ""
+        return None, "", False
     found_accum = _number(_param(config, convention.accumulation))
     accum = found_accum or 1.0
     accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
     per_device = _number(device[0]) or 0.0
+    # A trainer with no accumulation setting of its own counts it in a global batch (torchtitan,
+    # Megatron): without one, its default is one micro-batch per step.
+    known = found_accum is not None or not convention.accumulation
     if convention.accumulation_is_global:
-        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}"
+        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known
     size = world or 1.0
     word = f"{size:g}" if world is not None else "1 (assumed; world_size)"
-    return per_device * accum * size, f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
+    parts = f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
+    return per_device * accum * size, parts, known
 
 
 def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool = False) -> Any:
@@ -648,11 +694,13 @@ def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool =
 
 
 def _planned_steps(value: Any) -> float | None:
-    """A planned length in optimizer steps: a number, or Composer's batches ("4800ba").
-    Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+    """A planned length in optimizer steps: a positive number, or Composer's batches
+    ("4800ba"). Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
     if isinstance(value, str) and value.strip().endswith("ba"):
-        return _number(value.strip()[:-2])
-    return _number(value)
+        value = value.strip()[:-2]
+    number = _number(value)
+    # HF's max_steps is -1 when the run is planned in epochs (num_train_epochs): no step count.
+    return number if number is not None and number > 0 else None
 
 
 def _number(value: Any) -> float | None:
