@@ -15,8 +15,8 @@ import pytest
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
-from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.frame.history import Columns
+from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.report.render import to_json, to_text
 from tracker_plugin.trackers import ReadOptions
 from tracker_plugin.trackers.csvfile import CsvSource
@@ -68,6 +68,7 @@ def test_the_json_on_steps_holds_no_steps_in_its_token_fields():
     analysis = _analysis(targets=(3.5, 3.1), rows=25, stability_sweep=True, sweep_min_window=100, sweep_step=50)
     doc = to_json(analysis)
     assert doc["axis"] == "steps" and doc["ema_token_window"] is None and doc["ema_steps"] == EMA_STEPS
+    assert doc["clock"] == "steps"  # the token clock, on a run whose tokens are its steps
     assert doc["observed"] == {"step": 250.0, "tokens": None, "seconds": None}
     (stage,) = doc["batch"]["stages"]
     assert stage["first_tokens"] is None and stage["last_tokens"] is None and stage["batch"] is None

@@ -65,7 +65,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "notes": list(analysis.notes),
         "model_selection": _selection_json(analysis),
         "lr_plan": _plan_json(analysis),
-        "clock": None if config.model == "power-law" else config.clock,
+        "clock": None if config.model == "power-law" else _clock(analysis),
         "interval_level": None if config.model == "power-law" else config.interval,
         # How each column was found (the trainer's conventions), and the clock.
         "read_as": {**dict(analysis.history.read_as), "time": analysis.history.time_source},
@@ -238,7 +238,12 @@ def _model_line(analysis: Analysis) -> str:
     if analysis.config.model == "auto":
         scores = ", ".join(f"{name} {score:.3f}" if score is not None else f"{name} -" for name, score in selection.scores)
         line += f" ({selection.method}" + (f"; |ln| {scores})" if len(selection.scores) > 1 else ")")
-    return line + f" | clock: {analysis.config.clock}"
+    return line + f" | clock: {_clock(analysis)}"
+
+
+def _clock(analysis: Analysis) -> str:
+    """The law's clock: on the step axis the token clock counts steps."""
+    return "steps" if analysis.on_steps else analysis.config.clock
 
 
 def _stage_table(analysis: Analysis) -> list[str]:
