@@ -158,3 +158,24 @@ def test_an_hf_run_planned_in_epochs_has_no_planned_step_count():
     assert dict(history.read_as)["framework"] == "Hugging Face Trainer" and history.last_step == 119
     assert reading.planned_steps is None
     assert not any("planned" in note for note in history.notes)
+
+
+def test_a_short_step_at_each_epoch_end_is_no_batch_stage():
+    """HF with a partial last accumulation each epoch (25 steps an epoch, the 25th of 2
+    micro-batches instead of 3), logging tokens every 5 steps: one batch of 384 tokens,
+    not a dynamic batch of 5 stages; the tokens are the logged ones, exactly."""
+    steps = np.arange(5, 101, 5)
+    per_step = np.where(np.arange(1, 101) % 25 == 0, 256, 384)
+    seen = np.cumsum(per_step)[steps - 1]
+    train = pd.DataFrame({"loss": curve(steps), "learning_rate": 1e-3, "epoch": steps / 25, "grad_norm": 1.0,
+                          "num_input_tokens_seen": seen, "step": steps})
+    # trainer_state.json's log_history: eval rows carry the count again at their step.
+    evals = pd.DataFrame({"eval_loss": curve(steps[3::4]) + 0.1, "num_input_tokens_seen": seen[3::4],
+                          "step": steps[3::4]})
+    frame = pd.concat([train, evals]).sort_values("step", kind="stable").reset_index(drop=True)
+    reading = read_as(set(frame.columns), {}, native_step="step")
+    history = finish_reading(build_read_history(frame, reading, run="hf", logged=frame.columns), reading)
+    np.testing.assert_array_equal(history.tokens, seen)
+    np.testing.assert_allclose(history.batch, 384)
+    analysis = run_analysis(history, AnalysisConfig(targets=(3.5,), ema_token_window=20 * 384.0))
+    assert not analysis.dynamic_batch and analysis.targets[0].note is None

@@ -5,8 +5,8 @@ run trains a module whose training loss is a known function of the optimizer ste
 (:func:`curve`), so the step axis, the tokens and the crossing all have answers computed
 here without the plugin. Then ``tracker-plugin analyze SOURCE --target X --json`` reads
 each run with no reading flags (only where the run is: ``--tracking-uri``), and a table
-says, per trainer x tracker x config, whether the step and tokens are right and how far
-the crossing is from the independent one.
+says, per trainer x tracker x config, whether the step, tokens, loss and lr keys and the
+batch (one stage) are right and how far the crossing is from the independent one.
 
 Make the throwaway venv (or reuse one) and run it from the worktree::
 
@@ -285,7 +285,7 @@ _SHORT = {"Hugging Face Trainer": "HF", "PyTorch Lightning": "Lightning"}
 def _row(truth: dict, tracker: str, doc: dict, target: float) -> list[str]:
     name = f"{_SHORT[truth['trainer']]} -> {tracker}"
     if "error" in doc:
-        return [name, truth["config"], "ERROR", "-", "-", "-", "-", doc["error"][:80]]
+        return [name, truth["config"], "ERROR", "-", "-", "-", "-", "-", doc["error"][:80]]
     last = truth["logged_steps"][-1]
     step_ok = doc["observed"]["step"] == last
     observed_tokens = doc["observed"]["tokens"]
@@ -307,9 +307,11 @@ def _row(truth: dict, tracker: str, doc: dict, target: float) -> list[str]:
     expected = _expected_crossing(truth, target, window_steps)
     crossing = "-" if result["step"] is None else f"{100 * abs(result['step'] - expected) / expected:.2f}%"
     notes = [n for n in doc["notes"] if "tokens" in n or "step" in n][:1]
+    # One batch each run: a short step at an epoch's end is no batch stage.
+    stages = len(doc["batch"]["stages"])
     return [name, truth["config"], "ok" if step_ok else f"WRONG ({doc['observed']['step']:g} vs {last})", tokens,
             "ok" if loss_ok else f"WRONG {doc['loss_key']}", "ok" if lr_ok else f"WRONG {doc['read_as'].get('lr')}",
-            crossing, (notes[0][:90] if notes else read_tokens[:90])]
+            "ok" if stages == 1 else f"WRONG ({stages})", crossing, (notes[0][:90] if notes else read_tokens[:90])]
 
 
 def main() -> None:
@@ -327,7 +329,8 @@ def main() -> None:
             print(f"writing {name}", file=sys.stderr, flush=True)
             subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work), check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        header = ["trainer -> tracker", "config", "step", "tokens", "loss", "lr", "crossing err", "note / tokens read as"]
+        header = ["trainer -> tracker", "config", "step", "tokens", "loss", "lr", "stages", "crossing err",
+              "note / tokens read as"]
         rows = [header]
         for name in _SETUPS:
             truth = json.loads((work / f"{name}.truth.json").read_text())

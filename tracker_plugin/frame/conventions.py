@@ -726,8 +726,36 @@ def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
             rate = np.diff(t[rows]) / gap
         # A row that repeats the count (a trainer's end-of-run log) says nothing of the batch.
         rate = np.where((gap > 0) & (rate > 0), rate, np.nan)
+        rate = _without_blips(rate)
         out[rows[1:]] = rate
         out[rows[0]] = next((r for r in rate if np.isfinite(r)), np.nan)
     elif len(rows) == 1 and s[rows[0]] > 0:
         out[rows[0]] = t[rows[0]] / s[rows[0]]
     return out
+
+
+def _without_blips(rate: np.ndarray) -> np.ndarray:
+    """``rate`` with each lone interval whose two neighbours agree given their rate.
+
+    An epoch that does not divide by the accumulation ends on a short step (HF, Lightning
+    step the optimizer on the epoch's last micro-batches), so one logging interval an epoch
+    averages fewer tokens per step. That is no batch stage: a batch schedule never returns
+    to its size after one interval. The tokens stay the logged ones; only the batch (the
+    EMA's span per step, the stages) is read across the dip. The last interval has no
+    neighbour after it: a dip there below two agreeing intervals is the same short step (a
+    run ending with its epoch), where a batch schedule would only grow. Intervals that say
+    nothing (NaN: an eval row logging the count again at its step) are passed over."""
+    out = rate.copy()
+    known = np.flatnonzero(np.isfinite(rate))
+    if len(known) < 3:
+        return out
+    seen = rate[known]
+    fixed = seen.copy()
+    before, here, after = seen[:-2], seen[1:-1], seen[2:]
+    lone = np.isclose(before, after, rtol=1e-9) & ~np.isclose(here, before, rtol=1e-9)
+    fixed[1:-1][lone] = before[lone]
+    if np.isclose(fixed[-3], fixed[-2], rtol=1e-9) and seen[-1] < fixed[-2]:
+        fixed[-1] = fixed[-2]
+    out[known] = fixed
+    return out
+
