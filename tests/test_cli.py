@@ -153,11 +153,18 @@ def test_error_decreasing_tokens(capsys, tmp_path):
     assert "column 'tokens'" in line and "decreases" in line and "step 2" in line
 
 
-def test_error_unknown_batch(capsys, tmp_path):
+def test_a_csv_with_no_batch_or_tokens_is_analysed_on_steps(capsys, tmp_path):
+    """No tokens to be had: steps, a read-as line, and one note naming the flags that give tokens."""
     path = tmp_path / "nobatch.csv"
-    path.write_text("step,train_loss\n0,5\n1,4\n")
-    line = _one_line_error(capsys, "analyze", path, "-t", "3")
-    assert str(path) in line and "column 'global_batch'" in line and "--batch-size" in line
+    steps = range(0, 400, 10)
+    path.write_text("step,train_loss\n" + "".join(f"{s},{2 + 6 * (s / 20 + 1) ** -0.6}\n" for s in steps))
+    code, out, err = run_cli(capsys, "analyze", path, "-t", "3.5", "--ema-steps", "20")
+    assert code == 0 and err == ""
+    assert "read as: generic (step: step, loss: train_loss" in out and "tokens: none (on steps)" in out
+    (note,) = [line for line in out.splitlines() if "working on steps" in line]
+    assert "--batch-size" in note and "--tokens-col" in note
+    reached = next(line for line in out.splitlines() if line.startswith("target=3.5"))
+    assert "REACHED" in reached and "tokens=" not in reached
 
 
 def test_error_target_not_a_number(capsys, olmo):

@@ -82,7 +82,7 @@ def test_overlay_plot(capsys, arms, tmp_path):
 
 
 def test_a_run_that_fails_is_listed_and_sets_exit_code_1(capsys, arms):
-    (arms / "broken.csv").write_text("step,train_loss\n0,5\n1,4\n")  # no batch
+    (arms / "broken.csv").write_text("step,train_loss,global_batch\n0,5,8\n1,four,8\n")  # a loss that is no number
     code, out, err = _compare(capsys, arms, "-t", "4.2")
     assert code == 1
     broken = next(line for line in out.splitlines() if line.startswith("broken"))

@@ -103,8 +103,10 @@ def test_batch_from_its_column_then_the_option_then_the_name(tmp_path):
     assert tp.load_csv(named, batch_size=64).batch[0] == 64
     with_col = _write(tmp_path, "col_1Mbs.csv", "step,train_loss,global_batch\n0,5,32\n1,4,32\n")
     assert tp.load_csv(with_col, batch_size=64).batch[0] == 32
-    with pytest.raises(tp.DataError, match="no batch size given"):
-        tp.load_csv(plain)
+    # No batch anywhere: the CSV is read on steps (one per step), and says so.
+    on_steps = tp.load_csv(plain)
+    assert on_steps.on_steps and on_steps.batch_source == "none: the analysis is on steps"
+    np.testing.assert_array_equal(on_steps.batch, 1.0)
 
 
 @pytest.mark.parametrize(

@@ -412,7 +412,9 @@ def test_error_missing_batch(local, capsys):
     # No tokens to be had: the analysis works on steps and says which flags give tokens.
     code, out, _ = local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "3")
     assert code == 0
-    assert "working on steps; pass --seq-len (and --world-size) or --batch-size for tokens" in out
+    # No trainer detected: only tokens per step or a tokens column would give tokens.
+    assert "working on steps; pass --batch-size (tokens per step) or name the tokens column with --tokens-col" in out
+    assert "tokens=" not in out
 
 
 def test_error_unknown_experiment_and_bad_filter(tracking, capsys):

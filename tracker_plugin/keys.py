@@ -22,6 +22,8 @@ The keys, for a target of 3.3::
     loss_eta/target_3p30/eta_unix          Unix time of the crossing (when the clock is Unix time)
     loss_eta/target_3p30/p_by_deadline     P(reached by the deadline), when one is given
     loss_eta/last_step, loss_eta/last_tokens   how far the analysed history went
+
+On the step axis (a run with no tokens to be had) every token key is None: never steps.
     loss_eta/settings_hash, loss_eta/settings, loss_eta/loss_key, loss_eta/version
     loss_eta/progress                          the source's fingerprint of the analysed history
     loss_eta/report_sha256                     the digest of loss_eta/loss_eta.json

@@ -212,6 +212,17 @@ class Analysis:
     def dynamic_batch(self) -> bool:
         return len(self.stages) > 1
 
+    @property
+    def on_steps(self) -> bool:
+        """No tokens to be had: the analysis ran on steps (a batch of one per step), so its
+        token counts are step counts."""
+        return self.history.on_steps
+
+    def in_tokens(self, value: float | None) -> float | None:
+        """A count on the analysis's axis as tokens: None on the step axis, where it counts
+        steps (what reports, keys and tables write in a field that says tokens)."""
+        return None if self.on_steps else value
+
 
 def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     """Analyse a validated history; see :func:`tracker_plugin.analyze` for the public entry."""
@@ -223,6 +234,12 @@ def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
 
 def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     if history.on_steps:  # a batch of one "token" per step: the window is in steps
+        if config.throughput is not None:
+            # A rate in tokens per second says nothing of steps when the run has no tokens.
+            raise ConfigError(
+                f"throughput is in tokens per second, but run {history.run} has no tokens (the analysis is on "
+                "steps): give step_time (seconds per step) instead, or the run's tokens per step (batch_size)"
+            )
         config = replace(config, ema_token_window=config.ema_steps)
     notes = list(history.notes)
     config, window_note = _window_within_run(history, config)
@@ -425,9 +442,10 @@ def _window_within_run(history: History, config: AnalysisConfig) -> tuple[Analys
     if config.ema_token_window <= logged:
         return config, None
     shorter = max(_MAX_WINDOW_SHARE * logged, float(np.max(history.batch)))
+    unit, setting = ("steps", "ema_steps") if history.on_steps else ("tokens", "ema_token_window")
     note = (
-        f"the EMA window ({config.ema_token_window:,.0f} tokens) is longer than the run's logged "
-        f"{logged:,.0f} tokens: smoothed over {shorter:,.0f} tokens instead (set ema_token_window)"
+        f"the EMA window ({config.ema_token_window:,.0f} {unit}) is longer than the run's logged "
+        f"{logged:,.0f} {unit}: smoothed over {shorter:,.0f} {unit} instead (set {setting})"
     )
     return replace(config, ema_token_window=shorter), note
 
@@ -453,7 +471,8 @@ def _warmup_end(history: History, first: BatchStage) -> tuple[int, str]:
     if lr is None or not np.isfinite(lr).any():
         cutoff = NO_LR_WARMUP_SHARE * history.last_tokens
         start = int(history.step[np.searchsorted(history.tokens, cutoff)])
-        return start, f"no lr logged: skipping the first {NO_LR_WARMUP_SHARE:.0%} of logged tokens as warmup"
+        unit = "steps" if history.on_steps else "tokens"
+        return start, f"no lr logged: skipping the first {NO_LR_WARMUP_SHARE:.0%} of logged {unit} as warmup"
     peak = np.nanmax(lr)
     return int(history.step[in_stage][np.argmax(lr >= 0.99 * peak)]), "end of lr warmup"
 

@@ -72,6 +72,7 @@ def _row(run: Compared, target: float) -> ComparisonRow:
     if run.analysis is None:
         return ComparisonRow(target, run.name, run.ref, None, None, False, Status.FAILED, None, None, None, None, None, run.error)
     k, result = next((k, t) for k, t in enumerate(run.analysis.targets) if t.target == target)
+    tokens = run.analysis.in_tokens  # a run on steps has no tokens to compare: None, sorted last
     low, high = result.tokens_interval or (None, None)
     timing = run.analysis.timing
     when = None if timing is None else timing.targets[k]
@@ -80,14 +81,14 @@ def _row(run: Compared, target: float) -> ComparisonRow:
         target=target,
         run=run.name,
         ref=run.ref,
-        batch_first=run.analysis.stages[0].batch,
-        batch_last=run.analysis.stages[-1].batch,
+        batch_first=tokens(run.analysis.stages[0].batch),
+        batch_last=tokens(run.analysis.stages[-1].batch),
         dynamic=run.analysis.dynamic_batch,
         status=result.status,
-        tokens=result.tokens,
+        tokens=tokens(result.tokens),
         step=result.step,
-        tokens_low=low,
-        tokens_high=high,
+        tokens_low=tokens(low),
+        tokens_high=tokens(high),
         vs_best=None,
         note=result.note,
         hours_left=left,

@@ -367,6 +367,8 @@ def timing(
     )
     note = None
     if history.time is None and throughput is None:
-        note = "no time in the log: no hours; give step_time (seconds per step) or throughput (tokens per second)"
+        note = "no time in the log: no hours; give step_time (seconds per step)" + (
+            "" if history.on_steps else " or throughput (tokens per second)"  # a run on steps has no tokens
+        )
     start = None if history.time is None or not history.time_absolute else _origin(history)
     return Timing(throughput, _observed_seconds(history, throughput), start, when, targets, note)

@@ -361,14 +361,17 @@ def read_as(
         batch_key = BATCH_FROM_TOKENS
         described["tokens"] = described.get("tokens", f"{tokens_key} (logged)")
     if batch_key is None:
-        batch_size_out, batch_source, how = _composed(convention, config, batch_size, batch_params, seq_len, world)
+        composed = _composed(convention, config, batch_size, batch_params, seq_len, world, world_from == "world_size")
+        batch_size_out, batch_source = composed.tokens, composed.source
         if batch_size_out is None:
             on_steps, batch_size_out, batch_source = True, 1.0, "no tokens: one per step"
             described["tokens"] = "none (on steps)"
-            notes.append(f"no tokens logged and none can be composed ({how}): working on steps; pass seq_len "
-                         "(and world_size) or batch_size for tokens")
+            notes.append(f"no tokens logged and none can be composed ({composed.how}): working on steps; "
+                         f"{composed.remedy}")
         else:
-            described["tokens"] = how
+            described["tokens"] = composed.how
+            if composed.assumed:
+                notes.append(composed.assumed)
     planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
     return Reading(
         framework=convention.name if convention else "generic",
@@ -568,6 +571,20 @@ def _tokens(
     return _first(default.tokens, logged), batch, None, ""
 
 
+@dataclass(frozen=True)
+class _Composed:
+    """Tokens per step as composed (None: none can be), how, and what it rests on.
+
+    ``remedy``: the settings that would give tokens, for the on-steps note. ``assumed``: a
+    note when the tokens rest on a gradient accumulation the config does not record."""
+
+    tokens: float | None
+    source: str | None
+    how: str
+    remedy: str = "pass seq_len (and world_size) or batch_size for tokens, or name the tokens column with columns.tokens"
+    assumed: str | None = None
+
+
 def _composed(
     convention: Convention | None,
     config: Mapping[str, Any],
@@ -575,28 +592,50 @@ def _composed(
     batch_params: Sequence[str],
     seq_len: float | None,
     world: float | None,
-) -> tuple[float | None, str | None, str]:
-    """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts."""
+    world_given: bool,
+) -> _Composed:
+    """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts.
+
+    A config that gives the batch in sequences but not the gradient accumulation (HF's
+    ``trainer_state.json``, Lightning's hparams: ``accumulate_grad_batches`` is a Trainer
+    argument) composes tokens only when the user gave ``seq_len`` or ``world_size``, and
+    then says what it assumes: a guess of one micro-batch per step would be off by the
+    accumulation, silently."""
     if batch_size is not None:
-        return float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)"
+        return _Composed(float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)")
     explicit = _batch_param(config, batch_params)
     if explicit is not None:
         value, name = explicit
-        return value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')"
+        return _Composed(value, f"param '{name}'", f"{value:,.0f} per step (param '{name}')")
     if convention is None:
-        return None, None, "no batch key or param"
+        remedy = "pass batch_size (tokens per step) or name the tokens column with columns.tokens"
+        return _Composed(None, None, "no batch key or param", remedy)
     seq_found = _param(config, convention.seq_len, with_name=True)
     seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
         (_number(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
     )
-    seqs, parts = _sequences(convention, config, world)
+    seqs, parts, accumulated = _sequences(convention, config, world)
     if seqs is None:
-        return None, None, "no batch size in the config"
-    if seq is None or seq <= 0:
-        return None, None, f"{parts} sequences per step, but no sequence length"
+        return _Composed(None, None, "no batch size in the config")
+    unaccumulated = not accumulated and seq_len is None and not world_given
+    remedy = _Composed.remedy if not unaccumulated else (
+        "pass batch_size (tokens per step), or seq_len to compose them assuming no accumulation, "
+        "or name the tokens column with columns.tokens"
+    )
+    no_seq = seq is None or seq <= 0
+    if unaccumulated:
+        device = parts.split(" x ")[0]  # "'train_batch_size' 4": the per-device part alone is known
+        missing = "no gradient accumulation" + (" and no sequence length" if no_seq else "")
+        return _Composed(None, None, f"{device} sequences per device, but {missing} in the config", remedy)
+    if seq is None or no_seq:
+        return _Composed(None, None, f"{parts} sequences per step, but no sequence length", remedy)
     tokens = seqs * seq
     how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
-    return tokens, "params", how
+    assumed = None if accumulated else (
+        f"tokens per step ({tokens:,.0f}) assume no gradient accumulation: the config records none "
+        "(pass batch_size with the tokens per step if the run accumulated)"
+    )
+    return _Composed(tokens, "params", how, assumed=assumed)
 
 
 def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
@@ -625,23 +664,30 @@ def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: fl
     return _number(_param(config, convention.seq_len)) if convention else None
 
 
-def _sequences(convention: Convention, config: Mapping[str, Any], world: float | None) -> tuple[float | None, str]:
-    """Sequences per optimizer step: a global count, else per-device x accumulation x world."""
+def _sequences(
+    convention: Convention, config: Mapping[str, Any], world: float | None
+) -> tuple[float | None, str, bool]:
+    """Sequences per optimizer step: a global count, else per-device x accumulation x world;
+    how; and whether the accumulation is known (a global count includes it)."""
     found = _param(config, convention.seqs_per_step, with_name=True)
     if found is not None and (_number(found[0]) or 0) > 0:
-        return _number(found[0]), f"'{found[1]}' {found[0]}"
+        return _number(found[0]), f"'{found[1]}' {found[0]}", True
     device = _param(config, convention.device_batch, with_name=True)
     if device is None or not _number(device[0]):
-        return None, ""
+        return None, "", False
     found_accum = _number(_param(config, convention.accumulation))
     accum = found_accum or 1.0
     accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
     per_device = _number(device[0]) or 0.0
+    # A trainer with no accumulation setting of its own counts it in a global batch (torchtitan,
+    # Megatron): without one, its default is one micro-batch per step.
+    known = found_accum is not None or not convention.accumulation
     if convention.accumulation_is_global:
-        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}"
+        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known
     size = world or 1.0
     word = f"{size:g}" if world is not None else "1 (assumed; world_size)"
-    return per_device * accum * size, f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
+    parts = f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
+    return per_device * accum * size, parts, known
 
 
 def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool = False) -> Any:
@@ -679,8 +725,36 @@ def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
             rate = np.diff(t[rows]) / gap
         # A row that repeats the count (a trainer's end-of-run log) says nothing of the batch.
         rate = np.where((gap > 0) & (rate > 0), rate, np.nan)
+        rate = _without_blips(rate)
         out[rows[1:]] = rate
         out[rows[0]] = next((r for r in rate if np.isfinite(r)), np.nan)
     elif len(rows) == 1 and s[rows[0]] > 0:
         out[rows[0]] = t[rows[0]] / s[rows[0]]
     return out
+
+
+def _without_blips(rate: np.ndarray) -> np.ndarray:
+    """``rate`` with each lone interval whose two neighbours agree given their rate.
+
+    An epoch that does not divide by the accumulation ends on a short step (HF, Lightning
+    step the optimizer on the epoch's last micro-batches), so one logging interval an epoch
+    averages fewer tokens per step. That is no batch stage: a batch schedule never returns
+    to its size after one interval. The tokens stay the logged ones; only the batch (the
+    EMA's span per step, the stages) is read across the dip. The last interval has no
+    neighbour after it: a dip there below two agreeing intervals is the same short step (a
+    run ending with its epoch), where a batch schedule would only grow. Intervals that say
+    nothing (NaN: an eval row logging the count again at its step) are passed over."""
+    out = rate.copy()
+    known = np.flatnonzero(np.isfinite(rate))
+    if len(known) < 3:
+        return out
+    seen = rate[known]
+    fixed = seen.copy()
+    before, here, after = seen[:-2], seen[1:-1], seen[2:]
+    lone = np.isclose(before, after, rtol=1e-9) & ~np.isclose(here, before, rtol=1e-9)
+    fixed[1:-1][lone] = before[lone]
+    if np.isclose(fixed[-3], fixed[-2], rtol=1e-9) and seen[-1] < fixed[-2]:
+        fixed[-1] = fixed[-2]
+    out[known] = fixed
+    return out
+

@@ -66,7 +66,7 @@ def build_annotation(
     progress = progress if progress is not None else f"step {analysis.observed_step}"
     metrics: dict[str, float | None] = {
         f"{NAMESPACE}/last_step": float(analysis.observed_step),
-        f"{NAMESPACE}/last_tokens": analysis.observed_tokens,
+        f"{NAMESPACE}/last_tokens": analysis.in_tokens(analysis.observed_tokens),
     }
     labels = {
         f"{NAMESPACE}/settings_hash": fingerprint,
@@ -79,9 +79,13 @@ def build_annotation(
         prefix = f"{NAMESPACE}/{target_slug(result.target)}"
         metrics.update({f"{prefix}/{name}": value for name, value in time_metrics(analysis, k).items()})
         labels[f"{prefix}/status"] = str(result.status)
-        low_high = result.tokens_interval or (None, None)
+        # On the step axis the token keys are cleared (None): their values would be steps.
+        low, high = result.tokens_interval or (None, None)
         step_low_high = result.step_interval or (None, None)
-        values = (result.tokens, result.step, *low_high, *step_low_high, result.extrapolation_factor)
+        tokens = analysis.in_tokens
+        values = (
+            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor
+        )
         for name, value in zip(TARGET_METRICS, values, strict=True):
             metrics[f"{prefix}/{name}"] = _finite(value)
     report = to_json(analysis)

@@ -150,13 +150,14 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
             rows.append(RunRow(run.name, run.ref, outcome.action, note=outcome.error))
             continue
         timing = outcome.analysis.timing
+        tokens = outcome.analysis.in_tokens  # None on the step axis
         for k, result in enumerate(outcome.analysis.targets):
             when = None if timing is None else timing.targets[k]
             left = None if when is None or when.seconds_left is None else when.seconds_left / 3600.0
             rows.append(
                 RunRow(
-                    run.name, run.ref, outcome.action, result.target, result.status, result.tokens, result.step,
-                    result.tokens_interval, result.note, left, None if when is None else when.eta_unix,
+                    run.name, run.ref, outcome.action, result.target, result.status, tokens(result.tokens), result.step,
+                    None if outcome.analysis.on_steps else result.tokens_interval, result.note, left, None if when is None else when.eta_unix,
                 )
             )
     return rows

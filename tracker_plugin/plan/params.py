@@ -111,8 +111,8 @@ def batch_from_config(config: Mapping[str, Any], names: Sequence[str]) -> tuple[
 
 
 def planned_steps(value: Any) -> float | None:
-    """A planned length in optimizer steps: a number, or Composer's batches ("4800ba").
-    Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+    """A planned length in optimizer steps: a positive number, or Composer's batches
+    ("4800ba"). Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
     if isinstance(value, bool):
         return None
     if isinstance(value, str) and value.strip().endswith("ba"):
@@ -121,4 +121,5 @@ def planned_steps(value: Any) -> float | None:
         number = float(value)
     except (TypeError, ValueError):
         return None
-    return number if math.isfinite(number) else None
+    # HF's max_steps is -1 when the run is planned in epochs (num_train_epochs): no step count.
+    return number if math.isfinite(number) and number > 0 else None

@@ -30,14 +30,18 @@ _RULE = "-" * 100
 def to_json(analysis: Analysis) -> dict[str, Any]:
     """The JSON document of the contract (see README, "JSON output"); extra keys may follow."""
     config = analysis.config
+    tokens = analysis.in_tokens  # every field that says tokens is null on the step axis
     return {
         "run": analysis.run,
         "loss_key": analysis.loss_key,
-        "ema_token_window": config.ema_token_window,
+        "ema_token_window": tokens(config.ema_token_window),
         "fit_start_step": analysis.fit_start_step,
+        # "steps" when no tokens were to be had: tokens fields are null, the EMA window in ema_steps.
+        "axis": "steps" if analysis.on_steps else "tokens",
+        "ema_steps": config.ema_token_window if analysis.on_steps else None,
         "observed": {
             "step": float(analysis.observed_step),
-            "tokens": analysis.observed_tokens,
+            "tokens": tokens(analysis.observed_tokens),
             "seconds": _num(None if analysis.timing is None else analysis.timing.observed_seconds),
         },
         "batch": {
@@ -47,21 +51,21 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
                 {
                     "first_step": s.first_step,
                     "last_step": s.last_step,
-                    "first_tokens": s.first_tokens,
-                    "last_tokens": s.last_tokens,
-                    "batch": s.batch,
+                    "first_tokens": tokens(s.first_tokens),
+                    "last_tokens": tokens(s.last_tokens),
+                    "batch": tokens(s.batch),
                 }
                 for s in analysis.stages
             ],
         },
         "targets": [
-            {**_target_json(t), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
+            {**_target_json(t, analysis.on_steps), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
         ],
         "fit_start_reason": analysis.fit_start_reason,
         "notes": list(analysis.notes),
         "model_selection": _selection_json(analysis),
         "lr_plan": _plan_json(analysis),
-        "clock": None if config.model == "power-law" else config.clock,
+        "clock": None if config.model == "power-law" else _clock(analysis),
         "interval_level": None if config.model == "power-law" else config.interval,
         # How each column was found (the trainer's conventions), and the clock.
         "read_as": {**dict(analysis.history.read_as), "time": analysis.history.time_source},
@@ -98,13 +102,14 @@ def _plan_json(analysis: Analysis) -> dict[str, Any] | None:
     }
 
 
-def _target_json(result: TargetResult) -> dict[str, Any]:
+def _target_json(result: TargetResult, on_steps: bool) -> dict[str, Any]:
+    """One target's fields; on the step axis its token fields are null (they would count steps)."""
     doc: dict[str, Any] = {
         "target": result.target,
         "status": str(result.status),
-        "tokens": _num(result.tokens),
+        "tokens": None if on_steps else _num(result.tokens),
         "step": _num(result.step),
-        "tokens_interval": _pair(result.tokens_interval),
+        "tokens_interval": None if on_steps else _pair(result.tokens_interval),
         "step_interval": _pair(result.step_interval),
         "model": None if result.fit is None else _model_json(result.fit),
         "extrapolation_factor": _num(result.extrapolation_factor),
@@ -113,7 +118,7 @@ def _target_json(result: TargetResult) -> dict[str, Any]:
         "p_reach_within_plan": _num(result.p_reach_within_plan),
     }
     if result.sweep is not None:
-        doc["sweep"] = _sweep_json(result.sweep)
+        doc["sweep"] = _sweep_json(result.sweep, on_steps)
     return doc
 
 
@@ -125,7 +130,7 @@ def _status_json(status: FitStatus) -> dict[str, Any]:
     return {"converged": status.converged, "reason": status.reason, "evaluations": status.evaluations}
 
 
-def _sweep_json(sweep: Sweep) -> dict[str, Any]:
+def _sweep_json(sweep: Sweep, on_steps: bool) -> dict[str, Any]:
     return {
         "verdict": str(sweep.verdict),
         "changes": None if sweep.changes is None else list(sweep.changes),
@@ -133,8 +138,8 @@ def _sweep_json(sweep: Sweep) -> dict[str, Any]:
         "rows": [
             {
                 "max_step": row.max_step,
-                "max_tokens": row.max_tokens,
-                "tokens": _num(row.tokens),
+                "max_tokens": None if on_steps else row.max_tokens,
+                "tokens": None if on_steps else _num(row.tokens),
                 "step": _num(row.step),
                 "params": None if row.fit is None else dict(row.fit.params),
                 "note": row.note,
@@ -206,6 +211,11 @@ def _read_as(analysis: Analysis) -> str:
 
 def _header(analysis: Analysis) -> str:
     window = analysis.config.ema_token_window
+    if analysis.on_steps:
+        return (
+            f"loss col: {analysis.loss_key} | ema window: {window:,.0f} steps | no tokens: the analysis is on steps | "
+            f"fit start step: {analysis.fit_start_step} ({analysis.fit_start_reason})"
+        )
     spans = [window / s.batch for s in analysis.stages]
     if analysis.dynamic_batch:
         first, last = analysis.stages[0].batch, analysis.stages[-1].batch
@@ -230,7 +240,12 @@ def _model_line(analysis: Analysis) -> str:
     if analysis.config.model == "auto":
         scores = ", ".join(f"{name} {score:.3f}" if score is not None else f"{name} -" for name, score in selection.scores)
         line += f" ({selection.method}" + (f"; |ln| {scores})" if len(selection.scores) > 1 else ")")
-    return line + f" | clock: {analysis.config.clock}"
+    return line + f" | clock: {_clock(analysis)}"
+
+
+def _clock(analysis: Analysis) -> str:
+    """The law's clock: on the step axis the token clock counts steps."""
+    return "steps" if analysis.on_steps else analysis.config.clock
 
 
 def _stage_table(analysis: Analysis) -> list[str]:
@@ -245,8 +260,10 @@ def _stage_table(analysis: Analysis) -> list[str]:
 
 def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     head = f"target={result.target:<8g}"
+    on_steps = analysis.on_steps
     if result.status == Status.REACHED:
-        return [f"{head} REACHED (interpolated): step={result.step:,.1f} tokens={result.tokens:,.0f}"]
+        tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
+        return [f"{head} REACHED (interpolated): step={result.step:,.1f}{tokens}"]
     lines = []
     if result.status == Status.EXTRAPOLATED:
         flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
@@ -254,22 +271,24 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
         if result.tokens_interval is not None:
             lo, hi = result.tokens_interval
             level = f"{analysis.config.interval:.0%}"
-            interval = f" {level} interval: tokens=[{_big(lo)}, {_big(hi)}]"
+            interval = f" {level} interval:" + ("" if on_steps else f" tokens=[{_big(lo)}, {_big(hi)}]")
             if result.step_interval is not None:
                 s_lo, s_hi = result.step_interval
                 interval += f" steps=[{_big(s_lo)}, {_big(s_hi)}]"
         if result.p_reach_within_plan is not None:
             interval += f" P(reached within plan)={result.p_reach_within_plan:.2f}"
         note = f" [{result.note}]" if result.note else ""
+        tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
+        observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
-            f"{head} EXTRAPOLATED ({_fit_text(result.fit)}): step={result.step:,.1f} "
-            f"tokens={result.tokens:,.0f}{interval} ({result.extrapolation_factor:.2f}x past observed "
-            f"T={analysis.observed_tokens:,.0f}, S={analysis.observed_step:,}){flag}{note}"
+            f"{head} EXTRAPOLATED ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
+            f"{tokens}{interval} ({result.extrapolation_factor:.2f}x past observed "
+            f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
     else:
         lines.append(f"{head} NOT REACHED, {result.status}: {result.note}")
     if result.sweep is not None:
-        lines += _sweep_lines(result, analysis.config.extrapolation_warn_factor)
+        lines += _sweep_lines(result, analysis.config.extrapolation_warn_factor, on_steps)
     return lines
 
 
@@ -277,19 +296,20 @@ def _big(value: float) -> str:
     return f"{value:,.0f}" if math.isfinite(value) else "inf"
 
 
-def _fit_text(fit: Model | None) -> str:
+def _fit_text(fit: Model | None, on_steps: bool = False) -> str:
     if fit is None:
         return "no fit"
     params = fit.params
     if fit.name == "power-law":
-        text = f"fit L0={params['L0']:.4f} A={params['A']:.4f} alpha={params['alpha']:.4f}, T in {TOKEN_UNIT:.0e} tokens"
+        unit = "steps" if on_steps else "tokens"  # the law's T is the analysis's axis
+        text = f"fit L0={params['L0']:.4f} A={params['A']:.4f} alpha={params['alpha']:.4f}, T in {TOKEN_UNIT:.0e} {unit}"
     else:
         text = f"{fit.name}: " + " ".join(f"{k}={v:.4g}" for k, v in params.items() if k != "area_ref")
     # A fit whose solver gave up still forecasts; the reader should know.
     return text if fit.status.converged else f"{text}; NOT CONVERGED: {fit.status.reason}"
 
 
-def _sweep_lines(result: TargetResult, warn_factor: float) -> list[str]:
+def _sweep_lines(result: TargetResult, warn_factor: float, on_steps: bool) -> list[str]:
     sweep = result.sweep
     assert sweep is not None
     lines = [
@@ -305,8 +325,9 @@ def _sweep_lines(result: TargetResult, warn_factor: float) -> list[str]:
         flag = " [beyond warn factor]" if ratio > warn_factor else ""
         params = row.fit.params if row.fit is not None else {}
         l0, alpha = params.get("L0", math.nan), params.get("alpha", math.nan)
+        tokens = f"{'--':>18}" if on_steps else f"{row.tokens:>18,.0f}"
         lines.append(
-            f"{row.max_step:>10} {row.step:>14,.0f} {row.tokens:>18,.0f} {ratio:>7.2f}x "
+            f"{row.max_step:>10} {row.step:>14,.0f} {tokens} {ratio:>7.2f}x "
             f"{l0:>8.4f} {alpha:>8.4f}{flag}"
         )
     lines.append(_verdict(sweep))

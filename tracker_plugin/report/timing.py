@@ -110,7 +110,7 @@ def throughput_json(analysis: Analysis) -> dict[str, Any] | None:
     t = timing.throughput
     return {
         "source": t.source,
-        "tokens_per_second": t.tokens_per_second,
+        "tokens_per_second": analysis.in_tokens(t.tokens_per_second),
         "seconds_per_step": t.seconds_per_step,
         "spread": t.spread,
         "first_step": t.first_step,
@@ -147,7 +147,10 @@ def throughput_line(analysis: Analysis) -> str:
     if timing is None or timing.throughput is None:
         return "no time in the log" if timing is None or timing.note is None else timing.note
     t = timing.throughput
-    rate = f"throughput: {_rate(t)} ({t.seconds_per_step:.4g} s/step)"
+    # On the step axis the "tokens" are steps: the rate is the seconds per step alone.
+    rate = f"throughput: {t.seconds_per_step:.4g} s/step" if analysis.on_steps else (
+        f"throughput: {_rate(t)} ({t.seconds_per_step:.4g} s/step)"
+    )
     if t.source != "clock":
         return f"{rate}, from the {t.source} setting"
     steps = (t.last_step or 0) - (t.first_step or 0)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import ConfigError, DataError, RunNotFound
-from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
@@ -82,6 +82,11 @@ def read_csv(
         raise DataError("the file is empty", run=run) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot be read as CSV ({_first_line(exc)})", run=run) from None
+    if batch_size is None and batch_from_name(run) is None and not any(c in data.columns for c in columns.batch):
+        # No batch anywhere: tokens per step from a tokens column, else the analysis is on
+        # steps; read as any run is (conventions.read_as), which says so and never refuses.
+        options = options or ReadOptions(columns=columns)
+        return read_frame_as_trainer(data, {}, options, run=run, native_step="step", finished=True)
     return build_history(data, run=run, columns=columns, batch_size=batch_size)
 
 
