@@ -2,7 +2,8 @@
 
 The runs are the bundled nanoGPT example (a forecast whose fitted curve levels off just
 above its target, an interval open at the top, a planned end), a dynamic-batch run with
-forecasts past the warn factor, and a speedrun log with a clock.
+forecasts past the warn factor, a speedrun log with a clock, and an HF run on steps (no tokens).
+The overlay of runs on steps is checked here too (the rest of the overlay in test_compare.py).
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.cli.entry import main
-from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.analysis import Analysis, run_analysis
 from tracker_plugin.core.status import Status
 from tracker_plugin.report.plot import analysis_figure
-from tracker_plugin.report.plot_axis import tick_tokens
+from tracker_plugin.report.plot_axis import tick_steps, tick_tokens
+from tracker_plugin.report.plot_compare import comparison_figure
+from tracker_plugin.trackers import ReadOptions
+from tracker_plugin.trackers.csvfile import CsvSource
 
 ROOT = Path(__file__).resolve().parents[1]
 NANO = ROOT / "examples" / "runs" / "nanogpt-124M-adamw-llmc.csv"
@@ -182,3 +186,59 @@ def test_the_title_names_the_run_by_its_name() -> None:
     assert ax.get_title().splitlines()[0] == "llmc-124M  (nanogpt)"
     _, ax = _drawn(nano())
     assert ax.get_title().splitlines()[0] == "nanogpt"
+
+
+# --- a run with no tokens: the HF trainer_state.json fixture, read with no flags, is on steps
+
+HF_STATE = ROOT / "tests" / "data" / "frameworks" / "hf" / "trainer_state.json"
+
+
+@cache
+def on_steps(rows: int = 25) -> Analysis:
+    """The run's first rows (a run still going: the lower target is forecast)."""
+    source = CsvSource(str(HF_STATE), ReadOptions(use_cache=False))
+    (run,) = source.runs()
+    history = source.read(run)
+    assert history.on_steps  # no tokens logged, no accumulation recorded
+    config = tp.AnalysisConfig(targets=(3.5, 3.1), ema_steps=20)
+    return run_analysis(history.head(rows), config)
+
+
+def _words(ax) -> str:
+    legend = ax.get_legend()
+    texts = [ax.get_xlabel(), ax.get_ylabel(), ax.get_title(), *(t.get_text() for t in ax.texts),
+             *(t.get_text() for t in ax.get_xticklabels()), *(t.get_text() for t in legend.get_texts())]
+    return "\n".join(texts)
+
+
+def test_a_run_on_steps_is_plotted_on_steps_and_nothing_says_tokens() -> None:
+    analysis = on_steps()
+    _, ax = _drawn(analysis)
+    assert ax.get_xlabel() == "steps" and ax.get_xscale() == "log"
+    assert "token" not in _words(ax).lower()
+    ticks = [t.get_text() for t in ax.get_xticklabels() if t.get_text()]
+    assert "100" in ticks and all(re.fullmatch(r"[\d,]+", t) for t in ticks), ticks
+    # The x of a crossing is its step: the label and the marker say the same number.
+    for result in analysis.targets:
+        (label,) = [t for t in _labels(ax) if t.get_text().startswith(f"{result.target:g} ")]
+        assert label.get_text().splitlines()[1] == f"step {result.step:,.0f}"
+    (marker,) = [line for line in ax.lines if line.get_marker() == "D"]
+    assert float(marker.get_xdata()[0]) == pytest.approx(analysis.targets[1].step, rel=1e-9)
+    assert "loss (step-window EMA)" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_the_overlay_of_runs_on_steps_says_steps() -> None:
+    fig = comparison_figure([("early", on_steps(20)), ("later", on_steps(25))])
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    assert ax.get_xlabel() == "steps" and ax.get_ylabel() == "loss (step-window EMA)"
+    assert ax.get_title().splitlines()[-1] == "steps to each target, runs side by side"
+    assert "token" not in _words(ax).lower()
+    # Beside a run on tokens, the axis says which is which.
+    mixed = comparison_figure([("steps", on_steps(25)), ("tokens", nano())])
+    assert "steps" in mixed.axes[0].get_xlabel() and "tokens" in mixed.axes[0].get_xlabel()
+
+
+def test_step_ticks_are_counted_as_the_text_report_counts_steps() -> None:
+    assert tick_steps(50) == "50" and tick_steps(5000) == "5,000" and tick_steps(200000) == "200,000"
+    assert tick_steps(2e6) == "2M"

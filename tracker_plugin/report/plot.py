@@ -79,7 +79,7 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     x_min = max(tokens[0], 0.5 * fit_start)
     rows = decimated(tokens, history.loss, smoothed)  # on tokens: the same rows serve either axis
     ax.plot(axis.x(tokens[rows]), history.loss[rows], color="0.72", lw=0.8, label="loss (raw)")
-    ax.plot(axis.x(tokens[rows]), smoothed[rows], color="tab:blue", lw=1.8, label="loss (token-window EMA)")
+    ax.plot(axis.x(tokens[rows]), smoothed[rows], color="tab:blue", lw=1.8, label=axis.smoothed)
     x_max = _fit_curve(ax, analysis, axis, tokens, fit_start)
     set_x_limits(ax, axis.log, float(axis.x(x_min)), float(axis.x(max(x_max, tokens[-1]))), open_top(analysis))
     frame_loss(ax, [smoothed[history.step >= analysis.fit_start_step]], [t.target for t in analysis.targets])
@@ -176,9 +176,9 @@ def _target_mark(
     ax: Any, analysis: Analysis, axis: XAxis, k: int, result: TargetResult, color: str, curve: Curve | None
 ) -> Any:
     """A target's crossing: its marker and interval; return its label."""
-    assert result.tokens is not None
+    assert result.tokens is not None and result.step is not None
     x, y, off = mark_crossing(ax, axis, analysis, result, color, curve)
-    lines = [f"{result.target:g} {result.status}", f"{axis.text(result.tokens)}, step {result.step:,.0f}"]
+    lines = [f"{result.target:g} {result.status}", axis.text(result.tokens, result.step)]
     if off is not None:
         lines.append(f"curve at {off:.3f} here (median crossing with noise)")
     warning = warning_line(analysis, result)

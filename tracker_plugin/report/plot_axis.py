@@ -1,7 +1,9 @@
 """The x axis of a run's plot: tokens (log scale) or the run's clock in hours (linear).
 
 Everything a plot draws is placed in tokens; an axis maps tokens to its own x, so the
-curves, markers and intervals land where the same tokens are on either axis.
+curves, markers and intervals land where the same tokens are on either axis. A run with
+no tokens to be had is analysed on steps (one "token" per step): its axis, ticks and
+labels say steps, never tokens.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.report.render import format_tokens
 
-__all__ = ["X_AXES", "NoClock", "XAxis", "hours_text", "tick_tokens", "x_axis"]
+__all__ = ["X_AXES", "NoClock", "XAxis", "hours_text", "tick_steps", "tick_tokens", "x_axis"]
 
 X_AXES = ("tokens", "time")
 
@@ -37,12 +39,20 @@ class XAxis:
     hours: np.ndarray | None = None
     hours_per_token: float = 0.0
     steps: bool = False  # a batch of one "token" per step: the token axis counts steps
+    on_steps: bool = False  # no tokens at all (the analysis is on steps): nothing says tokens
 
     @property
     def label(self) -> str:
         if self.kind == "time":
             return "hours since the first logged row"
+        if self.on_steps:
+            return "steps"
         return "steps (a batch of 1: tokens count steps)" if self.steps else "tokens"
+
+    @property
+    def smoothed(self) -> str:
+        """What the smoothed loss is, in the run's own units."""
+        return "loss (step-window EMA)" if self.on_steps else "loss (token-window EMA)"
 
     @property
     def log(self) -> bool:
@@ -56,19 +66,24 @@ class XAxis:
         past = self.hours[-1] + (values - self.tokens[-1]) * self.hours_per_token
         return np.where(values > self.tokens[-1], past, inside)
 
-    def text(self, tokens: float) -> str:
-        """A place on this axis as a label says it: ``2.98B tokens`` or ``2.98B tokens, 5.2 h``."""
-        words = f"{format_tokens(tokens)} tokens"
+    def text(self, tokens: float, step: float) -> str:
+        """A place on this axis as a label says it: ``2.98B tokens, step 5,680`` (``, 5.2 h``
+        added on the clock); on steps ``step 5,680``."""
+        words = [f"step {step:,.0f}"] if self.on_steps else [f"{format_tokens(tokens)} tokens", f"step {step:,.0f}"]
         if self.kind == "time":
-            words += f", {hours_text(float(self.x(tokens)))}"
-        return words
+            words.append(hours_text(float(self.x(tokens))))
+        return ", ".join(words)
 
     def short(self, tokens: float) -> str:
-        """A place on this axis in its own units only: ``2.98B`` on tokens, ``5.2 h`` on the clock."""
-        return format_tokens(tokens) if self.kind == "tokens" else hours_text(float(self.x(tokens)))
+        """A place on this axis in its own units only: ``2.98B`` on tokens, ``5,680`` on
+        steps, ``5.2 h`` on the clock."""
+        if self.kind == "time":
+            return hours_text(float(self.x(tokens)))
+        return tick_steps(tokens) if self.on_steps else format_tokens(tokens)
 
     def format(self, ax: Any) -> None:
-        """Ticks: the report's token units (2.98B) on the token axis, plain hours on the clock."""
+        """Ticks: the report's token units (2.98B) on the token axis, step numbers on steps,
+        plain hours on the clock."""
         if not self.log:
             return
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -76,7 +91,8 @@ class XAxis:
         low, high = ax.get_xlim()
         if np.log10(high / low) < 2.5:  # a few decades: label 1, 2 and 5 of each
             ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: tick_tokens(value)))
+        ticks = tick_steps if self.on_steps else tick_tokens
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: ticks(value)))
         ax.xaxis.set_minor_formatter(NullFormatter())
 
 
@@ -94,10 +110,17 @@ def tick_tokens(value: float) -> str:
     return text
 
 
+def tick_steps(value: float) -> str:
+    """A tick's steps as the text report counts them (``5,000``); from a million on in the
+    report's units (``2M``), which a tick has room for."""
+    return f"{value:,.0f}" if abs(value) < 1e6 else tick_tokens(value)
+
+
 def x_axis(analysis: Analysis, kind: str) -> XAxis:
     """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log."""
     if kind == "tokens":
-        return XAxis("tokens", steps=bool(analysis.history.on_steps or np.all(analysis.history.batch == 1)))
+        on_steps = bool(analysis.history.on_steps)
+        return XAxis("tokens", steps=on_steps or bool(np.all(analysis.history.batch == 1)), on_steps=on_steps)
     if kind != "time":
         raise ValueError(f"no x axis '{kind}'; one of {', '.join(X_AXES)}")
     history, timing = analysis.history, analysis.timing
@@ -112,4 +135,4 @@ def x_axis(analysis: Analysis, kind: str) -> XAxis:
     rate = 0.0
     if timing is not None and timing.throughput is not None:
         rate = timing.throughput.seconds_per_token / 3600.0
-    return XAxis("time", tokens[order], np.maximum.accumulate(hours[order]), rate)
+    return XAxis("time", tokens[order], np.maximum.accumulate(hours[order]), rate, on_steps=bool(history.on_steps))

@@ -121,8 +121,8 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
     if axes:
         axes[0].format(ax)
     ax.set_xlabel(_x_label(axes, kind))
-    ax.set_ylabel("loss (token-window EMA)")
-    ax.set_title(_title(analyses, kind, left_out), fontsize=10)
+    ax.set_ylabel(_common(axes, "smoothed", "loss (EMA)"))
+    ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
     fig.tight_layout()
@@ -201,17 +201,25 @@ def _target_lines(ax: Any, targets: Sequence[float]) -> list[Any]:
 def _x_label(axes: Sequence[XAxis], kind: str) -> str:
     if kind == "time":
         return "hours since each run's first logged row"
-    return axes[0].label if axes and all(a.label == axes[0].label for a in axes) else "tokens (steps for a batch of 1)"
+    return _common(axes, "label", "tokens (steps for the runs on steps)")
 
 
-def _title(analyses: Sequence[tuple[str, Analysis]], kind: str, left_out: Sequence[str]) -> str:
+def _common(axes: Sequence[XAxis], name: str, mixed: str) -> str:
+    """What every run's axis says as ``name`` (its label, its smoothing), or ``mixed`` when
+    they differ (runs on tokens beside runs on steps)."""
+    said = {getattr(axis, name) for axis in axes}
+    return said.pop() if len(said) == 1 else mixed
+
+
+def _title(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind: str, left_out: Sequence[str]) -> str:
     import textwrap
 
     # At most two lines of names (about as many characters as the title's width holds).
     names = textwrap.wrap(", ".join(printable(name) for name, _ in analyses), 85, break_on_hyphens=False)
     if len(names) > 2:
         names = [names[0], names[1][:82] + "..."]
-    what = "hours" if kind == "time" else "tokens"
+    on_steps = bool(axes) and all(axis.on_steps for axis in axes)
+    what = "hours" if kind == "time" else "steps" if on_steps else "tokens"
     lines = [*(names or ["no runs could be analysed"]), f"{what} to each target, runs side by side"]
     if left_out:
         shown = ", ".join(short(printable(name), 30) for name in left_out[:5]) + (" ..." if len(left_out) > 5 else "")
