@@ -6,6 +6,7 @@ gradient accumulation are read on steps, not on a guessed token count."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -179,3 +180,21 @@ def test_a_short_step_at_each_epoch_end_is_no_batch_stage():
     np.testing.assert_allclose(history.batch, 384)
     analysis = run_analysis(history, AnalysisConfig(targets=(3.5,), ema_token_window=20 * 384.0))
     assert not analysis.dynamic_batch and analysis.targets[0].note is None
+
+
+# What the text says "no tokens" with: the header and the read-as line's tokens column.
+_NO_TOKENS = re.compile(r"no tokens: the analysis is on steps|tokens: none \(on steps\)")
+
+
+@pytest.mark.parametrize("rows", [None, 25])
+def test_the_text_on_steps_says_tokens_only_in_the_note_naming_the_settings_that_give_them(rows):
+    """Every message on a run on steps counts steps: the model selection's cuts, the targets'
+    notes, the sweep. Only the one note that says how to get tokens names them."""
+    analysis = _analysis(targets=(3.5, 3.1, 2.6, 1.0), rows=rows, stability_sweep=True, sweep_min_window=60,
+                         sweep_step=30)
+    assert analysis.selection is not None and len(analysis.selection.scores) > 1  # the cuts are said
+    text = to_text(analysis)
+    assert "cuts at 60%, 70%, 80% of the logged steps" in text
+    saying = [line for line in text.splitlines() if "token" in _NO_TOKENS.sub("", line).lower()]
+    (note,) = saying
+    assert note.startswith("note: no tokens logged") and "batch_size" in note and "columns.tokens" in note

@@ -251,7 +251,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     window = np.flatnonzero(history.step >= fit_start)
     if float(np.min(config.ema_token_window / history.batch)) < 1:
         notes.append(
-            f"the EMA window ({config.ema_token_window:,.0f} tokens) is smaller than the batch "
+            f"the EMA window ({config.ema_token_window:,.0f} {history.unit}) is smaller than the batch "
             "on some steps: no smoothing there"
         )
     power_law = config.model == "power-law"
@@ -525,7 +525,7 @@ def _forecast(
         note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
         return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     if not math.isfinite(tokens):
-        note = "unreachable under this fit: it reaches the target only beyond 1e300 tokens"
+        note = f"unreachable under this fit: it reaches the target only beyond 1e300 {history.unit}"
         return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
     return TargetResult(
@@ -682,7 +682,7 @@ def _solve_rows(
         if row.fit is not None and tokens is None:
             note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"
         elif tokens is not None and not math.isfinite(tokens):
-            tokens, note = None, "unreachable under this fit: beyond 1e300 tokens"
+            tokens, note = None, f"unreachable under this fit: beyond 1e300 {history.unit}"
         step = tokens_to_step(tokens, history, config.batch_schedule) if tokens is not None else None
         solved.append(SweepRow(row.max_step, row.max_tokens, tokens, step, row.fit, note))
     return tuple(solved)

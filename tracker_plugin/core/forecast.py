@@ -218,7 +218,7 @@ def choose_law(
         cuts = ", ".join(f"{c:.0%}" for c in INNER_CUTS)
         method = (
             f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
-            f"of the logged tokens; lowest mean |ln(predicted/actual)| wins "
+            f"of the logged {history.unit}; lowest mean |ln(predicted/actual)| wins "
             + (f"(by more than {SELECTION_MARGIN})" if SELECTION_MARGIN > 0 else "(a tie keeps the richer law)")
         )
     fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)

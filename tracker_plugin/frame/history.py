@@ -120,6 +120,11 @@ class History:
     def last_tokens(self) -> float:
         return float(self.tokens[-1])
 
+    @property
+    def unit(self) -> str:
+        """What ``tokens`` counts, as messages say it: "tokens", or "steps" on a run with none."""
+        return "steps" if self.on_steps else "tokens"
+
     def frame(self) -> pd.DataFrame:
         """The history as the common dataframe: step, tokens, batch, lr, loss."""
         columns = {"step": self.step, "tokens": self.tokens, "batch": self.batch}
