@@ -198,3 +198,41 @@ def test_the_text_on_steps_says_tokens_only_in_the_note_naming_the_settings_that
     saying = [line for line in text.splitlines() if "token" in _NO_TOKENS.sub("", line).lower()]
     (note,) = saying
     assert note.startswith("note: no tokens logged") and "batch_size" in note and "columns.tokens" in note
+
+
+def _lightning_history(config, **given):
+    steps = np.arange(2, 150, 3)
+    frame = pd.DataFrame({"trainer/global_step": steps, "train_loss_step": curve(steps + 1.0), "epoch": 0,
+                          "lr-AdamW/pg1": 1e-3})
+    reading = read_as(set(frame.columns), config, native_step="_step", **given)
+    return finish_reading(build_read_history(frame, reading, run="lightning", logged=frame.columns), reading)
+
+
+@pytest.mark.parametrize(
+    ("extra", "given", "devices"),
+    [({}, {}, None), ({"devices": 4}, {}, 4), ({"devices": 2, "num_nodes": 2}, {}, 4), ({}, {"world_size": 4}, 4)],
+)
+def test_tokens_from_a_per_device_batch_with_no_world_size_say_they_assume_one_device(extra, given, devices):
+    """Lightning's hparams name the batch, accumulation and sequence length of one device:
+    a multi-GPU run's tokens would be short by its device count. With no world size
+    recorded or given, a note says one device is assumed; with one, the tokens count it."""
+    history = _lightning_history({"batch_size": 8, "block_size": 32, "accumulate_grad_batches": 2, **extra}, **given)
+    assert not history.on_steps
+    np.testing.assert_allclose(history.batch, 8 * 2 * 32 * (devices or 1))
+    assumed = [n for n in history.notes if "assume one device" in n]
+    if devices is None:
+        (note,) = assumed
+        assert "no world size" in note and "world_size" in note and "512" in note
+    else:
+        assert not assumed
+
+
+def test_the_one_device_note_names_the_flag_on_the_command_line(capsys):
+    from tracker_plugin.cli import main
+
+    metrics = FRAMEWORKS / "lightning" / "metrics.csv"  # hparams.yaml beside it: no devices
+    assert main(["analyze", str(metrics), "--target", "3.5"]) == 0
+    (note,) = [line for line in capsys.readouterr().out.splitlines() if "assume one device" in line]
+    assert note.startswith("note: ") and "--world-size" in note
+    assert main(["analyze", str(metrics), "--target", "3.5", "--world-size", "2"]) == 0
+    assert "assume one device" not in capsys.readouterr().out

@@ -370,8 +370,7 @@ def read_as(
                          f"{composed.remedy}")
         else:
             described["tokens"] = composed.how
-            if composed.assumed:
-                notes.append(composed.assumed)
+            notes += composed.assumed
     planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
     return Reading(
         framework=convention.name if convention else "generic",
@@ -576,13 +575,14 @@ class _Composed:
     """Tokens per step as composed (None: none can be), how, and what it rests on.
 
     ``remedy``: the settings that would give tokens, for the on-steps note. ``assumed``: a
-    note when the tokens rest on a gradient accumulation the config does not record."""
+    note for each part the tokens rest on that the config does not record (the gradient
+    accumulation, the world size)."""
 
     tokens: float | None
     source: str | None
     how: str
     remedy: str = "pass seq_len (and world_size) or batch_size for tokens, or name the tokens column with columns.tokens"
-    assumed: str | None = None
+    assumed: tuple[str, ...] = ()
 
 
 def _composed(
@@ -614,7 +614,7 @@ def _composed(
     seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
         (_number(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
     )
-    seqs, parts, accumulated = _sequences(convention, config, world)
+    seqs, parts, accumulated, one_device = _sequences(convention, config, world)
     if seqs is None:
         return _Composed(None, None, "no batch size in the config")
     unaccumulated = not accumulated and seq_len is None and not world_given
@@ -631,10 +631,16 @@ def _composed(
         return _Composed(None, None, f"{parts} sequences per step, but no sequence length", remedy)
     tokens = seqs * seq
     how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
-    assumed = None if accumulated else (
+    assumed = () if accumulated else (
         f"tokens per step ({tokens:,.0f}) assume no gradient accumulation: the config records none "
-        "(pass batch_size with the tokens per step if the run accumulated)"
+        "(pass batch_size with the tokens per step if the run accumulated)",
     )
+    if one_device:
+        # A multi-GPU run's tokens would be short by its device count, and nothing would say so.
+        assumed += (
+            f"tokens per step ({tokens:,.0f}) assume one device: the config records a per-device batch "
+            "but no world size (pass world_size with the number of devices if the run used more)",
+        )
     return _Composed(tokens, "params", how, assumed=assumed)
 
 
@@ -666,15 +672,16 @@ def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: fl
 
 def _sequences(
     convention: Convention, config: Mapping[str, Any], world: float | None
-) -> tuple[float | None, str, bool]:
+) -> tuple[float | None, str, bool, bool]:
     """Sequences per optimizer step: a global count, else per-device x accumulation x world;
-    how; and whether the accumulation is known (a global count includes it)."""
+    how; whether the accumulation is known (a global count includes it); and whether a
+    per-device count was taken for one device, no world size being known."""
     found = _param(config, convention.seqs_per_step, with_name=True)
     if found is not None and (_number(found[0]) or 0) > 0:
-        return _number(found[0]), f"'{found[1]}' {found[0]}", True
+        return _number(found[0]), f"'{found[1]}' {found[0]}", True, False
     device = _param(config, convention.device_batch, with_name=True)
     if device is None or not _number(device[0]):
-        return None, "", False
+        return None, "", False, False
     found_accum = _number(_param(config, convention.accumulation))
     accum = found_accum or 1.0
     accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
@@ -683,11 +690,11 @@ def _sequences(
     # Megatron): without one, its default is one micro-batch per step.
     known = found_accum is not None or not convention.accumulation
     if convention.accumulation_is_global:
-        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known
+        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known, False
     size = world or 1.0
     word = f"{size:g}" if world is not None else "1 (assumed; world_size)"
     parts = f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
-    return per_device * accum * size, parts, known
+    return per_device * accum * size, parts, known, world is None
 
 
 def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool = False) -> Any:
