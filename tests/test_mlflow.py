@@ -214,6 +214,26 @@ def test_planned_lr_schedule_is_read_from_params(local):
         broken.read(broken.runs()[0])
 
 
+@pytest.mark.parametrize(
+    ("params", "said"),
+    [({"training.steps": "lots", "lr_scheduler.decay_type": "cosine", "lr_scheduler.warmup_steps": "10"},
+      "torchtitan param training.steps='lots' is not a number: ignored"),
+     ({"max_duration": "3ep", "scheduler.t_warmup": "10", "model.max_sequence_length": "64",
+       "optimizer.learning_rate": "1e-3"}, "OLMo max_duration='3ep' gives no step count")],
+)
+def test_params_that_plan_no_lr_still_say_why_in_the_report(local, capsys, params, said):
+    """A trainer's config whose planned total does not parse gives no plan at all: the note
+    saying so reaches the report (the lr is then inferred from the log)."""
+    run_id = local.log(training_log(50), params=params)
+    source = local.source(f"mlflow:{run_id}")
+    history = source.read(source.runs()[0])
+    assert history.lr_plan is None and any(said in note for note in history.notes)
+    code, out, _ = local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", "5.5")
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if said in line]
+    assert line.startswith("note: ")
+
+
 def test_history_pages_are_all_read(served, monkeypatch):
     monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
     run_id = served.log(training_log(50))

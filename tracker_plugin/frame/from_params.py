@@ -9,7 +9,7 @@ from typing import Any
 from tracker_plugin.errors import ConfigError, DataError
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.params import FEW_TOKENS
-from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.plan.schedule import read_planned_lr
 
 __all__ = ["with_config_batch", "with_planned_lr"]
 
@@ -31,10 +31,11 @@ def with_config_batch(history: History, where: str) -> History:
 def with_planned_lr(history: History, params: Mapping[str, Any]) -> History:
     """``history`` with the lr schedule its run's params (MLflow) or config (W&B) plan.
 
-    Read by :meth:`LrSchedule.from_params`, which lists the names it knows, as the trainer
-    the frame was read as (``read_as`` "framework") plans it; unchanged when the params name
-    no schedule. What the reading noticed (values ignored, values that contradict each
-    other) joins the notes. A plan given on the command line still takes precedence.
+    Read by :meth:`~tracker_plugin.plan.schedule.LrSchedule.from_params`, which lists the
+    names it knows, as the trainer the frame was read as (``read_as`` "framework") plans it;
+    no plan when the params name no schedule. What the reading noticed (values ignored,
+    values that contradict each other) joins the notes, with a plan or without. A plan
+    given on the command line still takes precedence.
 
     Raises
     ------
@@ -43,9 +44,9 @@ def with_planned_lr(history: History, params: Mapping[str, Any]) -> History:
     """
     trainer = dict(history.read_as).get("framework")
     try:
-        plan = LrSchedule.from_params(params, trainer=trainer)
+        plan, notes = read_planned_lr(params, trainer=trainer)
     except ConfigError as exc:
         raise DataError(f"the planned lr schedule in its params does not parse ({exc})", run=history.run) from None
     if plan is None:
-        return history
-    return replace(history, lr_plan=plan, notes=history.notes + plan.notes)
+        return replace(history, notes=history.notes + notes) if notes else history
+    return replace(history, lr_plan=plan, notes=history.notes + notes)

@@ -20,7 +20,7 @@ from tracker_plugin.errors import ConfigError
 from tracker_plugin.plan.params import param_paths, planned_steps
 from tracker_plugin.plan.trainers import Piece, TrainerPlan, curve, read_trainer_plan
 
-__all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule"]
+__all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule", "read_planned_lr"]
 
 
 @dataclass(frozen=True)
@@ -226,23 +226,32 @@ class LrSchedule:
         shape from the logged lr, ending at that total. ``params`` names the values read;
         ``notes`` says what was ignored and why.
 
-        Returns None when the params name neither a schedule nor a planned total.
+        Returns None when the params name neither a schedule nor a planned total
+        (:func:`read_planned_lr` gives what reading them noticed then too).
 
         Raises
         ------
         ConfigError
             A spec string that does not parse.
         """
-        flat = _flatten(params)
-        for key in ("lr_schedule", "lr_spec", "loss_eta_lr_schedule"):
-            if isinstance(flat.get(key), str) and ":" in flat[key]:
-                spec = cls.parse_spec(flat[key])
-                used = ((key, flat[key]),)
-                return replace(spec, source="params", description=_describe_params(spec, used), params=used)
-        found = read_trainer_plan(params, trainer)
-        if found is not None:
-            return _from_trainer(found)
-        return _from_common_names(flat)
+        return read_planned_lr(params, trainer)[0]
+
+
+def read_planned_lr(params: Mapping[str, Any], trainer: str | None = None) -> tuple[LrSchedule | None, tuple[str, ...]]:
+    """:meth:`LrSchedule.from_params`, and the notes of reading the params: the plan's own,
+    or, when no plan can be made, what made it impossible (a trainer's planned total that
+    does not parse, say), which the run's report should still say."""
+    flat = _flatten(params)
+    for key in ("lr_schedule", "lr_spec", "loss_eta_lr_schedule"):
+        if isinstance(flat.get(key), str) and ":" in flat[key]:
+            spec = LrSchedule.parse_spec(flat[key])
+            used = ((key, flat[key]),)
+            return replace(spec, source="params", description=_describe_params(spec, used), params=used), ()
+    found = read_trainer_plan(params, trainer)
+    plan = _from_trainer(found) if found is not None else _from_common_names(flat)
+    if plan is None:
+        return None, found.notes if found is not None else ()
+    return plan, plan.notes
 
 
 def _from_common_names(flat: Mapping[str, Any]) -> LrSchedule | None:

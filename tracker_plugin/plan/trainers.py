@@ -337,6 +337,9 @@ def _olmo(config: _Config) -> TrainerPlan:
     total, max_tokens = _olmo_duration(None if duration is None else duration[1], per_step)
     if duration is not None:
         config.used.append(("max_duration", str(duration[1])))
+        if total is None:
+            config.notes.append(f"OLMo max_duration={duration[1]!r} gives no step count (epochs, or tokens without "
+                                "global_train_batch_size and model.max_sequence_length): the planned steps are not known")
     name = config.word("scheduler.name", "cosine_with_warmup")
     units = config.word("scheduler.units", "steps")
     lr = config.number("optimizer.learning_rate")
