@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
-from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.plan.schedule import LrSchedule, read_planned_lr
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
 FRAMEWORKS = Path(__file__).parent / "data" / "frameworks"
@@ -393,3 +393,27 @@ def test_a_run_logged_as_nanogpt_without_nanogpts_schedule_names_gets_no_plan_of
     # modded-nanoGPT style: nanoGPT's keys in the log, its own config names
     config = {"num_iterations": 5100, "cooldown_frac": 0.4, "batch_size": 8 * 64 * 1024}
     assert LrSchedule.from_params(config, trainer="nanoGPT") is None
+
+
+# --- Hugging Face Trainer: TrainingArguments as its MLflow and W&B callbacks log them (args.to_dict())
+
+HF_EPOCHS = {"lr_scheduler_type": "cosine", "max_steps": "-1", "num_train_epochs": "3", "warmup_steps": "0.1",
+             "learning_rate": "0.001", "gradient_accumulation_steps": "4"}
+
+
+def test_an_hf_run_planned_in_epochs_says_its_planned_steps_are_not_in_the_params():
+    """max_steps -1 and num_train_epochs 3: HF computes the total from the data loader's
+    length, which reaches neither tracker. No plan, and a note says why."""
+    plan, notes = read_planned_lr(HF_EPOCHS, trainer="Hugging Face Trainer")
+    assert plan is None
+    (note,) = notes
+    assert "cosine lr over num_train_epochs=3" in note and "not the steps an epoch takes" in note
+    assert LrSchedule.from_params(HF_EPOCHS) is None
+
+
+def test_an_hf_warmup_below_one_step_is_a_share_of_the_planned_steps():
+    """transformers' get_warmup_steps: warmup_steps below 1 is a ratio, ceil(total x ratio) steps."""
+    plan = LrSchedule.from_params({**HF_EPOCHS, "max_steps": "123"}, trainer="Hugging Face Trainer")
+    assert plan is not None and plan.source == "params" and plan.total_steps == 123
+    assert "after 13 warmup steps" in plan.description  # ceil(12.3)
+    assert float(plan.at(13.0)) == pytest.approx(1.0) and float(plan.at(6.5)) == pytest.approx(0.5)

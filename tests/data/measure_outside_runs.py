@@ -6,7 +6,9 @@ run trains a module whose training loss is a known function of the optimizer ste
 here without the plugin. Then ``tracker-plugin analyze SOURCE --target X --json`` reads
 each run with no reading flags (only where the run is: ``--tracking-uri``), and a table
 says, per trainer x tracker x config, whether the step, tokens, loss and lr keys and the
-batch (one stage) are right and how far the crossing is from the independent one.
+batch (one stage) are right, how far the crossing is from the independent one, and where
+the lr plan the forecast used came from (``lr_plan.source``: ``params``, ``steps-only``,
+``inferred``) beside the one each run's config honestly gives (:func:`_plan_source`).
 
 Make the throwaway venv (or reuse one) and run it from the worktree::
 
@@ -268,8 +270,9 @@ def _tokens_before(truth: dict, step: float) -> float:
     return float(sum(per_step[:done]))
 
 
-def _analyze(python: str, root: str, source: str, target: float, work: Path) -> dict:
-    command = [python, "-m", "tracker_plugin", "analyze", source, "--target", f"{target:g}", "--json", "--no-cache"]
+def _analyze(python: str, root: str, source: str, targets: list[float], work: Path) -> dict:
+    command = [python, "-m", "tracker_plugin", "analyze", source, "--target", *(f"{t:g}" for t in targets), "--json",
+               "--no-cache"]
     if source.startswith("mlflow:"):
         command += ["--tracking-uri", _env(work)["MLFLOW_TRACKING_URI"]]
     env = {**os.environ, "PYTHONPATH": root}
@@ -285,7 +288,7 @@ _SHORT = {"Hugging Face Trainer": "HF", "PyTorch Lightning": "Lightning"}
 def _row(truth: dict, tracker: str, doc: dict, target: float) -> list[str]:
     name = f"{_SHORT[truth['trainer']]} -> {tracker}"
     if "error" in doc:
-        return [name, truth["config"], "ERROR", "-", "-", "-", "-", "-", doc["error"][:80]]
+        return [name, truth["config"], "ERROR", "-", "-", "-", "-", "-", "-", doc["error"][:80]]
     last = truth["logged_steps"][-1]
     step_ok = doc["observed"]["step"] == last
     observed_tokens = doc["observed"]["tokens"]
@@ -303,15 +306,52 @@ def _row(truth: dict, tracker: str, doc: dict, target: float) -> list[str]:
         window_steps = doc["ema_token_window"] / (want / (doc["observed"]["step"] - truth["base"]))
     loss_ok = doc["loss_key"] == truth["loss"][tracker]
     lr_ok = doc["read_as"].get("lr") == truth["lr"][tracker]
-    (result,) = doc["targets"]
+    result = doc["targets"][0]  # the second, past the log, makes the forecast read the lr plan
     expected = _expected_crossing(truth, target, window_steps)
     crossing = "-" if result["step"] is None else f"{100 * abs(result['step'] - expected) / expected:.2f}%"
     notes = [n for n in doc["notes"] if "tokens" in n or "step" in n][:1]
+    epochs = [n for n in doc["notes"] if "num_train_epochs" in n]  # why the plan is not from the params
+    notes = epochs or notes
     # One batch each run: a short step at an epoch's end is no batch stage.
     stages = len(doc["batch"]["stages"])
     return [name, truth["config"], "ok" if step_ok else f"WRONG ({doc['observed']['step']:g} vs {last})", tokens,
             "ok" if loss_ok else f"WRONG {doc['loss_key']}", "ok" if lr_ok else f"WRONG {doc['read_as'].get('lr')}",
-            "ok" if stages == 1 else f"WRONG ({stages})", crossing, (notes[0][:90] if notes else read_tokens[:90])]
+            "ok" if stages == 1 else f"WRONG ({stages})", crossing, _plan(truth, tracker, doc),
+            (notes[0][:90] if notes else read_tokens[:90])]
+
+
+def _plan_source(truth: dict, tracker: str) -> str:
+    """The lr plan each run's config honestly gives.
+
+    - HF with max_steps: the params hold the schedule (lr_scheduler_type, warmup_steps, max_steps).
+    - HF planned in epochs: the args log max_steps -1 and num_train_epochs, and the steps an
+      epoch takes (the data loader's length) reach neither tracker (train_steps_per_second x
+      train_runtime gives it only once training ended): the shape is inferred from the
+      logged lr, and a note says why.
+    - trainer_state.json: TrainerState.max_steps, the total HF computed, and no schedule
+      (steps-only); once the log reaches that total it adds nothing, and the lr is inferred.
+    - Lightning: the hparams hold no schedule (OneCycleLR is built in configure_optimizers);
+      it anneals to 4e-6x its peak by the last step, no shape the inference knows, so the
+      last lr is held ("assumed"), as for any finished run.
+    """
+    if truth["trainer"] != "Hugging Face Trainer":
+        return "assumed"
+    if tracker == "trainer_state":
+        return "steps-only" if truth["logged_steps"][-1] < truth["total_steps"] else "inferred"
+    return "params" if truth["tokens_logged"] else "inferred"
+
+
+def _plan(truth: dict, tracker: str, doc: dict) -> str:
+    """The lr plan's source and planned total as the analysis used them; WRONG when the
+    source is not the one the run's config gives."""
+    plan = doc.get("lr_plan")
+    # No lr_plan: no forecast read one; a plan without a schedule holds the last lr ("assumed").
+    source = "-" if plan is None else plan["source"] or "assumed"
+    want = _plan_source(truth, tracker)
+    plan = plan or {}
+    total = plan.get("total_steps")
+    words = source + (f" {total:g}" if total is not None else "")
+    return words if source == want else f"WRONG {words} (want {want})"
 
 
 def main() -> None:
@@ -330,14 +370,16 @@ def main() -> None:
             subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work), check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         header = ["trainer -> tracker", "config", "step", "tokens", "loss", "lr", "stages", "crossing err",
-              "note / tokens read as"]
+                  "lr plan", "note / tokens read as"]
         rows = [header]
         for name in _SETUPS:
             truth = json.loads((work / f"{name}.truth.json").read_text())
             # A target the EMA crosses mid-run: the true loss at 40% of the steps.
             target = round(curve(0.4 * truth["total_steps"]), 2)
+            beyond = round(curve(3.0 * truth["total_steps"]), 2)  # forecast: the lr plan is read
             for tracker, source in _sources(work, truth).items():
-                rows.append(_row(truth, tracker, _analyze(args.plugin_python, args.plugin_root, source, target, work), target))
+                doc = _analyze(args.plugin_python, args.plugin_root, source, [target, beyond], work)
+                rows.append(_row(truth, tracker, doc, target))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
         for r in rows:
             print(" | ".join(c.ljust(w) for c, w in zip(r, widths)) + " | " + r[-1])

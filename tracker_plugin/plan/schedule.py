@@ -248,30 +248,36 @@ def read_planned_lr(params: Mapping[str, Any], trainer: str | None = None) -> tu
             used = ((key, flat[key]),)
             return replace(spec, source="params", description=_describe_params(spec, used), params=used), ()
     found = read_trainer_plan(params, trainer)
-    plan = _from_trainer(found) if found is not None else _from_common_names(flat)
-    if plan is None:
-        return None, found.notes if found is not None else ()
-    return plan, plan.notes
+    plan, notes = (_from_trainer(found), found.notes) if found is not None else _from_common_names(flat)
+    return plan, notes if plan is None else plan.notes
 
 
-def _from_common_names(flat: Mapping[str, Any]) -> LrSchedule | None:
-    """The plan from the names many trainers share (HF's, OLMo's, Megatron's), see from_params."""
+def _from_common_names(flat: Mapping[str, Any]) -> tuple[LrSchedule | None, tuple[str, ...]]:
+    """The plan from the names many trainers share (HF's, OLMo's, Megatron's), see
+    from_params, and, for no plan, the notes saying why (a plan carries its own)."""
     kind = _first(flat, _SHAPE_KEYS)
     shape = _shape_alias(kind) if isinstance(kind, str) else None
     if shape is None:
         unknown = () if kind is None else (f"the params' lr schedule {kind!r} is not a shape read here: only the planned total is used",)
-        return _steps_only(flat, unknown)
+        return _steps_only(flat, unknown), ()
     values: dict[str, str] = {}
     used: list[tuple[str, str]] = [(_first_name(flat, _SHAPE_KEYS) or "", str(kind))]
     for key, names in _PARAM_NAMES.items():
         name = _first_name(flat, names)
-        if name is not None:
+        if name is not None and (key != "total" or planned_steps(flat[name]) is not None):
             values[key] = str(flat[name])
             used.append((name, str(flat[name])))
+    if shape != "constant" and "total" not in values:
+        return _steps_only(flat, ()), _in_epochs(flat, str(kind))
     ratio_name = _first_name(flat, ("warmup_ratio", "warmup_fraction"))
     ratio = _number(flat[ratio_name]) if ratio_name else None
     total = _number(values.get("total"))
-    if "warmup" not in values and ratio is not None and total is not None:
+    warmup = _number(values.get("warmup"))
+    if warmup is not None and 0 < warmup < 1 and total is not None:
+        # A warmup shorter than a step is a share of the total (transformers' warmup_steps
+        # below 1: ceil(total x share) steps); no trainer warms up over a fraction of a step.
+        values["warmup"] = str(math.ceil(warmup * total))
+    elif "warmup" not in values and ratio is not None and total is not None:
         values["warmup"] = str(ratio * total)
         used.append((ratio_name or "", str(flat[ratio_name or ""])))
     if "final" not in values:
@@ -282,16 +288,27 @@ def _from_common_names(flat: Mapping[str, Any]) -> LrSchedule | None:
         if rate is not None and peak:
             values["final"] = str(rate / peak)
             used += [(rate_name or "", str(flat[rate_name or ""])), (peak_name or "", str(flat[peak_name or ""]))]
-    if shape != "constant" and "total" not in values:
-        return _steps_only(flat, ())
     if shape != "wsd":
         values.pop("decay", None)
         used = [u for u in used if u[0] not in _PARAM_NAMES["decay"]]
     try:
         built = _build_spec(shape, values, f"{kind} " + " ".join(f"{k}={v}" for k, v in values.items()), "run params", "params")
     except ConfigError as exc:
-        return _steps_only(flat, (f"the planned lr in the params does not fit together ({exc}): its shape is not used",))
-    return replace(built, description=_describe_params(built, tuple(used)), params=tuple(used))
+        note = f"the planned lr in the params does not fit together ({exc}): its shape is not used"
+        plan = _steps_only(flat, (note,))
+        return plan, (note,) if plan is None else plan.notes
+    return replace(built, description=_describe_params(built, tuple(used)), params=tuple(used)), ()
+
+
+def _in_epochs(flat: Mapping[str, Any], kind: str) -> tuple[str, ...]:
+    """A note for a schedule planned in epochs: HF logs ``max_steps`` -1 and
+    ``num_train_epochs``, and the steps an epoch takes (the data loader's length over the
+    accumulation) reach no tracker, so the planned total is not known."""
+    name = _first_name(flat, ("num_train_epochs", "max_epochs"))
+    if name is None or not _number(flat[name]):
+        return ()
+    return (f"the params plan a {kind} lr over {name}={_text(flat[name])}, but not the steps an epoch takes: "
+            "the planned total is not known, so the planned lr is read from the logged lr alone",)
 
 
 # Names of a run's planned last step, when nothing else of its schedule is known. Composer's
