@@ -631,7 +631,7 @@ def _composed(
         return _Composed(None, None, f"{parts} sequences per step, but no sequence length", remedy)
     tokens = seqs * seq
     how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
-    assumed = () if accumulated else (
+    assumed: tuple[str, ...] = () if accumulated else (
         f"tokens per step ({tokens:,.0f}) assume no gradient accumulation: the config records none "
         "(pass batch_size with the tokens per step if the run accumulated)",
     )
