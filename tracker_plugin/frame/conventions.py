@@ -727,8 +727,10 @@ def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
     out = np.full(len(s), np.nan)
     rows = np.flatnonzero(np.isfinite(s) & np.isfinite(t))
     if len(rows) >= 2:
-        gap = np.diff(s[rows])
-        with np.errstate(divide="ignore", invalid="ignore"):
+        # Steps or counts near the float limit overflow to inf: a rate that is then no
+        # positive number is dropped below, as for any interval that says nothing.
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            gap = np.diff(s[rows])
             rate = np.diff(t[rows]) / gap
         # A row that repeats the count (a trainer's end-of-run log) says nothing of the batch.
         rate = np.where((gap > 0) & (rate > 0), rate, np.nan)
