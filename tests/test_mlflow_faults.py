@@ -29,7 +29,7 @@ import pytest
 from tests.conftest import FAULTS
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.jobs.runner import process_runs
+from tracker_plugin.jobs.runner import OVERTAKEN, process_runs
 from tracker_plugin.keys import JSON_PATH, MARKER, is_own, report_digest
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_run
@@ -218,6 +218,14 @@ def test_two_concurrent_annotates_converge(mlflow_server, tmp_path, settings):
     assert all(r["relogs"] == 0 for r in results), results
     if settings == "same":
         assert all(r["repeats"] == 0 for r in results), results
+    # Each job says whose annotation a run holds: a job that wrote the one in place says
+    # nothing more; one whose write another's overtook says so (same settings: the same one).
+    for k, run_id in enumerate(ids):
+        targets = tuple(json.loads(client.get_run(run_id).data.tags["loss_eta/settings"])["targets"])
+        holder = [j for j in range(2) if configs[j].targets == targets]
+        notes = [outcomes[j][k].note for j in range(2)]
+        assert holder and all(notes[j] is None for j in holder), (targets, notes)
+        assert all(note in (None, OVERTAKEN) for note in notes), notes
     record(f"{settings} settings, concurrent", results)
 
 

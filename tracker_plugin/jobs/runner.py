@@ -22,7 +22,9 @@ from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import RunInfo, Source
 
-__all__ = ["Action", "Outcome", "outcome_rows", "process_runs"]
+__all__ = ["OVERTAKEN", "Action", "Outcome", "outcome_rows", "process_runs"]
+
+OVERTAKEN = "another job's annotation, written at the same time, is the one the run holds"
 
 
 class Action(str, Enum):
@@ -47,6 +49,7 @@ class Outcome:
     analysis: Analysis | None = None
     error: str | None = None
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
+    note: str | None = None  # annotated, but another job's annotation is the one in place
 
     @property
     def failed(self) -> bool:
@@ -121,8 +124,10 @@ def _one(
         return Outcome(run, Action.UNCHANGED, analysis)
     if dry_run:
         return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
-    source.write(run, annotation)
-    return Outcome(run, Action.ANNOTATED, analysis)
+    if source.write(run, annotation):
+        return Outcome(run, Action.ANNOTATED, analysis)
+    # Both writes were whole; the other job's, with other settings or a newer history, landed last.
+    return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN)
 
 
 class _NoBar:
@@ -157,7 +162,12 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
             rows.append(
                 RunRow(
                     run.name, run.ref, outcome.action, result.target, result.status, tokens(result.tokens), result.step,
-                    None if outcome.analysis.on_steps else result.tokens_interval, result.note, left, None if when is None else when.eta_unix,
+                    None if outcome.analysis.on_steps else result.tokens_interval, _note(outcome.note, result.note),
+                    left, None if when is None else when.eta_unix,
                 )
             )
     return rows
+
+
+def _note(*notes: str | None) -> str | None:
+    return "; ".join(note for note in notes if note) or None

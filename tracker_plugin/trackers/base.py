@@ -10,6 +10,7 @@ decide anything about the analysis.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
@@ -49,7 +50,11 @@ __all__ = [
 
 # A write that another job's write overlapped is checked and done again, this many times.
 _WRITE_ATTEMPTS = 4
-_RETRY_PAUSE = 0.2  # seconds, times a random factor in [0.5, 1.5): two jobs fall out of step
+# Before looking again a job waits a random time, in units of how long its own write took
+# (under load everything is slower, another job's write too), doubling with each attempt:
+# a write in flight lands meanwhile, and two jobs that both found a mix fall out of step.
+_RETRY_PAUSE = (0.5, 1.5)  # times the write's own duration, times 2**attempt
+
 
 @dataclass(frozen=True)
 class Previous:
@@ -249,7 +254,7 @@ class Source(ABC):
             The tracker could not be read.
         """
 
-    def write(self, run: RunInfo, annotation: Annotation) -> None:
+    def write(self, run: RunInfo, annotation: Annotation) -> bool:
         """Write ``annotation`` to the run: keys, ``loss_eta/loss_eta.json`` and ``.png``.
 
         Everything else goes first (:meth:`write_content`), the completion marker
@@ -258,18 +263,31 @@ class Source(ABC):
         or mixed with another job's, leaves a run whose keys do not match its marker, and
         the next run redoes it. Keys of ours the run holds that this annotation does not
         write (a dropped target's) are cleared. Where other jobs may write the same run at
-        the same time (:meth:`settled`), the run is read back after the marker and written
-        again until it holds one complete annotation. Writing the same annotation twice
-        leaves the run as the first write left it; nothing but our keys and our
-        ``loss_eta/`` artifacts is touched.
+        the same time (:attr:`shared`), the run is read back after the marker until it
+        holds one complete annotation: this one, or another job's that overlapped it (the
+        run is consistent either way); while it holds a mix the job waits (a random time,
+        growing, in units of its own write's duration) and looks again, and writes again
+        only if the mix is still there. Writing the same annotation twice leaves the run as
+        the first write left it; nothing but our keys and our ``loss_eta/`` artifacts is
+        touched.
+
+        Returns whether the run holds this annotation (False: another job's complete
+        annotation, made with other settings or from another history, landed after it).
         """
+        annotation = replace(annotation, plot=functools.cache(annotation.plot))  # drawn once
         for attempt in range(_WRITE_ATTEMPTS):
+            started = time.monotonic()
             full = annotation.clearing(self.held(run))
             self.write_content(run, full)
             self.write_markers(run, full)
-            if self.settled(run):
-                return
-            time.sleep(_RETRY_PAUSE * (0.5 + random.random()) * (attempt + 1))
+            if not self.shared:
+                return True
+            holds = self.settled(run)
+            if holds is None:  # a mix: give another job's write in flight time to land
+                time.sleep((time.monotonic() - started) * random.uniform(*_RETRY_PAUSE) * 2**attempt)
+                holds = self.settled(run)
+            if holds is not None:
+                return holds == full.marker()
         raise SourceError(
             f"another job kept writing this run's annotation; tried {_WRITE_ATTEMPTS} times, "
             "and the next run will redo it",
@@ -307,12 +325,17 @@ class Source(ABC):
         # Another job's picture (after a race) carries another report's digest.
         return picture is not None and png_text(picture).get(REPORT_DIGEST) == previous.report
 
-    def settled(self, run: RunInfo) -> bool:
-        """After a write: does the run hold one complete annotation (this one or another
-        job's that overlapped it)? Sources only one writer can change say yes."""
-        held = self.held(run)
-        now = previous_of(held)
-        return now is not None and now.complete and self.intact(replace(run, previous=now))
+    # Whether other jobs may write a run at the same time, so that a write must be read
+    # back (:meth:`settled`); sources whose write is one atomic replacement say no.
+    shared: ClassVar[bool] = True
+
+    def settled(self, run: RunInfo) -> str | None:
+        """After a write: the completion marker of the one complete annotation the run holds
+        (this one or another job's that overlapped it); None while it holds a mix."""
+        now = previous_of(self.held(run))
+        if now is None or not now.complete or not self.intact(replace(run, previous=now)):
+            return None
+        return now.marker
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         """The annotation's metrics, labels and artifacts, all but the completion marker."""

@@ -189,8 +189,7 @@ class CsvSource(Source):
     def intact(self, run: RunInfo) -> bool:
         return True  # the report is the marker, written whole (atomically) or not at all
 
-    def settled(self, run: RunInfo) -> bool:
-        return True  # one atomic file: two writers leave one whole report
+    shared = False  # one atomic file: two writers leave one whole report
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         return [f"write {path}" for path in _sidecars(Path(run.ref))]

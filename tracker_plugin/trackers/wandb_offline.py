@@ -327,8 +327,7 @@ class WandbOfflineSource(Source):
     def stored_plot(self, run: RunInfo) -> bytes | None:
         return _stored(run, PNG_PATH)
 
-    def settled(self, run: RunInfo) -> bool:
-        return True  # the summary and the marker go in one atomic rewrite of the file
+    shared = False  # the summary and the marker go in one atomic rewrite of the file
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         """The artifacts, into the run's ``files/``, once the run is known to be writable."""
