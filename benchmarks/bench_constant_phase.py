@@ -11,8 +11,11 @@ the law by least squares (scipy's ``curve_fit``, the raw loss, the logged lr) wi
 origin fixed and with a free shift ``S + s0 * S_ref``, and prints the mean signed
 ``ln(predicted / true tokens)`` of the law's crossing under the protocol of the backtest,
 on a synthetic run of a known power law in tokens (a 500-step warmup, sparse and dense
-evals, fitted from step 1000) and on the visible MPL constant-lr runs. The forecast itself
-does not fit the shift yet (see the README's backtest section).
+evals, fitted from step 1000) and on the visible MPL constant-lr runs.
+
+Beside it, the same cuts forecast by the product's own laws (``backtest_run``, the plan
+given, from the analysis's own fit start), whose power term takes the shift as a fitted
+parameter (``shift`` in a fit's params; see ``core/models/schedule_law.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import numpy as np
 from scipy.optimize import curve_fit
 
 import tracker_plugin as tp
-from tracker_plugin.core.backtest import logged_plan
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.core.backtest import backtest_run, logged_plan
 from tracker_plugin.core.clock import build_timeline
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.testing.synthetic import synthetic_run
@@ -71,6 +75,21 @@ def errors(history: tp.History, window: float, free: bool, start_step: float = 0
     return np.array(out)
 
 
+def forecast_errors(history: tp.History, window: float, model: str) -> np.ndarray:
+    """Signed ln(predicted / true tokens) of the product's forecast with ``model`` at each
+    cut of :data:`CUTS` (the backtest's protocol, the logged lr as the plan); NaN without one."""
+    config = AnalysisConfig(targets=(1.0,), ema_token_window=window)
+    fractions = sorted({f for f, _ in CUTS})
+    quantiles = sorted({q for _, q in CUTS})
+    cases = backtest_run(history, config, fit_fractions=fractions, target_quantiles=quantiles, models=(model,))
+    found = {(c.fit_fraction, c.target_quantile): c for c in cases}
+    out = []
+    for cut in CUTS:
+        case = found[cut]
+        out.append(np.log(case.tokens / case.true_tokens) if case.tokens else np.nan)
+    return np.array(out)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=SHARED / "runs")
@@ -79,6 +98,7 @@ def main() -> None:
     print("synthetic power law in tokens, constant lr, warmup 500 of 40,000 steps, 4 seeds, fitted from step 1000:")
     for every in (500, 20):
         found: dict[bool, list[np.ndarray]] = {False: [], True: []}
+        laws: dict[str, list[np.ndarray]] = {"lr-annealing": [], "multi-power": []}
         for seed in range(4):
             frame = synthetic_run(40_000, log_every=every, seed=seed, noise=0.02, warmup=500)
             with tempfile.TemporaryDirectory() as folder:
@@ -87,14 +107,21 @@ def main() -> None:
                 history = tp.load_csv(path)
             for free in found:
                 found[free].append(errors(history, 1e8, free, start_step=1000.0))
+            for model in laws:
+                laws[model].append(forecast_errors(history, 1e8, model))
         for free, values in found.items():
             shown = " ".join(f"{v:+.3f}" for v in np.nanmean(values, axis=0))
             print(f"  eval every {every:3} steps, origin {'free ' if free else 'fixed'}: {shown}")
-    print("visible constant-lr runs (the logged lr as the plan): origin fixed | free")
+        for model, values in laws.items():
+            shown = " ".join(f"{v:+.3f}" for v in np.nanmean(values, axis=0))
+            print(f"  eval every {every:3} steps, forecast {model:12}: {shown}")
+    print("visible constant-lr runs (the logged lr as the plan): origin fixed | free | forecast lr-annealing | multi-power")
     for path in sorted(glob.glob(str(args.runs / "mpl-*-constant-*.csv"))):
         history, window = load(path)
         fixed, free = (" ".join(f"{v:+.3f}" for v in errors(history, window, x)) for x in (False, True))
-        print(f"  {os.path.basename(path):28} {fixed} | {free}")
+        ours = " | ".join(" ".join(f"{v:+.3f}" for v in forecast_errors(history, window, m))
+                          for m in ("lr-annealing", "multi-power"))
+        print(f"  {os.path.basename(path):28} {fixed} | {free} | {ours}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import tracker_plugin as tp
 from tracker_plugin.core.clock import build_timeline
 from tracker_plugin.core.forecast import fit_window, resolve_plan
 from tracker_plugin.core.models import (
+    LR_ANNEALING,
     MULTI_POWER,
     FitFailure,
     FitStatus,
@@ -91,20 +92,24 @@ def test_the_forecast_does_not_depend_on_the_blas_kernel_or_its_threads(data_dir
         assert other["interval"][0] == pytest.approx(first["interval"][0], rel=1e-8)
 
 
-def _projected(obs, timeline, prior_mean, strength):
+def _projected(obs, timeline, prior_mean, strength, law=MULTI_POWER):
     seen = timeline.drops().before(float(obs.clock[-1]))
-    shapes = _Shapes(MULTI_POWER, obs, seen, float(obs.area[-1]))
+    shapes = _Shapes(law, obs, seen, float(obs.area[-1]))
     return shapes, Projection(obs.loss, obs.weight, prior_mean, strength)
 
 
 @pytest.mark.parametrize("prior", [(None, 0.0), (0.15, 40.0)])
-@pytest.mark.parametrize("theta", [(0.5, -3.0, 0.5, 0.5), (0.48, -7.7, 0.83, 1.4), (1.2, 1.0, 2.0, 0.1)])
+@pytest.mark.parametrize("theta", [
+    (0.5, -3.0, 0.5, 0.5, 0.0), (0.48, -7.7, 0.83, 1.4, -0.001), (1.2, 1.0, 2.0, 0.1, 0.3), (0.5, 0.0), (0.3, -0.001),
+])
 def test_the_jacobian_of_the_projected_residuals_is_exact(olmo, theta, prior):
-    """Against central differences of the residuals, coefficients re-solved at each point."""
+    """Against central differences of the residuals, coefficients re-solved at each point:
+    both laws, the origin shift (the last parameter) included."""
     _, timeline, _, obs = olmo
-    shapes, problem = _projected(obs, timeline, *prior)
+    law = MULTI_POWER if len(theta) == 5 else LR_ANNEALING
+    shapes, problem = _projected(obs, timeline, *prior, law=law)
     theta = np.array(theta)
-    jacobian = problem.jacobian(*shapes(theta), *shapes.gradients(theta))
+    jacobian = problem.jacobian(*shapes(theta), *shapes.gradients(theta, True))
     numeric = np.empty_like(jacobian)
     for k in range(len(theta)):
         h = 1e-6 * max(1.0, abs(theta[k]))
@@ -121,7 +126,7 @@ def test_a_solver_that_runs_out_of_evaluations_says_so(olmo):
     _, timeline, _, obs = olmo
     shapes, problem = _projected(obs, timeline, None, 0.0)
     x, _, status = least_squares_from(
-        [np.array(MULTI_POWER.starts[0])], lambda th: problem.residuals(*shapes(th)), None,
+        [np.array(MULTI_POWER.starts[0])], lambda th: problem.residuals(*shapes(np.r_[th, 0.0])), None,
         np.array(MULTI_POWER.lower), np.array(MULTI_POWER.upper), max_evaluations=3,
     )
     assert x is not None and not status.converged

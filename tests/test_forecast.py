@@ -331,3 +331,102 @@ def test_five_points_that_show_a_decay_need_one_more():
     assert isinstance(fit, FitFailure)
     assert "needs at least 6 points in the fit window (it shows an lr decay" in fit.reason
     assert not isinstance(fit_window("lr-annealing", history, first, first + 6, timeline, 1e6, None), FitFailure)
+
+
+def _shifted_run(offset: float, *, steps: int = 20_000, every: int = 100, warmup: int = 200, seed: int = 0) -> tp.History:
+    """A constant-lr run (after a linear warmup) whose loss follows the law in the lr area
+    ``S`` (in peak-lr steps) from an origin ``offset`` steps' worth of area away from step 0:
+    ``2 + 3 * ((S + offset) / 1000) ** -0.3``, evaluated every ``every`` steps from the
+    first at which the law is defined."""
+    step = np.arange(0, steps, every)
+    area = np.where(step < warmup, (step + 1) * (step + 2) / (2 * warmup), warmup / 2 + 0.5 + (step + 1 - warmup))
+    keep = area + offset > 0
+    step, area = step[keep], area[keep]
+    lr = np.minimum(1.0, (step + 1) / warmup)
+    loss = 2.0 + 3.0 * ((area + offset) / 1000.0) ** -0.3 + np.random.default_rng(seed).normal(0, 0.002, len(step))
+    frame = pd.DataFrame({"step": step, "lr": 3e-4 * lr, "train_loss": loss})
+    return tp.build_history(frame, run=f"constant lr, origin offset {offset:g}", batch_size=131072.0)
+
+
+def _long_forecast_errors(history: tp.History) -> list[float]:
+    """ln(predicted / true tokens) from a quarter of the run to the smoothed loss at 0.8 and
+    0.95 of its tokens (3.2x and 3.8x beyond the log), the lr plan given, fitted from step
+    1000 (the law's window then starts at a fifth of its lr area)."""
+    window = 20 * 131072.0
+    cuts = [_protocol(history, 0.25, quantile, window=window) for quantile in (0.8, 0.95)]
+    analysis = tp.analyze(cuts[0][0], [target for _, target, _ in cuts], model="lr-annealing",
+                          lr_schedule="constant:warmup=200", ema_token_window=window, fit_start_step=1000)
+    assert all(t.status == "extrapolated" for t in analysis.targets)
+    return [math.log(t.tokens / truth) for t, (_, _, truth) in zip(analysis.targets, cuts)]
+
+
+@pytest.mark.parametrize("offset", [800.0, -500.0])
+def test_a_long_constant_lr_forecast_from_sparse_evals_is_unbiased(offset, monkeypatch):
+    """200 evals over the run, cut at a quarter (40 of them fitted): the law's origin is not
+    the run's, and the fitted shift finds it. Over eight seeds the mean signed error is
+    within 0.03 and each seed's within 0.15 (the shift, the exponent and the asymptote trade
+    against each other on 40 noisy points). Held at 0, the exponent bends to meet step 0
+    and the mean is off by more than 0.05 (by +0.08 and +0.66 at these offsets)."""
+    from tracker_plugin.core.models import schedule_law
+
+    runs = [_shifted_run(offset, seed=seed) for seed in range(8)]
+    free = np.array([_long_forecast_errors(run) for run in runs])
+    assert abs(free.mean()) < 0.03 and np.abs(free).max() < 0.15, free
+    monkeypatch.setattr(schedule_law, "SHIFT_MIN_POINTS", 10**9)
+    fixed = np.array([_long_forecast_errors(run) for run in runs])
+    assert abs(fixed.mean()) > 0.05, fixed
+
+
+def test_the_shift_stops_at_its_bound_where_the_law_would_start_inside_the_window():
+    """A law whose origin lies just inside the fit window (its power would be infinite
+    there): the fitted shift stops at its lower bound, just above minus the window's first
+    relative area, and the fit and its forecast stay finite."""
+    from tracker_plugin.core.models import schedule_law
+
+    history = _shifted_run(-0.9995 * (200 / 2 + 0.5 + 801.0), seed=1)  # the area at step 1000, the fit start
+    timeline = build_timeline(history, LrSchedule.parse_spec("constant:warmup=200"))
+    first = int(np.searchsorted(history.step, 1000))
+    obs = observations(history.step[first:], history.loss[first:], timeline)
+    fit = fit_law(LR_ANNEALING, obs, timeline, ema_window=20 * 131072.0, start_step=1000.0)
+    assert not isinstance(fit, FitFailure)
+    bound = -(1 - schedule_law._SHIFT_FLOOR) * float(timeline.area_at(np.array([1000.0]))[0]) / fit.area_ref
+    assert fit.shift == pytest.approx(bound, rel=1e-6)
+    assert fit.status.evaluations > 0 and "least_squares" in fit.status.reason
+    steps, curve = fit.smoothed()
+    assert np.isfinite(curve).all() and np.isfinite(fit.predict_steps(np.array([1000.0, 1e6]))).all()
+
+
+def test_a_window_of_few_points_holds_the_shift_at_0():
+    """Below SHIFT_MIN_POINTS binned points the shift is not identified: it stays 0."""
+    from tracker_plugin.core.models import schedule_law
+
+    history = _shifted_run(1000.0, every=1000)
+    timeline = build_timeline(history, LrSchedule.parse_spec("constant:warmup=200"))
+    for rows, free in ((schedule_law.SHIFT_MIN_POINTS - 1, False), (schedule_law.SHIFT_MIN_POINTS, True)):
+        obs = observations(history.step[1:rows + 1], history.loss[1:rows + 1], timeline)
+        fit = fit_law(LR_ANNEALING, obs, timeline, ema_window=20 * 131072.0, start_step=float(history.step[1]))
+        assert (fit.shift != 0.0) == free, (rows, fit.shift)
+
+
+def test_the_shift_is_held_where_the_lr_is_assumed():
+    """With no lr logged and no plan the lr area is a guess (a constant lr from step 0): the
+    shift would take up the unknown schedule, so it stays 0; the same run with its lr
+    logged fits it."""
+    history = _shifted_run(500.0)
+    frame = pd.DataFrame({"step": history.step, "train_loss": history.loss})
+    unknown = tp.build_history(frame, run="no lr", batch_size=131072.0)
+    for run, free in ((history, True), (unknown, False)):
+        analysis = tp.analyze(run.head(50), [2.5], model="lr-annealing", ema_token_window=20 * 131072.0,
+                              fit_start_step=1000)
+        assert (analysis.fit.shift != 0.0) == free, (run.run, analysis.fit.params)
+
+
+def test_the_shift_is_held_once_the_window_has_seen_a_decay():
+    """Past a quarter of the peak lr shed the decay's response bends the curve and the
+    shift would trade against it: held. Early in the same run (little shed yet) it is fitted."""
+    history = _run(noise=0.002)
+    early, late = history.head(200), history.head(500)  # steps to 1000 and 2500 of a 3000-step cosine
+    for cut, free in ((early, True), (late, False)):
+        analysis = tp.analyze(cut, [2.0], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW,
+                              fit_start_step=300)
+        assert (analysis.fit.shift != 0.0) == free, (cut.step[-1], analysis.fit.params)

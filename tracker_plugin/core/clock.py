@@ -63,7 +63,8 @@ class Timeline:
     """A run on a grid of steps, from step 0 to ``HORIZON_FACTOR`` times its planned length.
 
     Between grid points the lr is linear and the batch constant. ``last_step`` is the last
-    logged step; ``plan_end`` the planned last step when known.
+    logged step; ``plan_end`` the planned last step when known. ``lr_assumed``: neither a
+    logged lr nor a plan, so the lr is taken to be constant from step 0.
     """
 
     step: np.ndarray
@@ -76,6 +77,7 @@ class Timeline:
     reference_batch: float
     last_step: float
     plan_end: float | None
+    lr_assumed: bool = False
 
     @property
     def horizon(self) -> float:
@@ -168,7 +170,8 @@ def build_timeline(
     dstep = np.diff(grid)
     area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
     clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
-    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end)
+    assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
+    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end, assumed)
 
 
 def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:

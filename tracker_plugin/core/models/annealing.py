@@ -11,7 +11,8 @@ decay removes once it has taken effect, which is what the gain prior speaks abou
     S2(s) (1 - lambda) = sum over drops k before s of  drop_k * (1 - lambda ** (s - k))
 
 The lr is normalised to its peak and ``S1`` to its value at the end of the fit window, so
-``A`` is the reducible loss there. One nonlinear parameter: ``alpha``.
+``A`` is the reducible loss there. Nonlinear parameters: ``alpha``, and the origin shift of
+``S1`` that every schedule-aware law has (see :mod:`.schedule_law`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ MOMENTUM_DECAY = 0.999
 def _power(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
     """``area ** -alpha``; ``theta`` may be a column of exponents (one row each)."""
     return np.power(area, -theta[0] if theta.ndim == 1 else -theta)
+
+
+def _power_gradient(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
+    """``d power / d alpha``, one column."""
+    return (-np.log(area) * np.power(area, -theta[0]))[:, None]
+
+
+def _power_slope(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
+    """``d power / d area``, which is how the origin shift moves it."""
+    return -theta[0] * np.power(area, -theta[0] - 1.0)
 
 
 def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> np.ndarray:
@@ -67,6 +78,8 @@ LR_ANNEALING = Law(
     starts=((0.5,),),
     power=_power,
     anneal=_anneal,
+    power_gradient=_power_gradient,
+    power_slope=_power_slope,
     grid=np.geomspace(0.02, 3.0, 25),
     anneal_fixed=True,
 )

@@ -5,7 +5,8 @@ Across Learning Rate Schedules".
     LD(t) = B * sum over steps k of (lr_(k-1) - lr_k) * G(lr_k ** -gamma * S_k(t))
     G(x) = 1 - (C x + 1) ** -beta,   S_k(t) = lr summed from step k to t
 
-``S1 + S_W`` is the lr area from step 0 (warmup included). The lr is normalised to its peak
+``S1 + S_W`` is the lr area from step 0 (warmup included), plus the fitted origin shift
+that every schedule-aware law has (see :mod:`.schedule_law`). The lr is normalised to its peak
 and the area to its value at the end of the fit window, so ``A`` is the reducible loss there
 and ``B`` (reported as ``G``) the loss a full decay removes once saturated. Nonlinear
 parameters: ``alpha``, ``log C``, ``beta``, ``gamma``; ``C`` is per unit of lr area in
@@ -31,6 +32,11 @@ def _power_gradient(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
     out = np.zeros((len(area), len(theta)))
     out[:, 0] = -np.log(area) * np.power(area, -theta[0])
     return out
+
+
+def _power_slope(theta: np.ndarray, area: np.ndarray) -> np.ndarray:
+    """``d power / d area``, which is how the origin shift moves it."""
+    return -theta[0] * np.power(area, -theta[0] - 1.0)
 
 
 def _drive(theta: np.ndarray, area: np.ndarray, cells: DropCells) -> tuple[np.ndarray, np.ndarray]:
@@ -78,5 +84,6 @@ MULTI_POWER = Law(
     power=_power,
     anneal=_anneal,
     power_gradient=_power_gradient,
+    power_slope=_power_slope,
     anneal_gradient=_anneal_gradient,
 )

@@ -26,6 +26,18 @@ Fitting choices, each for a reason:
   planned decay is exactly what brings a cosine or WSD run to its target. ``G`` therefore
   gets a weak Gaussian prior centred on a fraction of the current loss (see
   :class:`GainPrior`); once a decay is logged the data outweigh it.
+- **An origin shift of the lr area.** At constant lr a law reduces to
+  ``L0 + A * (S / S_ref) ** -alpha``, and ``S`` summed from step 0 is an assumed origin: a
+  warmup that counts for more or less than its area, or a run whose early progress per
+  unit of lr area differs, makes the fit trade ``alpha`` against ``L0`` to meet it, which
+  moves long extrapolations (early, on the public constant-lr runs and a synthetic power
+  law; see ``benchmarks/bench_constant_phase.py``). Every law therefore takes its power of
+  ``S / S_ref + shift``, ``shift`` a nonlinear parameter (the last of ``theta``) bounded
+  by the fit window: from just above minus the window's first relative area (the power
+  stays finite wherever the law is evaluated) to plus that area. It is held at 0 where it
+  is not identified or takes up something else than an origin (few points, an lr assumed
+  rather than logged, a decay already seen; see :func:`_shift_bounds`), by rules chosen on
+  the public runs leave-one-family-out (``benchmarks/bench_calibration.py``).
 - **Several starts** for laws with more than one nonlinear parameter (SciPy's
   ``least_squares``, trust-region reflective, with the analytic Jacobian of the projected
   residuals), and a grid plus Brent's method (``minimize_scalar``) for those with one, so
@@ -70,6 +82,21 @@ MIN_POINTS = 6
 # column is zero there, and a decay's shape acts on nothing): one parameter fewer, one
 # point fewer, the same two left for the noise.
 MIN_POINTS_NO_DECAY = MIN_POINTS - 1
+# Fewer binned points than this and the origin shift is held at 0 (a law then has one
+# parameter fewer to meet the points with).
+SHIFT_MIN_POINTS = 16
+# The shift is held at 0 once the window's lr has shed this share of its peak (the share at
+# which auto lets the multi-power law fit its response, forecast.MIN_SEEN_DECAY).
+SHIFT_MAX_SEEN_DECAY = 0.25
+# The shift keeps the shifted area at the window's first point above this share of its
+# own area, and is at most this many reference areas; it is held at 0 where the window
+# starts at less than the last share of the reference area.
+_SHIFT_FLOOR = 0.01
+_SHIFT_MAX = 1.0
+_SHIFT_MIN_AREA = 0.01
+# A one-exponent law with a free shift is searched on its exponent grid times these shifts
+# (shares of the bound on each side of 0), then by least squares from the best point.
+_SHIFT_GRID = (1.0, 0.9, 0.6, 0.3, 0.0, 0.03, 0.1, 0.3, 1.0)
 # Long logs are averaged in at most this many bins of consecutive rows ...
 MAX_BINS = 192
 # ... none spanning more than this ratio of steps, so the steep early curve keeps its shape.
@@ -180,12 +207,14 @@ def observations(step: np.ndarray, loss: np.ndarray, timeline: Timeline) -> Obse
 class Law:
     """A schedule-aware law: its nonlinear parameters and its two shape functions.
 
-    ``power(theta, area / area_ref)`` and ``anneal(theta, clock, area, cells)`` give the
-    columns that ``A`` and ``G`` multiply. The power is taken of the area relative to the
-    area at the end of the fit window, so ``A`` is the reducible loss there.
-    ``power_gradient`` and ``anneal_gradient`` (same arguments) give their derivatives by
-    ``theta``, one column per parameter, for the solver's Jacobian; without them it
-    differences the residuals.
+    ``power(theta, area / area_ref + shift)`` and ``anneal(theta, clock, area, cells)``
+    give the columns that ``A`` and ``G`` multiply; ``theta`` here is the law's own
+    parameters (``theta_names``), a fit's ``theta`` holds them and then the origin shift.
+    The power is taken of the area relative to the area at the end of the fit window, so
+    ``A`` is the reducible loss there. ``power_gradient`` and ``anneal_gradient`` (same
+    arguments) give their derivatives by ``theta``, one column per parameter, and
+    ``power_slope`` the power's by its area (the shift's column), for the solver's
+    Jacobian; without them it differences the residuals.
     """
 
     name: str
@@ -200,12 +229,20 @@ class Law:
     anneal_fixed: bool = False  # the anneal column does not depend on theta (computed once)
     power_gradient: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     anneal_gradient: Callable[[np.ndarray, np.ndarray, np.ndarray, DropCells], np.ndarray] | None = None
+    power_slope: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+
+    @property
+    def parameter_names(self) -> tuple[str, ...]:
+        """The names of a fit's ``theta``: the law's own parameters, then the origin shift."""
+        return (*self.theta_names, "shift")
 
     def columns(
         self, theta: np.ndarray, clock: np.ndarray, area: np.ndarray, area_ref: float, cells: DropCells
     ) -> tuple[np.ndarray, np.ndarray]:
+        """The power and anneal columns at a fit's ``theta`` (the shift last)."""
+        shape, shift = theta[:-1], float(theta[-1])
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            return self.power(theta, area / area_ref), self.anneal(theta, clock, area, cells)
+            return self.power(shape, area / area_ref + shift), self.anneal(shape, clock, area, cells)
 
 
 @dataclass(frozen=True, eq=False)
@@ -213,7 +250,7 @@ class LawFit:
     """A fitted law on its timeline: predicts the raw loss, and when its EMA reaches a target."""
 
     law: Law
-    theta: np.ndarray
+    theta: np.ndarray  # the law's parameters, then the origin shift (in reference areas)
     coef: np.ndarray  # L0, A, G
     area_ref: float
     timeline: Timeline
@@ -240,7 +277,7 @@ class LawFit:
     def params(self) -> dict[str, float]:
         l0, a, g = (float(c) for c in self.coef)
         params = {"L0": l0, "A": a, "G": g}
-        params.update({k: float(v) for k, v in zip(self.law.theta_names, self.theta)})
+        params.update({k: float(v) for k, v in zip(self.law.parameter_names, self.theta)})
         params["area_ref"] = self.area_ref
         return params
 
@@ -251,6 +288,11 @@ class LawFit:
     @property
     def alpha(self) -> float:
         return float(self.theta[0])
+
+    @property
+    def shift(self) -> float:
+        """The origin shift of the lr area, in reference areas (0 when held)."""
+        return float(self.theta[-1])
 
     @property
     def asymptote(self) -> float:
@@ -442,7 +484,8 @@ def fit_law(
 ) -> LawFit | FitFailure:
     """Fit ``law`` to the binned raw loss ``obs`` of a run on ``timeline``.
 
-    ``start`` (parameters of a nearby fit) narrows the first search around them.
+    ``start`` (parameters of a nearby fit, with or without its shift) narrows the first
+    search around them.
     ``smoothed_start`` is the observed EMA at ``start_step``: the law's EMA starts there.
     ``cadence`` is the steps between logged rows: the law's EMA is taken at that cadence,
     as the observed one is. ``rounds`` caps the reweighting rounds; ``strength`` (the prior
@@ -509,14 +552,17 @@ def _fit(
     given_weight = weight is not None
     weight = obs.weight.copy() if weight is None else weight
     theta = None if start is None else np.asarray(start, float)
+    if theta is not None and len(theta) == len(law.theta_names):
+        theta = np.r_[theta, 0.0]
     shapes = _Shapes(law, obs, cells.before(float(obs.clock[-1])), area_ref)
+    shift = _shift_bounds(obs, timeline, start_step, area_ref, shapes.seen.total)
     residuals = fitted = coef = None
     evaluations, settled, done = 0, False, 0
     previous_theta = None
     for round_ in range(rounds):
         use_prior = round_ > 0 or strength > 0
         problem = Projection(obs.loss, weight, prior_mean if use_prior else None, strength)
-        theta, search = _search(law, problem, shapes, theta)
+        theta, search = _search(law, problem, shapes, theta, shift)
         evaluations += search.evaluations
         done += 1
         if theta is None:
@@ -576,6 +622,31 @@ def _status(search: FitStatus, evaluations: int, done: int, settled: bool, given
         ending = f"the robust weights still moved after {done} rounds (the cap)"
     return FitStatus(search.converged, f"{search.reason}; {ending}", evaluations)
 
+def _shift_bounds(
+    obs: Observations, timeline: Timeline, start_step: float, area_ref: float, seen_decay: float
+) -> tuple[float, float] | None:
+    """The bounds of the origin shift, or None where it is held at 0.
+
+    The shifted relative area stays positive from the fit start on, where the law's EMA
+    starts, and so wherever the law is evaluated: the lower bound is just above minus the
+    relative area there. The steps before the window count for at most twice their area:
+    the upper bound is that area. Held at 0: a window of fewer than
+    :data:`SHIFT_MIN_POINTS` points; one that starts within :data:`_SHIFT_MIN_AREA` of the
+    origin (the bounds would pin it there anyway, and a shift too small to matter only
+    moves the multi-power law between the flat valleys of its response); and an lr that is
+    assumed rather than logged or planned, where the shift takes up the unknown schedule
+    (the unseen warmup early, the unseen cooldown later) instead of an origin; and a
+    window whose lr has shed :data:`SHIFT_MAX_SEEN_DECAY` of its peak, where the response
+    to the decay bends the curve and the shift would trade against it.
+    """
+    if len(obs) < SHIFT_MIN_POINTS or timeline.lr_assumed or seen_decay >= SHIFT_MAX_SEEN_DECAY:
+        return None
+    first = min(float(obs.area[0]), float(timeline.area_at(np.array([start_step]))[0])) / area_ref
+    if first < _SHIFT_MIN_AREA:
+        return None
+    return -(1.0 - _SHIFT_FLOOR) * first, min(_SHIFT_MAX, first)
+
+
 def robust_sigma(residuals: np.ndarray, weight: np.ndarray) -> float:
     """The robust standard deviation (scaled MAD) of residuals of unit weight; never 0."""
     scaled = residuals * np.sqrt(weight)
@@ -597,34 +668,78 @@ def _prior_strength(scaled: np.ndarray, sigma: float, prior_sd: float) -> float:
     return sigma * math.sqrt((1.0 + r1) / (1.0 - r1)) / max(prior_sd, 1e-12)
 
 
-def _search(law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None) -> tuple[np.ndarray | None, FitStatus]:
-    """The nonlinear parameters that minimise ``problem``'s cost, and how the solver ended.
+def _search(
+    law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None, shift: tuple[float, float] | None
+) -> tuple[np.ndarray | None, FitStatus]:
+    """A fit's ``theta`` (the law's parameters, then the shift) that minimises ``problem``'s
+    cost, and how the solver ended.
 
-    ``start`` (a previous answer) narrows a one-parameter search to a bracket around it and
-    is the only start of a several-parameter one; else the law's grid or its starts.
+    ``shift`` holds the shift's bounds, or None to hold it at 0. ``start`` (a previous
+    answer) narrows a one-parameter search to a bracket around it and is the only start of
+    a several-parameter one; else the law's grid or its starts.
     """
     if len(law.theta_names) == 1 and law.grid is not None:
-        return _search_exponent(law, problem, shapes, start)
+        if shift is None:
+            found, status = _search_exponent(law, problem, shapes, start)
+            return (None if found is None else np.r_[found, 0.0]), status
+        return _search_exponent_and_shift(law, problem, shapes, start, shift)
     lower, upper = np.array(law.lower, float), np.array(law.upper, float)
+    if shift is not None:
+        lower, upper = np.r_[lower, shift[0]], np.r_[upper, shift[1]]
 
-    def residuals(theta: np.ndarray) -> np.ndarray:
-        return problem.residuals(*shapes(theta))
+    def full(x: np.ndarray) -> np.ndarray:
+        return x if shift is not None else np.r_[x, 0.0]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return problem.residuals(*shapes(full(x)))
 
     jacobian = None
-    if law.power_gradient is not None and law.anneal_gradient is not None:
+    if law.power_gradient is not None and law.anneal_gradient is not None and law.power_slope is not None:
 
-        def jacobian(theta: np.ndarray) -> np.ndarray:
-            return problem.jacobian(*shapes(theta), *shapes.gradients(theta))
+        def jacobian(x: np.ndarray) -> np.ndarray:
+            return problem.jacobian(*shapes(full(x)), *shapes.gradients(full(x), shift is not None))
 
-    starts = [start] if start is not None else [np.array(s, float) for s in law.starts]
-    theta, _, status = least_squares_from(starts, residuals, jacobian, lower, upper)
-    return theta, status
+    if start is not None:
+        starts = [start if shift is not None else start[:-1]]
+    else:
+        starts = [np.array(s + ((0.0,) if shift is not None else ()), float) for s in law.starts]
+    x, _, status = least_squares_from(starts, residuals, jacobian, lower, upper)
+    return (None if x is None else full(x)), status
+
+
+def _search_exponent_and_shift(
+    law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None, shift: tuple[float, float]
+) -> tuple[np.ndarray | None, FitStatus]:
+    """A one-exponent law with its shift free: least squares (exact Jacobian) from ``start``,
+    or from the best point of the exponent grid times :data:`_SHIFT_GRID`."""
+    assert law.grid is not None
+    lower, upper = np.array([law.lower[0], shift[0]]), np.array([law.upper[0], shift[1]])
+    evaluations = 0
+    if start is None:
+        shifts = np.unique([shift[0] * v for v in _SHIFT_GRID[:4]] + [shift[1] * v for v in _SHIFT_GRID[4:]])
+        grid = np.array([(a, s) for s in shifts for a in law.grid])
+        values = problem.costs(*shapes(grid))
+        values[~np.isfinite(values)] = np.inf
+        evaluations = len(grid)
+        if not np.isfinite(values).any():
+            return None, FitStatus(False, "no grid point gives a finite cost", evaluations)
+        start = grid[int(np.argmin(values))]
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return problem.residuals(*shapes(x))
+
+    def jacobian(x: np.ndarray) -> np.ndarray:
+        return problem.jacobian(*shapes(x), *shapes.gradients(x, True))
+
+    x, _, status = least_squares_from([start], residuals, jacobian, lower, upper)
+    return x, replace(status, evaluations=status.evaluations + evaluations)
 
 
 def _search_exponent(
     law: Law, problem: Projection, shapes: _Shapes, start: np.ndarray | None
 ) -> tuple[np.ndarray | None, FitStatus]:
-    """A one-parameter law: its grid (or a bracket around ``start``), then Brent in the best cell.
+    """A one-parameter law, its shift held at 0: its grid (or a bracket around ``start``),
+    then Brent in the best cell. Returns the exponent alone.
 
     Near a previous answer (a refit, a later reweighting round) a bracket around it; the
     law's grid when the best point lands on the bracket's edge, so a start changes the
@@ -634,10 +749,10 @@ def _search_exponent(
     lower, upper = law.lower[0], law.upper[0]
 
     def profile(x: float) -> float:
-        return problem.cost(*shapes(np.array([x])))
+        return problem.cost(*shapes(np.array([x, 0.0])))
 
     def search(grid: np.ndarray) -> tuple[float, float, FitStatus]:
-        values = problem.costs(*shapes(grid[:, None])) if law.anneal_fixed else None
+        values = problem.costs(*shapes(np.c_[grid, np.zeros(len(grid))])) if law.anneal_fixed else None
         return minimize_on_grid(profile, grid, xtol=_XTOL, values=values)
 
     evaluations = 0
@@ -654,7 +769,8 @@ def _search_exponent(
 
 
 class _Shapes:
-    """A law's columns (and their derivatives) on a fit window's points at trial parameters.
+    """A law's columns (and their derivatives) on a fit window's points at a fit's trial
+    ``theta`` (the law's parameters, then the shift).
 
     The last evaluation is kept: ``least_squares`` asks for the Jacobian at the point whose
     residuals it has just computed, and the anneal column is the costly part of both.
@@ -672,22 +788,34 @@ class _Shapes:
         self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(power, anneal)``; ``theta`` may be a column of exponents (a grid, one row each)."""
+        """``(power, anneal)``; ``theta`` may be rows of trial values (a grid, one row each),
+        for a law whose anneal column is fixed."""
         key = theta.tobytes() if theta.ndim == 1 else None
         if key is not None and self._last is not None and self._last[0] == key:
             return self._last[1]
+        if theta.ndim == 1:
+            shape, relative = theta[:-1], self.relative + theta[-1]
+        else:
+            shape, relative = theta[:, :-1], self.relative[None, :] + theta[:, -1:]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            power = self.law.power(theta, self.relative)
-            anneal = self.fixed if self.fixed is not None else self.law.anneal(theta, self.obs.clock, self.obs.area, self.seen)
+            power = self.law.power(shape, relative)
+            anneal = self.fixed if self.fixed is not None else self.law.anneal(shape, self.obs.clock, self.obs.area, self.seen)
         if key is not None:
             self._last = (key, (power, anneal))
         return power, anneal
 
-    def gradients(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(d power / d theta, d anneal / d theta)``, a column per parameter."""
-        assert self.law.power_gradient is not None and self.law.anneal_gradient is not None
+    def gradients(self, theta: np.ndarray, shift: bool) -> tuple[np.ndarray, np.ndarray]:
+        """``(d power / d x, d anneal / d x)``, a column per searched parameter ``x``: the
+        law's, then the shift's when it is searched (the anneal column does not move with it)."""
+        assert self.law.power_gradient is not None and self.law.power_slope is not None
+        shape, relative = theta[:-1], self.relative + theta[-1]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
-            return (
-                self.law.power_gradient(theta, self.relative),
-                self.law.anneal_gradient(theta, self.obs.clock, self.obs.area, self.seen),
-            )
+            d_power = self.law.power_gradient(shape, relative)
+            if self.law.anneal_gradient is not None:
+                d_anneal = self.law.anneal_gradient(shape, self.obs.clock, self.obs.area, self.seen)
+            else:  # a fixed anneal column
+                d_anneal = np.zeros((len(relative), len(shape)))
+            if shift:
+                d_power = np.c_[d_power, self.law.power_slope(shape, relative)]
+                d_anneal = np.c_[d_anneal, np.zeros(len(relative))]
+        return d_power, d_anneal
