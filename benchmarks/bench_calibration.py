@@ -51,7 +51,7 @@ import numpy as np
 # The runs are read and grouped as the forecast benchmark beside this file reads them.
 from bench_forecast import family, load  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
-from tracker_plugin.core import forecast
+from tracker_plugin.core import forecast, plan_spread
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.report.tables import text_table
@@ -82,15 +82,25 @@ class Rule:
     unknown_inflation: float = forecast.UNKNOWN_PLAN_INFLATION
     error_scale: float = forecast.ERROR_PRIOR_SCALE
     error_weight: float = forecast.ERROR_PRIOR_WEIGHT
+    # The uncertainty rules (see replay_draws): the share of draws from the plausible plans,
+    # the t's degrees of freedom (0: the forecast's, prior weight + inner forecasts) and the
+    # laws' evidence weighting (0: the hard pick).
+    plan_share: float = plan_spread.PLAN_SHARE
+    dof: float = forecast.ERROR_DOF
+    mix: float = 0.0
+    plan_point: bool = plan_spread.PLAN_POINT  # the point: the median over the plausible plans too
 
     def __str__(self) -> str:
         return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
-                f"error prior {self.error_scale:g} x {self.error_weight:g}")
+                f"error prior {self.error_scale:g} x {self.error_weight:g}, plan share {self.plan_share:g}, "
+                f"dof {self.dof:g}, law mix {self.mix:g}, plan point {self.plan_point}")
 
 
 TODAY = Rule(0.05, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
 # The rules before they were chosen by this benchmark (read off the runs they were scored on).
-FORMER = Rule(0.05, 0.01, 0.25, 1.0, 1.0, 0.1, 1.0)
+FORMER = Rule(0.05, 0.01, 0.25, 1.0, 1.0, 0.1, 1.0, 0.0)
+# Before the interval drew over the plausible plans (the rules of that forecast).
+BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, 0.0, plan_point=False)
 ERROR_SCALES = (0.05, 0.1, 0.2, 0.3)
 ERROR_WEIGHTS = (1.0, 3.0, 10.0)
 
@@ -191,11 +201,13 @@ class Replay:
                 chosen = mp
                 if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
                     chosen = la
-            tokens = chosen.tokens if chosen.forecast else None
+            tokens = plan_point(chosen, rule)
             draws = self.draws(chosen, rule, cut.observed, tokens)
+            if rule.mix > 0 and cut.seen_decay >= rule.gate:
+                chosen, tokens, draws = mixed(la, mp, rule, lambda c, t, o=cut.observed: self.draws(c, rule, o, t))
             p_reach = chosen.p_reach
             if chosen.plan_end_tokens is not None and len(draws):
-                p_reach = float(np.mean(draws <= chosen.plan_end_tokens))
+                p_reach = replay_reach(chosen, rule, self.unsorted(chosen, rule, cut.observed, tokens))
             out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS, p_reach))
         return out
 
@@ -203,7 +215,12 @@ class Replay:
     def draws(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
         """The case's interval draws under another error prior and inflation, as the forecast
         makes them (forecast_targets): each raw crossing's log horizon stretched by a t draw."""
-        raw = np.array(case.raw_draws, float)
+        return np.sort(Replay.unsorted(case, rule, observed, tokens))
+
+    @staticmethod
+    def unsorted(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
+        """The draws of :meth:`draws` in the order of replay_raw's crossings."""
+        raw = replay_raw(case, rule)
         if case.error_scale is None or not len(raw):
             return np.array(case.draws, float)
         n = case.error_count - forecast.ERROR_PRIOR_WEIGHT
@@ -211,7 +228,7 @@ class Replay:
         weight = rule.error_weight
         scale = math.sqrt((weight * rule.error_scale**2 + squares) / (weight + n))
         seed = zlib.crc32(f"{case.run}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
-        shifts = np.random.default_rng(seed).standard_t(weight + n, len(raw))
+        shifts = np.random.default_rng(seed).standard_t(rule.dof or weight + n, len(raw))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             horizon = np.log(np.maximum(raw / observed, 1.0))
             stretch = np.exp(np.clip(scale * shifts, -20.0, 5.0))
@@ -221,7 +238,64 @@ class Replay:
             if inflation != 1.0 and tokens is not None:
                 moved = tokens * np.exp(inflation * np.log(draws / tokens))
                 draws = np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
-        return np.sort(draws)
+        return draws
+
+
+# --- the uncertainty rules: plausible plans, the t's tails, the laws' mixture -------------
+
+PLAN_SHARES = (0.0, 0.5, 1.0)
+DOFS = (0.0, 2.0, 3.0, 5.0)
+MIXES = (0.0, 0.03, 0.1, 0.3)
+
+
+def replay_raw(case: BacktestCase, rule: Rule) -> np.ndarray:
+    """The raw crossings a case's interval is read from under ``rule``: with an inferred or
+    assumed plan, ``rule.plan_share`` of them from the plausible plans (plan_spread.pooled)."""
+    raw = np.array(case.raw_draws, float)
+    if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws:
+        return plan_spread.pooled(raw, np.array(case.plan_draws, float), rule.plan_share)
+    return raw
+
+
+def plan_point(case: BacktestCase, rule: Rule) -> float | None:
+    """The case's point forecast; with ``rule.plan_point`` and an unknown plan, the median of
+    the raw crossings over the central and the plausible plans alike (plan_spread.pooled at a half)."""
+    if not case.forecast:
+        return None
+    if not rule.plan_point or case.plan_source not in forecast.UNKNOWN_PLAN_SOURCES or not case.plan_draws:
+        return case.tokens
+    point = float(np.median(plan_spread.pooled(np.array(case.raw_draws, float), np.array(case.plan_draws, float), 0.5)))
+    return point if math.isfinite(point) else case.tokens
+
+
+def replay_reach(case: BacktestCase, rule: Rule, draws: np.ndarray) -> float:
+    """p_reach_within_plan from unsorted replayed draws: each within the end of the plan it
+    was drawn on (the central plan's, or a plausible plan's), as plan_spread.over_plans does."""
+    ends = np.full(len(case.raw_draws), case.plan_end_tokens)
+    if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws and len(case.plan_ends) == len(case.plan_draws):
+        ends = plan_spread.pooled(ends, np.array(case.plan_ends, float), rule.plan_share)
+    if len(ends) != len(draws):  # draws read from the case itself
+        ends = np.full(len(draws), case.plan_end_tokens)
+    return float(np.mean(draws <= ends))
+
+
+def mixed(la: BacktestCase, mp: BacktestCase, rule: Rule, draws_of) -> tuple[BacktestCase, float | None, np.ndarray]:
+    """The laws' evidence-weighted mixture: weights exp(-score^2 / (2 mix^2)) from each law's
+    own inner-cut score; the point is the weighted mean of ln(tokens), the draws are pooled
+    in proportion (each law's draws thinned evenly). The case returned is the heavier law's."""
+    scores = [c.score for c in (la, mp)]
+    if any(s is None for s in scores) or not (la.forecast and mp.forecast):
+        chosen = mp if mp.forecast else la
+        return chosen, chosen.tokens if chosen.forecast else None, draws_of(chosen, chosen.tokens if chosen.forecast else None)
+    w = np.exp(-np.square(np.array(scores, float)) / (2 * rule.mix**2))
+    w = w / w.sum() if w.sum() > 0 else np.array([0.5, 0.5])
+    tokens = float(np.exp(w[0] * math.log(la.tokens) + w[1] * math.log(mp.tokens)))
+    a, b = draws_of(la, tokens), draws_of(mp, tokens)
+    n = min(len(a), len(b))
+    k = int(round(w[0] * n))
+    parts = [a[np.linspace(0, len(a) - 1, k).round().astype(np.int64)] if k else a[:0],
+             b[np.linspace(0, len(b) - 1, n - k).round().astype(np.int64)] if n - k else b[:0]]
+    return (la if w[0] >= 0.5 else mp), tokens, np.sort(np.concatenate(parts))
 
 
 def in_setting(scored: list[Scored], f: float, q: float) -> list[Scored]:
@@ -261,12 +335,27 @@ def choose(replay: Replay, families: Sequence[str]) -> Rule:
     """The rule the training families pick: point rules first, then the inflation."""
     best = min((Rule(g, m, gate) for g, m, gate in itertools.product(GAINS, MARGINS, GATES)),
                key=lambda r: (round(point_loss(replay, r, families), 6), r != Rule(TODAY.gain, TODAY.margin, TODAY.gate)))
-    joint = min((Rule(best.gain, best.margin, best.gate, k, k, s0, w)
+    best = choose_mix(replay, best, families)
+    best = min((replace(best, plan_point=p) for p in (False, True)),
+               key=lambda r: (round(point_loss(replay, r, families), 6), r.plan_point))
+    joint = min((replace(best, inflation=k, unknown_inflation=k, error_scale=s0, error_weight=w)
                  for k, s0, w in itertools.product(INFLATIONS, ERROR_SCALES, ERROR_WEIGHTS)),
                 key=lambda r: calibration_loss(replay, r, families))
+    joint = choose_uncertainty(replay, joint, families)
     # Then the inflation apart for a plan given and one inferred or assumed.
     known = min((replace(joint, inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
     return min((replace(known, unknown_inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
+
+
+def choose_mix(replay: Replay, rule: Rule, families: Sequence[str]) -> Rule:
+    """The laws' mixture (0: the hard pick) by the point loss, a tie keeping the hard pick."""
+    return min((replace(rule, mix=m) for m in MIXES), key=lambda r: (round(point_loss(replay, r, families), 6), r.mix))
+
+
+def choose_uncertainty(replay: Replay, rule: Rule, families: Sequence[str]) -> Rule:
+    """The t's tails, then the plausible plans' share, by the calibration loss."""
+    rule = min((replace(rule, dof=d) for d in DOFS), key=lambda r: calibration_loss(replay, r, families))
+    return min((replace(rule, plan_share=p) for p in PLAN_SHARES), key=lambda r: calibration_loss(replay, r, families))
 
 
 def lofo(replay: Replay, plan: str, rules: dict[str, Rule]) -> list[Scored]:
@@ -302,11 +391,11 @@ def _fmt(v: float | None, spec: str = ".3f") -> str:
 
 def show(replay: Replay, rules: dict[str, Rule]) -> None:
     today = dict.fromkeys(replay.families, TODAY)
-    former = dict.fromkeys(replay.families, FORMER)
+    former = dict.fromkeys(replay.families, BEFORE)
     header = ("plan", "f", "q", "runs", "rules", "cases", "median", "p90", "signed", "cov50", "cov80", "cov95")
     rows = []
     for plan in PLANS:
-        for name, chosen in (("former", former), ("today", today), ("LOFO", rules)):
+        for name, chosen in (("before", former), ("today", today), ("LOFO", rules)):
             scored = lofo(replay, plan, chosen)
             for f, q in SETTINGS:
                 for label, group in (("all", [s for s in scored if not s.sparse]), ("sparse", [s for s in scored if s.sparse])):
@@ -322,7 +411,7 @@ def show(replay: Replay, rules: dict[str, Rule]) -> None:
     print("\n".join(text_table(header, rows, align="<" * 5 + ">" * 7)))
     print("\nAll cuts pooled (sparse and not), f=0.5 q=0.8 | f=0.25 q=0.6 | f=0.25 q=0.8: median / p90, cov50 / cov80 / cov95")
     for plan in PLANS:
-        for name, chosen in (("former", former), ("today", today), ("LOFO", rules)):
+        for name, chosen in (("before", former), ("today", today), ("LOFO", rules)):
             scored = lofo(replay, plan, chosen)
             parts = []
             for f, q in SETTINGS:
@@ -344,7 +433,7 @@ def show(replay: Replay, rules: dict[str, Rule]) -> None:
             print(f"  plan {plan:5} {fam:8} signed {_fmt(a, '+.3f')} -> {_fmt(b, '+.3f')}   Brier " + " | ".join(briers))
         pooled = [f"{_fmt(brier(now, f)[0])} -> {_fmt(brier(held, f)[0])} ({brier(now, f)[1]})" for f in (0.5, 0.25)]
         print(f"  plan {plan:5} {'all':8} Brier {' | '.join(pooled)}")
-    print(f"\nformer rules: {FORMER}\ntoday's rules: {TODAY}")
+    print(f"\nformer rules (before the plausible plans): {BEFORE}\ntoday's rules: {TODAY}")
     print("Rules chosen with each family held out:")
     for held, rule in rules.items():
         print(f"  without {held:8} {rule}")
