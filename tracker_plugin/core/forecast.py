@@ -17,7 +17,9 @@ the first time a fluctuation carries it there, which on a flat stretch is well b
 mean curve does. The point forecast is the fitted law's median first crossing over such
 paths. Last, each replicate moves by the law's own track record on this run (its errors
 forecasting the log's later part from earlier cuts), which the residuals cannot show: how
-wrong the law's shape is for this run.
+wrong the law's shape is for this run. With a plan inferred or assumed, the future lr is
+unknown too: :mod:`tracker_plugin.core.plan_spread` draws the interval over the plans the
+log cannot rule out.
 """
 
 from __future__ import annotations
@@ -75,9 +77,10 @@ MIN_SEEN_DECAY = 0.25
 # in tokens is taken to be uncertain by this much in log tokens, before the run's own inner
 # forecasts say otherwise; it counts as this many forecasts. Chosen, with the inflations
 # below, by leave-one-family-out cross-validation over four families of public runs
-# (benchmarks/bench_calibration.py; 0.1 before, read off the runs it was scored on).
-ERROR_PRIOR_SCALE = 0.3
-ERROR_PRIOR_WEIGHT = 1.0
+# (benchmarks/bench_calibration.py; 0.3 with the weight of one forecast before the
+# interval drew over an unknown plan's futures, which now carry the spread it stood for).
+ERROR_PRIOR_SCALE = 0.1
+ERROR_PRIOR_WEIGHT = 3.0
 # The degrees of freedom of the Student-t that draws the track record's stretch: 0 counts
 # the forecasts the scale rests on (ERROR_PRIOR_WEIGHT + the inner forecasts); a small
 # fixed number gives the interval heavier tails for its centre. Chosen by the same
@@ -86,9 +89,10 @@ ERROR_DOF = 0
 # The bootstrap's spread around the point forecast, in log tokens (the track record's
 # stretch included), is multiplied by the first when the lr plan is given (the lr_schedule
 # setting, the run's params, a file), by the second when it is inferred from the log or
-# assumed: then the future lr is itself unknown, which the residual bootstrap cannot show.
-# Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is.
-INTERVAL_INFLATION = 0.8
+# assumed (whose unknown future the draws over plausible plans carry, see plan_spread).
+# Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is (0.8 and 1.0
+# before those draws).
+INTERVAL_INFLATION = 1.0
 UNKNOWN_PLAN_INFLATION = 1.0
 # Plans whose source says they are not the run's own plan (see Plan.source).
 UNKNOWN_PLAN_SOURCES = ("inferred", "assumed")
