@@ -7,7 +7,8 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.core.analysis import _crossing
-from tracker_plugin.core.plan_spread import pooled
+from tracker_plugin.core.forecast import interval_of
+from tracker_plugin.core.plan_spread import _around, pooled
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, infer_lr_schedule, plausible_schedules
 from tracker_plugin.testing import synthetic_run
@@ -120,3 +121,13 @@ def test_pooling_takes_each_share_of_the_draws():
     quarter = pooled(central, plans[:10], 0.25)
     assert (quarter >= 100).sum() == 10 and len(quarter) == 40
     assert len(pooled(central, plans[:0], 0.5)) == 40  # no plan draws: the central plan alone
+
+
+
+def test_the_interval_holds_the_point_when_the_plausible_plans_never_reach():
+    """Most draws never reach the target (cooldowns that end the run first): the interval
+    still holds the central plan's point forecast rather than lying wholly past it."""
+    draws = np.sort(np.r_[np.full(35, np.inf), np.linspace(120.0, 130.0, 5)])
+    assert _around(draws, 0.8, 100.0) == (100.0, np.inf)
+    inside = np.linspace(50.0, 150.0, 41)  # a point inside the draws' interval leaves it as it is
+    assert _around(inside, 0.8, 100.0) == interval_of(inside, 0.8)

@@ -100,10 +100,18 @@ def over_plans(
         p_reach = None if fit.timeline.plan_end is None else float(np.mean(values <= ends))
         values = np.sort(values)
         reached = math.isfinite(tokens)
-        out.append(replace(central, tokens=tokens if reached else None, interval=interval_of(values, level) if reached else None,
+        out.append(replace(central, tokens=tokens if reached else None, interval=_around(values, level, tokens) if reached else None,
                            p_reach_within_plan=p_reach,
                            draws=tuple(float(v) for v in values), plan_raw=plan_raw, plan_ends=plan_ends))
     return out
+
+
+def _around(values: np.ndarray, level: float, tokens: float) -> tuple[float, float]:
+    """The ``level`` interval of the sorted draws, widened to hold the point forecast: when
+    most plausible plans never reach a target (a cooldown that ends the run first), the
+    draws' interval can lie wholly past the central plan's crossing."""
+    low, high = interval_of(values, level)
+    return min(low, tokens), max(high, tokens)
 
 
 def _point(central: TargetForecast, plan_raw: tuple[float, ...]) -> float:
