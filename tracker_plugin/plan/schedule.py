@@ -586,9 +586,10 @@ def _decay_candidates(s: np.ndarray, v: np.ndarray, start: int, count: int) -> t
         if misfit <= _SHAPE_TOLERANCE
     ]
     found.sort()
-    picks = np.unique(np.linspace(0, len(found) - 1, count).round().astype(np.int64)) if found else []
+    if not found:
+        return ()
     out = []
-    for i in picks:
+    for i in np.unique(np.linspace(0, len(found) - 1, count).round().astype(np.int64)):
         total, shape, final = found[int(i)]
         steps, values = _decay_knots(s, v, start, shape, total, final)
         words = f"{shape} decay to {final:.2g}x the peak at step {total:,.0f} (a decay the logged lr fits)"
