@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -257,8 +258,6 @@ def test_the_clock_changes_what_a_step_counts():
 
 def test_a_plan_from_the_runs_params_is_used_unless_one_is_given():
     """Tracker adapters put LrSchedule.from_params(run params) in History.lr_plan."""
-    from dataclasses import replace
-
     history = _run()
     cut, target, truth = _protocol(history, 0.5, 0.8)
     params = {"lr_scheduler": "cosine", "warmup_steps": "100", "max_steps": "3000", "min_lr_ratio": "0.1"}
@@ -287,11 +286,12 @@ def test_the_sweep_fits_every_window_on_its_own_rows():
     assert sweep.verdict in ("converged", "not_converged")
 
 
-def test_an_unknown_plan_widens_the_interval_beside_a_given_one():
+def test_each_plan_source_gets_its_inflation():
     given = Plan(LrSchedule.parse_spec("cosine:warmup=10,total=1000,final=0.1"), "planned")
     assumed = Plan(None, "no lr logged: constant assumed")
+    inferred = Plan(replace(given.schedule, source="inferred"), "inferred")
     assert plan_inflation(given) == forecast.INTERVAL_INFLATION
-    assert plan_inflation(assumed) == forecast.UNKNOWN_PLAN_INFLATION > forecast.INTERVAL_INFLATION
+    assert plan_inflation(assumed) == plan_inflation(inferred) == forecast.UNKNOWN_PLAN_INFLATION
     # The spread around the point forecast scales in log tokens; never before the log's end,
     # and a replicate that never reaches the target stays never.
     draws = np.array([50.0, 200.0, 400.0, np.inf])

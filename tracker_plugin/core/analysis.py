@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from tracker_plugin.core.clock import CLOCKS, Timeline, build_timeline, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
+    UNKNOWN_PLAN_SOURCES,
     Selection,
     TargetForecast,
     choose_law,
@@ -28,6 +30,7 @@ from tracker_plugin.core.forecast import (
 from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
+from tracker_plugin.core.plan_spread import over_plans
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
@@ -179,6 +182,8 @@ class TargetResult:
     # The bootstrap's sorted crossings in tokens (inf: never), for backtests' calibration.
     tokens_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)
     tokens_raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the stretch
+    tokens_plan_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # on the plausible plans
+    tokens_plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends
 
 
 @dataclass(frozen=True)
@@ -360,8 +365,16 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     if config.stability_sweep:
         rows, curves = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
         sweeps = {t: _judge(_solve_rows(rows, t, history, config, curves), config.convergence_tol) for t in targets}
+    spread = None
+    if isinstance(fit, LawFit) and plan.source in UNKNOWN_PLAN_SOURCES:
+        spread = partial(
+            over_plans, fit, targets=targets, history=history, first=first, smoothed=smoothed, prior=prior,
+            level=config.interval, error_scale=selection.error_scale, error_dof=selection.error_count,
+            inflation=plan_inflation(plan),
+            timeline_for=partial(build_timeline, history, clock=config.clock, batch_schedule=config.batch_schedule),
+        )
     results = _law_forecasts(
-        fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan)
+        fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan), spread
     )
     return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
 
@@ -376,6 +389,7 @@ def _law_forecasts(
     config: AnalysisConfig,
     sweeps: dict[float, Sweep | None],
     inflation: float,
+    spread: Callable[[list[TargetForecast]], list[TargetForecast]] | None = None,
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
         return {t: TargetResult(t, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
@@ -383,6 +397,8 @@ def _law_forecasts(
         fit, targets, history, first, level=config.interval,
         error_scale=selection.error_scale, error_dof=selection.error_count, inflation=inflation,
     )
+    if spread is not None:  # the plan is inferred or assumed: draw over the plans it cannot rule out
+        found = spread(found)
     results = {}
     for target, forecast in zip(targets, found):
         results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])
@@ -405,7 +421,8 @@ def _law_result(
         )
         return TargetResult(
             target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
-            tokens_draws=found.draws, tokens_raw_draws=found.raw,
+            tokens_draws=found.draws, tokens_raw_draws=found.raw, tokens_plan_draws=found.plan_raw,
+            tokens_plan_ends=found.plan_ends,
         )
     factor = found.tokens / history.last_tokens
     notes = [n for n in (found.note, _batch_note(stages, config)) if n]
@@ -428,6 +445,8 @@ def _law_result(
         p_reach_within_plan=found.p_reach_within_plan,
         tokens_draws=found.draws,
         tokens_raw_draws=found.raw,
+        tokens_plan_draws=found.plan_raw,
+        tokens_plan_ends=found.plan_ends,
     )
 
 

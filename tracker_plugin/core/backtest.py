@@ -70,6 +70,8 @@ class BacktestCase:
     true_seconds: float | None = None
     seconds: float | None = None
     seconds_interval: tuple[float, float] | None = None
+    plan_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # raw, on the plausible plans
+    plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends, in tokens
 
     @property
     def reached_in_run(self) -> bool:
@@ -260,6 +262,7 @@ def _cut(
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
             score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
+            plan_draws=result.tokens_plan_draws, plan_ends=result.tokens_plan_ends,
             error_scale=None if selection is None else selection.error_scale,
             error_count=0 if selection is None else selection.error_count, plan_end_tokens=plan_end,
         )

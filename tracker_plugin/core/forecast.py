@@ -17,7 +17,9 @@ the first time a fluctuation carries it there, which on a flat stretch is well b
 mean curve does. The point forecast is the fitted law's median first crossing over such
 paths. Last, each replicate moves by the law's own track record on this run (its errors
 forecasting the log's later part from earlier cuts), which the residuals cannot show: how
-wrong the law's shape is for this run.
+wrong the law's shape is for this run. With a plan inferred or assumed, the future lr is
+unknown too: :mod:`tracker_plugin.core.plan_spread` draws the interval over the plans the
+log cannot rule out.
 """
 
 from __future__ import annotations
@@ -75,15 +77,22 @@ MIN_SEEN_DECAY = 0.25
 # in tokens is taken to be uncertain by this much in log tokens, before the run's own inner
 # forecasts say otherwise; it counts as this many forecasts. Chosen, with the inflations
 # below, by leave-one-family-out cross-validation over four families of public runs
-# (benchmarks/bench_calibration.py; 0.1 before, read off the runs it was scored on).
-ERROR_PRIOR_SCALE = 0.3
-ERROR_PRIOR_WEIGHT = 1.0
+# (benchmarks/bench_calibration.py; 0.3 with the weight of one forecast before the
+# interval drew over an unknown plan's futures, which now carry the spread it stood for).
+ERROR_PRIOR_SCALE = 0.1
+ERROR_PRIOR_WEIGHT = 3.0
+# The degrees of freedom of the Student-t that draws the track record's stretch: 0 counts
+# the forecasts the scale rests on (ERROR_PRIOR_WEIGHT + the inner forecasts); a small
+# fixed number gives the interval heavier tails for its centre. Chosen by the same
+# validation.
+ERROR_DOF = 0
 # The bootstrap's spread around the point forecast, in log tokens (the track record's
 # stretch included), is multiplied by the first when the lr plan is given (the lr_schedule
 # setting, the run's params, a file), by the second when it is inferred from the log or
-# assumed: then the future lr is itself unknown, which the residual bootstrap cannot show.
-# Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is.
-INTERVAL_INFLATION = 0.8
+# assumed (whose unknown future the draws over plausible plans carry, see plan_spread).
+# Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is (0.8 and 1.0
+# before those draws).
+INTERVAL_INFLATION = 1.0
 UNKNOWN_PLAN_INFLATION = 1.0
 # Plans whose source says they are not the run's own plan (see Plan.source).
 UNKNOWN_PLAN_SOURCES = ("inferred", "assumed", STEPS_ONLY)
@@ -132,6 +141,10 @@ class TargetForecast:
     # The replicates' crossings before the track record's stretch, in replicate order (inf:
     # never): with the selection's error scale they let a backtest replay other priors.
     raw: tuple[float, ...] = ()
+    # With an inferred or assumed plan, the crossings of replicates on the plans the log
+    # cannot rule out, before the stretch (see tracker_plugin.core.plan_spread).
+    plan_raw: tuple[float, ...] = ()
+    plan_ends: tuple[float, ...] = ()  # each plan_raw draw's plan end, in tokens (inf: none)
 
 
 def resolve_plan(history: History, given: LrSchedule | None) -> Plan:
@@ -283,6 +296,7 @@ def forecast_targets(
     error_dof: int = 1,
     replicates: int = REPLICATES,
     inflation: float = INTERVAL_INFLATION,
+    seed: int | None = None,
 ) -> list[TargetForecast]:
     """When the smoothed loss reaches each target, with an interval and the chance within plan.
 
@@ -291,9 +305,10 @@ def forecast_targets(
     ``ln(tokens / observed tokens)`` is multiplied by ``exp(error_scale * t)``, ``t`` a
     Student-t draw whose degrees of freedom count the forecasts the scale rests on (a scale
     from three errors is itself uncertain, which the t's heavier tails carry). The
-    replicates are fitted once and serve every target.
+    replicates are fitted once and serve every target. ``seed`` replaces the one drawn from
+    the run's data (the plans of :mod:`~tracker_plugin.core.plan_spread` each take their own).
     """
-    seed = _seed(history)
+    seed = _seed(history) if seed is None else seed
     rng = np.random.default_rng(seed)
     spread = np.random.default_rng(seed + 1)
     steps, curve = fit.smoothed()
@@ -317,7 +332,7 @@ def forecast_targets(
     # A replicate shares the fit's timeline, so its EMA lies on the same steps.
     _, smoothed = smooth_after([replicate for replicate, _ in drawn], last)
     curves = [(replicate, steps, rep[-len(steps):] + path) for (replicate, path), rep in zip(drawn, smoothed)]
-    shifts = spread.standard_t(max(error_dof, 1), len(curves))
+    shifts = spread.standard_t(error_dof_of(error_dof), len(curves))
     observed = float(history.tokens[-1])
     # Past the end of the timeline (20x the run) a forecast means "not in sight".
     beyond = float(fit.timeline.tokens[-1])
@@ -332,24 +347,13 @@ def forecast_targets(
             out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
                                       "the bootstrap could not refit the law: no interval"))
             continue
-        found, raw = [], []
-        for (replicate, rep_steps, rep_curve), shift in zip(curves, shifts):
+        raw = []
+        for replicate, rep_steps, rep_curve in curves:
             crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
             raw.append(math.inf if crossing is None or crossing > beyond else crossing)
-            if crossing is not None and error_scale and observed > 0:
-                # The log horizon h = ln(tokens / observed) becomes h * exp(scale * t): for
-                # small errors ln(tokens) moves by about scale * h * t, and a forecast never
-                # lands before the tokens already logged.
-                horizon = math.log(max(crossing / observed, 1.0))
-                stretch = math.exp(min(max(error_scale * shift, -20.0), 5.0))
-                crossing = observed * math.exp(min(horizon * stretch, 600.0))
-            found.append(math.inf if crossing is None or crossing > beyond else crossing)
-        values = np.sort(_inflated(np.array(found), tokens, observed, inflation))
-        # Order statistics rather than interpolated quantiles: replicates that never reach
-        # the target count as infinitely late.
-        top = len(values) - 1
-        low = float(values[math.floor((1 - level) / 2 * top)])
-        high = float(values[math.ceil((1 + level) / 2 * top)])
+        found = stretched(np.array(raw), shifts, error_scale, observed, beyond)
+        values = np.sort(_inflated(found, tokens, observed, inflation))
+        low, high = interval_of(values, level)
         p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
         draws = tuple(float(v) for v in values)
         if not math.isfinite(tokens):
@@ -357,6 +361,33 @@ def forecast_targets(
         else:
             out.append(TargetForecast(tokens, (low, high), p_reach, draws=draws, raw=tuple(raw)))
     return out
+
+
+def error_dof_of(count: int) -> float:
+    """The t's degrees of freedom for a scale from ``count`` forecasts (see :data:`ERROR_DOF`)."""
+    return float(ERROR_DOF) if ERROR_DOF > 0 else float(max(count, 1))
+
+
+def stretched(raw: np.ndarray, shifts: np.ndarray, error_scale: float | None, observed: float, beyond: float) -> np.ndarray:
+    """Raw crossings (inf: never) moved by the law's track record: each log horizon
+    ``h = ln(tokens / observed)`` becomes ``h * exp(error_scale * shift)``, ``shift`` a
+    Student-t draw per crossing (see :func:`forecast_targets`); past ``beyond``, never."""
+    if not error_scale or observed <= 0:
+        return np.where(raw > beyond, math.inf, raw)
+    # For small errors ln(tokens) moves by about scale * h * t, and a forecast never lands
+    # before the tokens already logged.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        horizon = np.log(np.maximum(raw / observed, 1.0))
+        stretch = np.exp(np.clip(error_scale * shifts, -20.0, 5.0))
+        moved = observed * np.exp(np.minimum(horizon * stretch, 600.0))
+    return np.where(np.isfinite(raw) & (moved <= beyond), moved, math.inf)
+
+
+def interval_of(values: np.ndarray, level: float) -> tuple[float, float]:
+    """The ``level`` interval of sorted draws: order statistics rather than interpolated
+    quantiles, so draws that never reach the target count as infinitely late."""
+    top = len(values) - 1
+    return float(values[math.floor((1 - level) / 2 * top)]), float(values[math.ceil((1 + level) / 2 * top)])
 
 
 def plan_inflation(plan: Plan) -> float:

@@ -20,7 +20,7 @@ from tracker_plugin.errors import ConfigError
 from tracker_plugin.plan.params import param_paths, planned_steps
 from tracker_plugin.plan.trainers import Piece, TrainerPlan, curve, read_trainer_plan
 
-__all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule", "read_planned_lr"]
+__all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule", "plausible_schedules", "read_planned_lr"]
 
 
 @dataclass(frozen=True)
@@ -597,16 +597,7 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedu
             f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
             "stays there; a planned decay would reach targets sooner (pass lr_schedule)",
         )
-    decayed = (peak - last) / peak
-    best = None
-    # A cosine leaves its peak slowly (within 1% for a while), a WSD decay abruptly: try
-    # the decay starting where the lr first reached its peak and where it last sat there.
-    for start in {int(np.argmax(v)), int(at_peak[-1])}:
-        if decayed < _MIN_DECAY or len(v) - start < 4:
-            continue
-        found = _best_decay(s[start:], v[start:], peak, known)
-        if found is not None and (best is None or found[0] < best[0]):
-            best = (*found, start)
+    best = _inferred_decay(s, v, peak, known)
     if best is None:
         return _unknown_shape(
             planned, s, v,
@@ -615,19 +606,37 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedu
         )
     _, shape, total, final, start = best
     warmup = float(s[at_peak[0]])
-    knots = [(float(x), float(y)) for x, y in zip(s[: start + 1], v[: start + 1])]
-    knots += [(a, peak * b) for a, b in _decay(float(s[start]), total, final, shape)][1:]
-    steps, values = zip(*_dedupe(knots))
+    steps, values = _decay_knots(s, v, start, shape, total, final)
     ending = "" if known is None else f", ending at the planned step {known:,.0f}"
     description = (
         f"{shape} decay from step {s[start]:,.0f} to {final:.2g}x the peak at step {total:,.0f} "
         f"(inferred from the logged lr{ending}; warmup to step {warmup:,.0f})"
     )
     if planned is not None and known is not None:
-        schedule = replace(planned, steps=tuple(steps), lr=tuple(values), description=f"{planned.description}; {description}")
+        schedule = replace(planned, steps=steps, lr=values, description=f"{planned.description}; {description}")
         return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {schedule.description}")
-    schedule = LrSchedule(tuple(steps), tuple(values), total, "inferred", description)
+    schedule = LrSchedule(steps, values, total, "inferred", description)
     return Plan(schedule, f"planned lr inferred from the log: {description}")
+
+
+def _inferred_decay(
+    s: np.ndarray, v: np.ndarray, peak: float, total: float | None = None
+) -> tuple[float, str, float, float, int] | None:
+    """(rms, shape, total, final fraction, start row) of the decay that best explains the
+    logged lr ``v`` (finite, peak > 0); None when none does or the lr has hardly fallen.
+    ``total``: the decay's end when the params give it (else it is searched)."""
+    decayed = (peak - float(v[-1])) / peak
+    at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
+    best = None
+    # A cosine leaves its peak slowly (within 1% for a while), a WSD decay abruptly: try
+    # the decay starting where the lr first reached its peak and where it last sat there.
+    for start in {int(np.argmax(v)), int(at_peak[-1])}:
+        if decayed < _MIN_DECAY or len(v) - start < 4:
+            continue
+        found = _best_decay(s[start:], v[start:], peak, total)
+        if found is not None and (best is None or found[0] < best[0]):
+            best = (*found, start)
+    return best
 
 
 # The report's one line for a plan whose total is known and whose shape is not.
@@ -656,10 +665,35 @@ def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | No
     return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {note}")
 
 
+def _decay_knots(
+    s: np.ndarray, v: np.ndarray, start: int, shape: str, total: float, final: float
+) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The knots of the logged lr up to row ``start``, then of a decay to ``final`` x the peak at ``total``."""
+    peak = float(v.max())
+    knots = [(float(x), float(y)) for x, y in zip(s[: start + 1], v[: start + 1])]
+    knots += [(a, peak * b) for a, b in _decay(float(s[start]), total, final, shape)][1:]
+    steps, values = zip(*_dedupe(knots))
+    return tuple(steps), tuple(values)
+
+
 def _best_decay(
     s: np.ndarray, v: np.ndarray, peak: float, total: float | None = None
 ) -> tuple[float, str, float, float] | None:
-    """(rms, shape, total, final fraction) of the decay that best explains ``v``; None if none does.
+    """(rms, shape, total, final fraction) of the decay that best explains ``v``; None if none does."""
+    best: tuple[float, str, float, float] | None = None
+    for shape, totals, final, rms in _decay_fits(s, v, peak, total):
+        k = int(np.argmin(rms))  # the first of equals, as a scan in order of totals keeps
+        if best is None or rms[k] < best[0]:
+            best = (float(rms[k]), shape, float(totals[k]), float(final[k]))
+    if best is None or best[0] > _SHAPE_TOLERANCE:
+        return None
+    return best
+
+
+def _decay_fits(
+    s: np.ndarray, v: np.ndarray, peak: float, total: float | None = None
+) -> list[tuple[str, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per shape, every candidate decay's ``(shape, totals, final fractions, rms misfits)``.
 
     Every candidate decay is scored at once on at most :data:`_DECAY_POINTS` rows, spread
     evenly over the log: the lr is smooth, so more rows refine nothing at the 1% tolerance
@@ -673,7 +707,7 @@ def _best_decay(
     totals = start + (last - start) * np.geomspace(1.0 + 1e-3, 50.0, 400) if total is None else np.array([total])
     y = v / peak
     x = (s - start)[None, :] / (totals - start)[:, None]
-    best: tuple[float, str, float, float] | None = None
+    out = []
     for shape in ("cosine", "linear"):
         c = 0.5 * (1.0 + np.cos(np.pi * x)) if shape == "cosine" else 1.0 - x
         # y = c + final * (1 - c): the final fraction by least squares, kept in [0, 1)
@@ -682,9 +716,81 @@ def _best_decay(
         with np.errstate(invalid="ignore", divide="ignore"):
             final = np.where(dd > 0, np.clip(np.einsum("ij,ij->i", d, y - c) / dd, 0.0, 0.999), 0.0)
         rms = np.sqrt(np.mean((c + final[:, None] * d - y) ** 2, axis=1))
-        k = int(np.argmin(rms))  # the first of equals, as a scan in order of totals keeps
-        if best is None or rms[k] < best[0]:
-            best = (float(rms[k]), shape, float(totals[k]), float(final[k]))
-    if best is None or best[0] > _SHAPE_TOLERANCE:
-        return None
-    return best
+        out.append((shape, totals, final, rms))
+    return out
+
+
+# --- plans the log cannot tell apart ------------------------------------------------------
+
+# Plans a forecast on an inferred or assumed plan draws its interval over.
+PLAN_DRAWS = 4
+# With the lr still at its peak (or none logged) nothing says when the run ends: the log is
+# taken to be at a uniformly random share of its run, between these (the run ends at
+# ``last step / share``) ...
+_ELAPSED = (0.1, 0.8)
+# ... and to end in a WSD cooldown: a linear decay to 0 over one of these shares of the run
+# (the usual 20%, and the longer cooldowns of speedrun-style runs).
+_COOLDOWN_SHARES = (0.2, 0.4)
+
+
+def plausible_schedules(step: np.ndarray, lr: np.ndarray | None, count: int = PLAN_DRAWS) -> tuple[LrSchedule, ...]:
+    """Future plans that the logged lr cannot tell from the one :func:`infer_lr_schedule` gives.
+
+    When a decay was inferred: the candidate decays (cosine or linear, any total and final
+    lr) that explain the log within the same 1% of the peak the inference accepts, ``count``
+    of them spread evenly over their totals. Early in a cosine a short decay to a high final
+    lr and a long one to a low final lr fit the log alike, and the forecast cannot know which.
+
+    When none was (the lr still at its peak, no lr logged, or no shape fits): a documented
+    prior over how the run ends, as WSD runs do: the log sits at a share ``u`` of the run,
+    ``u`` uniform in ``_ELAPSED``, and the run ends in a linear cooldown to 0 over
+    ``_COOLDOWN_SHARES`` of it (a cooldown that would already have begun is left out).
+    ``count`` plans on the quantiles of that prior, so the draws are deterministic.
+    """
+    s = np.asarray(step, float)
+    if lr is not None and np.isfinite(lr).sum() >= 2 and np.nanmax(lr) > 0:
+        ok = np.isfinite(lr)
+        s, v = s[ok], np.asarray(lr, float)[ok]
+        peak = float(v.max())
+        if float(v[-1]) < _AT_PEAK * peak:
+            best = _inferred_decay(s, v, peak)
+            if best is not None:
+                return _decay_candidates(s, v, best[4], count)
+    return _cooldown_prior(float(s[-1]), count)
+
+
+def _decay_candidates(s: np.ndarray, v: np.ndarray, start: int, count: int) -> tuple[LrSchedule, ...]:
+    """``count`` decays from row ``start`` that fit the log within the tolerance, spread over their totals."""
+    peak = float(v.max())
+    found = [
+        (float(total), shape, float(final))
+        for shape, totals, finals, rms in _decay_fits(s[start:], v[start:], peak)
+        for total, final, misfit in zip(totals, finals, rms)
+        if misfit <= _SHAPE_TOLERANCE
+    ]
+    found.sort()
+    if not found:
+        return ()
+    out = []
+    for i in np.unique(np.linspace(0, len(found) - 1, count).round().astype(np.int64)):
+        total, shape, final = found[int(i)]
+        steps, values = _decay_knots(s, v, start, shape, total, final)
+        words = f"{shape} decay to {final:.2g}x the peak at step {total:,.0f} (a decay the logged lr fits)"
+        out.append(LrSchedule(steps, values, total, "inferred", words))
+    return tuple(out)
+
+
+def _cooldown_prior(last: float, count: int) -> tuple[LrSchedule, ...]:
+    """``count`` WSD endings on the quantiles of the prior (see :func:`plausible_schedules`)."""
+    out = []
+    per_share = max(count // len(_COOLDOWN_SHARES), 1)
+    for k in range(count):
+        share = _COOLDOWN_SHARES[k % len(_COOLDOWN_SHARES)]
+        low, high = _ELAPSED[0], min(_ELAPSED[1], 1.0 - share)
+        elapsed = low + (high - low) * ((k // len(_COOLDOWN_SHARES)) % per_share + 0.5) / per_share
+        total = max(last, 1.0) / elapsed
+        start = total * (1.0 - share)
+        steps = (0.0, start, total)
+        words = f"constant, then a linear cooldown to 0 from step {start:,.0f} to {total:,.0f} (a prior ending)"
+        out.append(LrSchedule(steps, (1.0, 1.0, 0.0), total, "prior", words))
+    return tuple(out)

@@ -1,0 +1,133 @@
+"""Intervals on an inferred or assumed lr plan: drawn over the plans the log cannot rule out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tracker_plugin as tp
+from tracker_plugin.core.analysis import _crossing
+from tracker_plugin.core.forecast import interval_of
+from tracker_plugin.core.plan_spread import _around, pooled
+from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, infer_lr_schedule, plausible_schedules
+from tracker_plugin.testing import synthetic_run
+
+WINDOW = 2.5e7
+
+
+def _run(spec: str, *, steps: int = 3000, seed: int = 0, a: float = 3.0, gain: float = 0.15) -> tp.History:
+    frame = synthetic_run(steps, batch=131072.0, l0=2.0, a=a, alpha=0.3, noise=0.01, lr_schedule=spec,
+                          anneal_gain=gain, log_every=5, seed=seed)
+    return tp.build_history(frame, run=f"synthetic {spec}")
+
+
+def _cut_and_truth(history: tp.History, cut_step: float, quantile: float) -> tuple[tp.History, float, float]:
+    """The history cut at ``cut_step``, a target the full run reached, and where it did."""
+    smoothed = token_window_ema(history.loss, history.step, history.batch, WINDOW)
+    target = float(np.interp(quantile * history.tokens[-1], history.tokens, smoothed))
+    truth = _crossing(history, smoothed, target)[1]
+    rows = int(np.searchsorted(history.step, cut_step, side="right"))
+    return history.head(rows), target, truth
+
+
+def test_an_early_cosine_leaves_many_decays_that_fit_the_log():
+    spec = "cosine:warmup=100,total=4000,final=0.1"
+    plan = LrSchedule.parse_spec(spec)
+    step = np.arange(0, 1200, 5)
+    lr = plan.at(step)
+    candidates = plausible_schedules(step, lr)
+    assert 2 <= len(candidates) <= PLAN_DRAWS
+    totals = [c.total_steps for c in candidates]
+    # the true end lies among them, shorter and longer ones beside it
+    assert min(totals) < 4000 < max(totals)
+    for candidate in candidates:
+        # each explains the logged lr within 1% of the peak, as the inference demands
+        misfit = np.sqrt(np.mean((candidate.at(step) / plan.peak - lr / plan.peak) ** 2))
+        assert misfit <= 0.011
+        assert candidate.source == "inferred"
+    inferred = infer_lr_schedule(step, lr).schedule
+    assert inferred is not None and min(totals) <= inferred.total_steps <= max(totals)
+
+
+def test_an_lr_still_at_its_peak_draws_cooldowns_that_have_not_begun():
+    step = np.arange(0, 2000, 10)
+    lr = np.minimum(1.0, (step + 1) / 100) * 3e-4
+    for logged in (lr, None):
+        candidates = plausible_schedules(step, logged)
+        assert len(candidates) == PLAN_DRAWS
+        totals = np.array([c.total_steps for c in candidates])
+        assert (totals >= step[-1] / 0.8 - 1).all() and (totals <= step[-1] / 0.1 + 1).all()
+        assert len(set(totals.round())) >= PLAN_DRAWS // 2
+        for candidate in candidates:
+            assert candidate.at(step[-1]) == pytest.approx(candidate.peak)  # not decaying yet
+            assert candidate.at(candidate.total_steps) == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(("truth_spec", "quantile"), [
+    ("wsd:warmup=100,total=3000,decay=0.2,final=0.0", 0.97),
+    ("wsd:warmup=100,total=3000,decay=0.4,final=0.0", 0.97),
+    ("wsd:warmup=100,total=4000,decay=0.25,final=0.0", 0.97),
+    ("wsd:warmup=100,total=5000,decay=0.3,final=0.1", 0.9),
+    ("constant:warmup=100,total=3000", 0.97),
+])
+def test_the_interval_on_an_unknown_future_decay_covers_the_crossing(truth_spec, quantile):
+    """Cut while the lr is still at its peak: the decay to come is unknown, and the interval
+    on the assumed plan covers where the run really reached the target, whichever decay it
+    had (or none)."""
+    history = _run(truth_spec, steps=int(LrSchedule.parse_spec(truth_spec).total_steps), a=0.6, gain=0.2)
+    cut, target, truth = _cut_and_truth(history, 1400, quantile)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", ema_token_window=WINDOW, interval=0.8)
+    assert analysis.plan.source == "assumed"
+    result = analysis.targets[0]
+    low, high = result.tokens_interval
+    assert low <= truth <= high
+    central = np.sort(result.tokens_raw_draws)
+    if truth_spec.startswith("wsd"):
+        # the constant lr's own bootstrap misses the decay's earlier crossing; the plans drawn reach it
+        assert central[len(central) // 10] > truth
+        assert min(result.tokens_plan_draws) < truth
+
+
+def test_the_interval_on_an_inferred_cosine_covers_the_crossing():
+    spec = "cosine:warmup=100,total=3000,final=0.1"
+    history = _run(spec)
+    cut, target, truth = _cut_and_truth(history, 1200, 0.8)
+    analysis = tp.analyze(cut, [target], model="lr-annealing", ema_token_window=WINDOW, interval=0.8)
+    assert analysis.plan.source == "inferred"
+    low, high = analysis.targets[0].tokens_interval
+    assert low <= truth <= high
+
+
+def test_the_plan_draws_are_seeded_by_the_run():
+    history = _run("wsd:warmup=100,total=3000,decay=0.2,final=0.0")
+    cut, target, _ = _cut_and_truth(history, 1400, 0.9)
+    first, again = (tp.analyze(cut, [target], model="lr-annealing", ema_token_window=WINDOW).targets[0] for _ in range(2))
+    assert first.tokens_plan_draws == again.tokens_plan_draws and len(first.tokens_plan_draws) > 0
+    assert first.tokens_draws == again.tokens_draws
+    assert first.tokens_interval == again.tokens_interval
+    # a plan given leaves nothing unknown to draw over
+    given = tp.analyze(cut, [target], model="lr-annealing", ema_token_window=WINDOW,
+                       lr_schedule="wsd:warmup=100,total=3000,decay=0.2,final=0.0").targets[0]
+    assert given.tokens_plan_draws == ()
+
+
+def test_pooling_takes_each_share_of_the_draws():
+    central, plans = np.arange(40.0), 100.0 + np.arange(40.0)
+    assert pooled(central, plans, 0.0) is central
+    assert pooled(central, plans, 1.0) is plans
+    half = pooled(central, plans, 0.5)
+    assert len(half) == 80 and (half >= 100).sum() == 40
+    quarter = pooled(central, plans[:10], 0.25)
+    assert (quarter >= 100).sum() == 10 and len(quarter) == 40
+    assert len(pooled(central, plans[:0], 0.5)) == 40  # no plan draws: the central plan alone
+
+
+
+def test_the_interval_holds_the_point_when_the_plausible_plans_never_reach():
+    """Most draws never reach the target (cooldowns that end the run first): the interval
+    still holds the central plan's point forecast rather than lying wholly past it."""
+    draws = np.sort(np.r_[np.full(35, np.inf), np.linspace(120.0, 130.0, 5)])
+    assert _around(draws, 0.8, 100.0) == (100.0, np.inf)
+    inside = np.linspace(50.0, 150.0, 41)  # a point inside the draws' interval leaves it as it is
+    assert _around(inside, 0.8, 100.0) == interval_of(inside, 0.8)

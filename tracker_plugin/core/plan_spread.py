@@ -1,0 +1,144 @@
+"""The interval over the lr plans an inferred or assumed plan cannot rule out.
+
+A forecast on a plan inferred from the logged lr (or on a constant lr assumed because
+nothing says otherwise) rests on a future the log has not shown: early in a cosine a short
+decay to a high final lr and a long one to a low final lr fit the log alike, and an lr still
+at its peak may stay there or end in a cooldown at any time. The residual bootstrap cannot
+show that. Here the chosen law is fitted once more on each of the plans the log cannot
+rule out (:func:`~tracker_plugin.plan.schedule.plausible_schedules`), each fit bootstrapped
+with a few replicates of its own (seeded, so a run gives the same interval every time), and
+their crossings join the bootstrap's: the interval covers the decays the forecast cannot
+know. The point forecast stays the central plan's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from tracker_plugin.core.clock import Timeline
+from tracker_plugin.core.forecast import (
+    TargetForecast,
+    _inflated,
+    _seed,
+    error_dof_of,
+    fit_window,
+    forecast_targets,
+    interval_of,
+    stretched,
+)
+from tracker_plugin.core.models import FitFailure, GainPrior, LawFit
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, plausible_schedules
+
+__all__ = ["PLAN_REPLICATES", "PLAN_SHARE", "over_plans", "pooled"]
+
+# Bootstrap replicates per plausible plan: with PLAN_DRAWS plans, as many draws as the
+# central plan's bootstrap (forecast.REPLICATES) has.
+PLAN_REPLICATES = 10
+# The share of the interval's draws taken from the plausible plans (the rest from the
+# central plan): chosen by leave-one-family-out cross-validation
+# (benchmarks/bench_calibration.py) from 0 (the central plan alone), 0.5 and 1.
+PLAN_SHARE = 0.5
+# Whether the point forecast is the median crossing over the central and the plausible
+# plans alike (else the central plan's); chosen by the same validation.
+PLAN_POINT = False
+
+
+def over_plans(
+    fit: LawFit,
+    found: Sequence[TargetForecast],
+    targets: Sequence[float],
+    history: History,
+    first: int,
+    *,
+    timeline_for: Callable[[LrSchedule], Timeline],
+    smoothed: np.ndarray,
+    prior: GainPrior | None,
+    level: float,
+    error_scale: float | None,
+    error_dof: int,
+    inflation: float,
+) -> list[TargetForecast]:
+    """``found`` (the central plan's forecasts) with intervals drawn over the plausible plans too.
+
+    ``timeline_for`` builds the run's timeline on another plan (the analysis's clock and
+    batch settings). A plan whose fit fails adds no draws.
+    """
+    seed = _seed(history)
+    per_plan: list[tuple[list[TargetForecast], float]] = []
+    for k, schedule in enumerate(plausible_schedules(history.step, history.lr, PLAN_DRAWS)):
+        # Started from the central fit: the logged part of the timeline is the same.
+        alternative = fit_window(fit.name, history, first, len(history), timeline_for(schedule), fit.ema_window, prior,
+                                 hint=fit, smoothed=smoothed)
+        if isinstance(alternative, FitFailure):
+            continue
+        forecasts = forecast_targets(alternative, targets, history, first, level=level, replicates=PLAN_REPLICATES,
+                                     seed=seed + 7919 * (k + 1))
+        per_plan.append((forecasts, _end_tokens(alternative.timeline)))
+    observed = float(history.tokens[-1])
+    beyond = float(fit.timeline.tokens[-1])
+    end = _end_tokens(fit.timeline)
+    rng = np.random.default_rng(seed + 2)
+    out = []
+    for i, central in enumerate(found):
+        plan_raw = tuple(v for forecasts, _ in per_plan for v in forecasts[i].raw)
+        plan_ends = tuple(e for forecasts, e in per_plan for _ in forecasts[i].raw)
+        if central.interval is None and central.tokens is not None or not plan_raw:
+            out.append(replace(central, plan_raw=plan_raw, plan_ends=plan_ends))
+            continue
+        raw = pooled(np.array(central.raw, float), np.array(plan_raw, float), PLAN_SHARE)
+        ends = pooled(np.full(len(central.raw), end), np.array(plan_ends, float), PLAN_SHARE)
+        shifts = rng.standard_t(error_dof_of(error_dof), len(raw))
+        tokens = _point(central, plan_raw)
+        values = _inflated(stretched(raw, shifts, error_scale, observed, beyond), tokens, observed, inflation)
+        # Within the plan each draw was made on: an inferred plan's end is as unknown as its
+        # decay. A plan assumed (no end) has none to reach within.
+        p_reach = None if fit.timeline.plan_end is None else float(np.mean(values <= ends))
+        values = np.sort(values)
+        reached = math.isfinite(tokens)
+        out.append(replace(central, tokens=tokens if reached else None, interval=_around(values, level, tokens) if reached else None,
+                           p_reach_within_plan=p_reach,
+                           draws=tuple(float(v) for v in values), plan_raw=plan_raw, plan_ends=plan_ends))
+    return out
+
+
+def _around(values: np.ndarray, level: float, tokens: float) -> tuple[float, float]:
+    """The ``level`` interval of the sorted draws, widened to hold the point forecast: when
+    most plausible plans never reach a target (a cooldown that ends the run first), the
+    draws' interval can lie wholly past the central plan's crossing."""
+    low, high = interval_of(values, level)
+    return min(low, tokens), max(high, tokens)
+
+
+def _point(central: TargetForecast, plan_raw: tuple[float, ...]) -> float:
+    """The point forecast: the central plan's, or with :data:`PLAN_POINT` the median raw
+    crossing over the central and the plausible plans alike (inf: not reached)."""
+    if PLAN_POINT:
+        return float(np.median(pooled(np.array(central.raw, float), np.array(plan_raw, float), 0.5)))
+    return math.inf if central.tokens is None else central.tokens
+
+
+def _end_tokens(timeline: Timeline) -> float:
+    """Tokens at the timeline's planned end (inf: the plan has none)."""
+    return math.inf if timeline.plan_end is None else float(timeline.tokens_at(timeline.plan_end))
+
+
+def pooled(central: np.ndarray, plans: np.ndarray, share: float) -> np.ndarray:
+    """The raw crossings an interval is read from: ``share`` of them from the plausible
+    plans, the rest from the central plan (each pool taken whole when it serves alone, and
+    both whole when they hold the same count and ``share`` is a half)."""
+    if share <= 0 or not len(plans):
+        return central
+    if share >= 1 or not len(central):
+        return plans
+    # As many draws as the smaller pool allows at this share, each pool thinned evenly.
+    total = min(len(central) / (1 - share), len(plans) / share)
+    n_plans = int(round(share * total))
+    n_central = int(round(total)) - n_plans
+    pick = np.linspace(0, len(central) - 1, n_central).round().astype(np.int64)
+    take = np.linspace(0, len(plans) - 1, n_plans).round().astype(np.int64)
+    return np.r_[central[pick], plans[take]]
