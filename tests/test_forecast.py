@@ -300,12 +300,19 @@ def test_each_plan_source_gets_its_inflation():
     assert moved[0] == pytest.approx(100.0) and np.isinf(moved[3])
 
 
+# A constant lr after a 100-step warmup, the loss a power law in the lr-weighted tokens: the
+# log starts at step 100, and the lr before a log is taken as a linear warmup from 0.
+FIVE_ROW_PLAN = "constant:warmup=100,total=2000"
+
+
 def _five_row_forecasts(every: int, seed: int) -> tuple[float, tuple[float, float], float]:
     """(tokens, interval, true tokens) from rows at steps 100..500 of a constant-lr power-law run."""
-    frame = synthetic_run(600, batch=131072.0, noise=0.01, warmup=0, log_every=every, seed=seed)
+    frame = synthetic_run(600, batch=131072.0, noise=0.01, log_every=every, seed=seed, lr_schedule=FIVE_ROW_PLAN)
     frame = frame[frame.step >= 100]
-    truth = 1000 * 131072.0
-    target = float(2.0 + 3.0 * (truth / 1e9) ** -0.3)
+    # The target: the noiseless loss at step 1000, as the generator computes it.
+    clean = synthetic_run(1001, batch=131072.0, noise=0.0, lr_schedule=FIVE_ROW_PLAN)
+    truth = float(clean.tokens.iloc[1000])
+    target = float(clean.train_loss.iloc[1000])
     result = tp.analyze(frame, [target], batch_size=131072.0, ema_token_window=2 * 131072.0).targets[0]
     assert result.status == "extrapolated", result.note
     return result.tokens, result.tokens_interval, truth
