@@ -403,6 +403,34 @@ def test_the_shift_stops_at_its_bound_where_the_law_would_start_inside_the_windo
     assert np.isfinite(curve).all() and np.isfinite(fit.predict_steps(np.array([1000.0, 1e6]))).all()
 
 
+def test_a_positive_shift_is_held_where_the_law_would_start_below_the_log(monkeypatch):
+    """A positive shift says the run had trained before step 0, so the law puts a finite loss
+    at the log's first row. The run of a law with an origin 400 steps back keeps its shift
+    (the law meets its first row); the same run logging 10.0 at step 0 (an init loss the
+    early steps shed faster than the law allows) holds it at 0, and with the check off the
+    fit would take a positive shift there."""
+    from tracker_plugin.core.models import schedule_law
+
+    def fitted_shift(first_loss: float | None) -> float:
+        history = _shifted_run(400.0, steps=6000)
+        if first_loss is not None:
+            loss = history.loss.copy()
+            loss[0] = first_loss
+            frame = pd.DataFrame({"step": history.step, "lr": history.lr, "train_loss": loss})
+            history = tp.build_history(frame, run="a high first loss", batch_size=131072.0)
+        timeline = build_timeline(history, LrSchedule.parse_spec("constant:warmup=200"))
+        first = int(np.searchsorted(history.step, 1000))
+        obs = observations(history.step[first:], history.loss[first:], timeline)
+        fit = fit_law(LR_ANNEALING, obs, timeline, ema_window=20 * 131072.0, start_step=1000.0)
+        assert not isinstance(fit, FitFailure)
+        return fit.shift
+
+    assert fitted_shift(None) > 0.0
+    assert fitted_shift(10.0) == 0.0
+    monkeypatch.setattr(schedule_law, "_SHIFT_START_TOLERANCE", 1.0)  # never short
+    assert fitted_shift(10.0) > 0.0
+
+
 def test_a_window_of_few_points_holds_the_shift_at_0():
     """Below SHIFT_MIN_POINTS binned points the shift is not identified: it stays 0."""
     from tracker_plugin.core.models import schedule_law

@@ -64,7 +64,9 @@ class Timeline:
 
     Between grid points the lr is linear and the batch constant. ``last_step`` is the last
     logged step; ``plan_end`` the planned last step when known. ``lr_assumed``: neither a
-    logged lr nor a plan, so the lr is taken to be constant from step 0.
+    logged lr nor a plan, so the lr is taken to be constant from step 0. ``first_step`` and
+    ``first_loss``: the log's first row with a finite loss (a law's positive origin shift must
+    not have the law start below it).
     """
 
     step: np.ndarray
@@ -78,6 +80,8 @@ class Timeline:
     last_step: float
     plan_end: float | None
     lr_assumed: bool = False
+    first_step: float = 0.0
+    first_loss: float = math.inf
 
     @property
     def horizon(self) -> float:
@@ -171,7 +175,11 @@ def build_timeline(
     area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
     clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
     assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
-    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end, assumed)
+    finite = np.flatnonzero(np.isfinite(history.loss))
+    first = int(finite[0]) if len(finite) else 0
+    first_loss = float(history.loss[first]) if len(finite) else math.inf
+    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end, assumed,
+                    float(history.step[first]), first_loss)
 
 
 def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:

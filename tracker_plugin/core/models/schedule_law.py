@@ -36,8 +36,9 @@ Fitting choices, each for a reason:
   by the fit window: from just above minus the window's first relative area (the power
   stays finite wherever the law is evaluated) to plus that area. It is held at 0 where it
   is not identified or takes up something else than an origin (few points, an lr assumed
-  rather than logged, a decay already seen; see :func:`_shift_bounds`), by rules chosen on
-  the public runs leave-one-family-out (``benchmarks/bench_calibration.py``).
+  rather than logged, a decay already seen; see :func:`_shift_bounds`; and a positive shift
+  that has the law start below the log's first row, see :func:`_starts_below_the_log`), by
+  rules chosen on the public runs leave-one-family-out (``benchmarks/bench_calibration.py``).
 - **Several starts** for laws with more than one nonlinear parameter (SciPy's
   ``least_squares``, trust-region reflective, with the analytic Jacobian of the projected
   residuals), and a grid plus Brent's method (``minimize_scalar``) for those with one, so
@@ -94,6 +95,9 @@ SHIFT_MAX_SEEN_DECAY = 0.25
 _SHIFT_FLOOR = 0.01
 _SHIFT_MAX = 1.0
 _SHIFT_MIN_AREA = 0.01
+# A positive shift is held at 0 where the law, continued back to the log's first row, leaves
+# more than this share of the logged loss's excess over L0 there unexplained.
+_SHIFT_START_TOLERANCE = 0.1
 # A one-exponent law with a free shift is searched on its exponent grid times these shifts
 # (shares of the bound on each side of 0), then by least squares from the best point.
 _SHIFT_GRID = (1.0, 0.9, 0.6, 0.3, 0.0, 0.03, 0.1, 0.3, 1.0)
@@ -568,6 +572,13 @@ def _fit(
         if theta is None:
             return FitFailure(law.name, f"the least-squares problem has no finite solution ({search.reason})")
         coef, fitted = problem.solve(*shapes(theta))
+        if shift is not None and _starts_below_the_log(law, theta, coef, timeline, start_step, area_ref):
+            shift = None  # and this round again, the shift held at 0
+            theta, search = _search(law, problem, shapes, theta, shift)
+            evaluations += search.evaluations
+            if theta is None:
+                return FitFailure(law.name, f"the least-squares problem has no finite solution ({search.reason})")
+            coef, fitted = problem.solve(*shapes(theta))
         residuals = obs.loss - fitted
         scaled = residuals * np.sqrt(obs.weight)
         sigma = robust_sigma(residuals, obs.weight)
@@ -645,6 +656,31 @@ def _shift_bounds(
     if first < _SHIFT_MIN_AREA:
         return None
     return -(1.0 - _SHIFT_FLOOR) * first, min(_SHIFT_MAX, first)
+
+
+def _starts_below_the_log(
+    law: Law, theta: np.ndarray, coef: np.ndarray, timeline: Timeline, start_step: float, area_ref: float
+) -> bool:
+    """Whether a positive shift has the law, continued back before the window, start below the
+    loss logged at the log's first row.
+
+    A positive shift says the run behaves as if it had trained ``shift * area_ref`` of lr area
+    before step 0: the law then puts a finite loss at the first row, and the run cannot have
+    been better there than it was (fast early progress that the fit takes for an earlier
+    origin; the shift then bends the curve instead of placing one). The first row counts
+    only before the window (within it the fit meets the log, noise and all); the decay's
+    response is left out (nothing has decayed before the window where the shift is free).
+    Only a clear shortfall counts: the law's excess over ``L0`` there short of the logged
+    one by more than :data:`_SHIFT_START_TOLERANCE` (a run that follows a shifted law from
+    step 0 comes within a percent; the first row is one raw reading, the law's value there
+    an extrapolation back over the steps before the window).
+    """
+    shift = float(theta[-1])
+    if shift <= 0.0 or not timeline.first_step < start_step or not math.isfinite(timeline.first_loss):
+        return False
+    at = float(timeline.area_at(np.array([timeline.first_step]))[0]) / area_ref + shift
+    excess = float(coef[1] * law.power(theta[:-1], np.array([at]))[0])
+    return excess < (1.0 - _SHIFT_START_TOLERANCE) * (timeline.first_loss - float(coef[0]))
 
 
 def robust_sigma(residuals: np.ndarray, weight: np.ndarray) -> float:
