@@ -236,3 +236,13 @@ def test_the_one_device_note_names_the_flag_on_the_command_line(capsys):
     assert note.startswith("note: ") and "--world-size" in note
     assert main(["analyze", str(metrics), "--target", "3.5", "--world-size", "2"]) == 0
     assert "assume one device" not in capsys.readouterr().out
+
+
+def test_a_token_window_given_to_a_run_on_steps_is_named_as_not_used():
+    """The EMA window on steps is ema_steps; a token window set by hand is not silently dropped."""
+    default = _analysis()
+    assert not [n for n in default.notes if "ema_token_window" in n]
+    given = _analysis(ema_token_window=5e7)
+    (note,) = [n for n in given.notes if "ema_token_window" in n]
+    assert f"ema_steps, {EMA_STEPS} steps" in note
+    assert given.targets[0].step == pytest.approx(default.targets[0].step, rel=1e-12)

@@ -238,6 +238,7 @@ def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
 
 
 def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+    ignored = False
     if history.on_steps:  # a batch of one "token" per step: the window is in steps
         if config.throughput is not None:
             # A rate in tokens per second says nothing of steps when the run has no tokens.
@@ -245,8 +246,14 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
                 f"throughput is in tokens per second, but run {history.run} has no tokens (the analysis is on "
                 "steps): give step_time (seconds per step) instead, or the run's tokens per step (batch_size)"
             )
+        ignored = config.ema_token_window != AnalysisConfig.ema_token_window
         config = replace(config, ema_token_window=config.ema_steps)
     notes = list(history.notes)
+    if history.on_steps and ignored:
+        notes.append(
+            f"ema_token_window is in tokens and run {history.run} has none (the analysis is on steps): "
+            f"the EMA window is ema_steps, {config.ema_steps:g} steps"
+        )
     config, window_note = _window_within_run(history, config)
     if window_note:
         notes.append(window_note)
