@@ -54,11 +54,16 @@ COLUMNS = tp.Columns().with_overrides(loss=("train_loss", "val_loss"))
 def load(path: str) -> tuple[tp.History, float]:
     """The run and its EMA window: steps-clock runs get a window in steps."""
     try:
-        return tp.load_csv(path, columns=COLUMNS), 1e8
+        history = tp.load_csv(path, columns=COLUMNS)
     except DataError as exc:
         if "batch size" not in str(exc):
             raise
-        return tp.load_csv(path, columns=COLUMNS, batch_size=1.0), STEPS_WINDOW
+    else:
+        if not history.on_steps:
+            return history, 1e8
+    # No tokens and no batch size: read on steps (one token a step), as these figures were
+    # measured, with the window in steps (a window of 1e8 tokens would smooth the whole run).
+    return tp.load_csv(path, columns=COLUMNS, batch_size=1.0), STEPS_WINDOW
 
 
 def one_run(job: tuple[str, tuple[str, ...], float]) -> list[BacktestCase]:

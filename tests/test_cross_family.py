@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pytest
 
 from tracker_plugin.cli import main
@@ -21,6 +22,7 @@ from tracker_plugin.core.cross_family import (
     cross_family,
     family_of,
     family_rows,
+    lofo,
 )
 from tracker_plugin.core.status import Status
 from tracker_plugin.errors import ConfigError
@@ -74,6 +76,55 @@ def test_choose_sees_only_the_families_it_is_given():
     assert choose(replay, ["a", "b"]).gain == 0.05
 
 
+def _spread(truth: float, rank: float) -> tuple[float, ...]:
+    """40 crossings spaced evenly in log, ``truth`` between the ones at ``rank`` (a share)."""
+    grid = np.exp(np.linspace(-1.0, 1.0, 40))
+    return tuple(truth * grid / grid[int(rank * 40)] * math.exp(-0.02))
+
+
+def _plan_results(covering: dict[str, str]) -> dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]]:
+    """Cases with the plan inferred whose truth lies at the 15th percentile of the crossings
+    of the central plan (``covering[family]`` "central") or of the plausible plans ("plans"),
+    the other pool 100 times too late; an error prior worth a billion forecasts of scale
+    1e-9, so the crossings are the draws as they are and the coverage is read off them."""
+    out = {}
+    for plan in PLANS:
+        for gain in GAINS:
+            cases, cuts = [], []
+            for fam, pool in covering.items():
+                for k in range(2):
+                    run = f"{fam}-{k}"
+                    for f in FRACTIONS:
+                        cuts.append(Cut(run, fam, f, 0.0, 1e8, plan))
+                        for q in QUANTILES:
+                            truth = 1e9 * (1 + q)
+                            near, late = _spread(truth, 0.15), tuple(100 * truth for _ in range(40))
+                            central, plans = (near, late) if pool == "central" else (late, near)
+                            for law in LAWS:
+                                cases.append(BacktestCase(
+                                    run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, draws=tuple(sorted(central)),
+                                    rows=100, plan_source="inferred" if plan == "infer" else "log", raw_draws=central,
+                                    error_scale=1e-9, error_count=10**9, plan_draws=plans))
+            out[(plan, gain)] = (cases, cuts)
+    return out
+
+
+def test_a_familys_plan_share_is_chosen_on_the_other_families():
+    covering = {"a": "plans", "b": "plans", "c": "central"}
+    result = cross_family(_plan_results(covering))
+    rules = dict(result.rules)
+    # c's own choice is the central plan alone (its 80% intervals cover; with any share of
+    # the plausible plans they miss), but held out it gets the plausible plans a and b choose
+    assert choose(result.replay, ["c"]).plan_share == 0.0
+    assert rules["c"].plan_share == 1.0
+    assert rules["a"].plan_share == rules["b"].plan_share == 0.0  # b and c pooled: a tie, the first candidate
+    assert result.on_all.plan_share == 1.0
+    held = {s.case.run: s for s in lofo(result.replay, "infer", rules)}
+    own = {s.case.run: s for s in result.replay.scored(choose(result.replay, ["c"]), "infer", ["c"])}
+    assert held["c-0"].covered(0.95) is False
+    assert own["c-0"].covered(0.8) is True
+
+
 def test_one_family_is_refused():
     with pytest.raises(ConfigError, match="at least two families; found a"):
         cross_family(_results({"a": ERRORS["a"]}))
@@ -107,7 +158,7 @@ def test_the_cross_family_command(capsys, three_families, tmp_path):
     doc = json.loads(capsys.readouterr().out)
     assert [f["family"] for f in doc["families"]] == ["alpha", "beta", "gamma"]
     assert [r["family"] for r in doc["rules"]["without"]] == ["alpha", "beta", "gamma"]
-    assert {r["rules"] for r in doc["figures"]} == {"former", "today", "LOFO"}
+    assert {r["rules"] for r in doc["figures"]} == {"before", "today", "LOFO"}
     assert cache.exists()
     # the table reads the same cases from the cache
     assert main(argv) == 0

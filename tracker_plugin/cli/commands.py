@@ -224,9 +224,10 @@ def backtest(
 
     With --cross-family, each family of runs (--family) is held out in turn: the
     forecast's rules (the annealing-gain prior, auto's margin and gate, the interval's
-    inflations and error prior) are chosen on the other families and the held-out family
-    is scored with them. Prints the figures with the former, today's and the held-out
-    rules, each family's mean signed error and Brier score, and the rules chosen.
+    inflations, error prior and draws over plausible plans) are chosen on the other
+    families and the held-out family is scored with them. Prints the figures with the
+    rules before the plausible plans, today's and the held-out rules, each family's mean
+    signed error and Brier score, and the rules chosen.
 
     \b
     Examples:

@@ -4,7 +4,11 @@ The forecast rests on rules read off runs: the annealing-gain prior (``anneal_ga
 margin by which ``auto`` prefers the multi-power law over the lr-annealing law
 (``forecast.SELECTION_MARGIN``), the share of the peak lr a log must have shed before the
 multi-power law is a candidate (``forecast.MIN_SEEN_DECAY``), the interval's inflations
-and the error prior. Tuned on the runs they are scored on, their figures flatter them, so
+the error prior, and the uncertainty rules: the share of an inferred or assumed plan's
+draws taken from the plausible plans (``plan_spread.PLAN_SHARE``), the point forecast
+over those plans (``plan_spread.PLAN_POINT``), the t's degrees of freedom
+(``forecast.ERROR_DOF``) and an evidence-weighted mixture of the two laws' draws in place of
+``auto``'s hard pick (a candidate only when asked for). Tuned on the runs they are scored on, their figures flatter them, so
 each family of runs is held out in turn:
 
 1. every run is backtested (:func:`tracker_plugin.core.backtest.backtest_run`) with each
@@ -12,11 +16,14 @@ each family of runs is held out in turn:
    inferred (``infer``): :func:`run_cases`;
 2. ``auto`` under any rule is replayed from those cases (:class:`Replay`): the law it would
    choose from each law's own inner-cut score, which every case carries, and any inflation
-   or error prior from the bootstrap's raw draws, which every case carries;
+   or error prior from the bootstrap's raw draws, which every case carries, and the draws
+   over the plausible plans from those draws, which every case with an unknown plan carries;
 3. for each held-out family the rule is chosen on the *other* families alone
    (:func:`choose`): gain, margin and gate by the mean over families of the median
-   ``|ln(predicted/true)|`` (each family weighs the same), then the error prior and the
-   inflations by the squared miss of the 50/80/95% coverages of their cases pooled;
+   ``|ln(predicted/true)|`` (each family weighs the same), then by the same loss the laws'
+   mixture and the point over the plausible plans, then the error prior and the inflations
+   jointly, the t's degrees of freedom and the plausible plans' share, each by the squared
+   miss of the 50/80/95% coverages of their cases pooled;
 4. the held-out family is scored with that rule; all families' held-out scores pooled are
    the leave-one-family-out figures (:func:`cross_family`, :func:`figure_rows`).
 
@@ -33,12 +40,13 @@ import itertools
 import math
 import re
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
-from tracker_plugin.core import forecast
+from tracker_plugin.core import forecast, plan_spread
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import PLANS, BacktestCase, backtest_run
 from tracker_plugin.errors import ConfigError
@@ -46,9 +54,10 @@ from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
 __all__ = [
-    "DEFAULT_FAMILY_RULE", "FORMER", "GAINS", "LAWS", "SETTINGS", "TODAY", "CrossFamily", "Cut", "FamilyRow",
-    "FigureRow", "Replay", "Rule", "Scored", "brier", "choose", "cross_family", "family_of", "family_rows",
-    "figure_rows", "figures", "held_out", "run_cases",
+    "BEFORE", "DEFAULT_FAMILY_RULE", "DOFS", "GAINS", "LAWS", "MIXES", "PLAN_SHARES", "SETTINGS", "TODAY",
+    "CrossFamily", "Cut", "FamilyRow", "FigureRow", "Replay", "Rule", "Scored", "brier", "choose", "choose_mix",
+    "cross_family", "family_of", "family_rows", "figure_rows", "figures", "held_out", "mixed", "plan_point",
+    "replay_raw", "replay_reach", "run_cases",
 ]
 
 LAWS = ("lr-annealing", "multi-power")
@@ -65,6 +74,11 @@ GATES = (0.1, 0.25, 0.5)
 INFLATIONS = (0.8, 1.0, 1.25, 1.5, 2.0)
 ERROR_SCALES = (0.05, 0.1, 0.2, 0.3)
 ERROR_WEIGHTS = (1.0, 3.0, 10.0)
+PLAN_SHARES = (0.0, 0.5, 1.0)
+DOFS = (0.0, 2.0, 3.0, 5.0)
+# The laws' mixture widths tried by default: the hard pick alone (with 0.03, 0.1 and 0.3 the
+# other families chose a mixture that forecast the held-out OLMo runs later).
+MIXES: tuple[float, ...] = (0.0,)
 # The family of a run: the first group of this pattern matched against the run's name.
 DEFAULT_FAMILY_RULE = r"^([^-]+)"
 
@@ -82,16 +96,25 @@ class Rule:
     unknown_inflation: float = forecast.UNKNOWN_PLAN_INFLATION
     error_scale: float = forecast.ERROR_PRIOR_SCALE
     error_weight: float = forecast.ERROR_PRIOR_WEIGHT
+    # The uncertainty rules (see Replay.unsorted): the share of draws from the plausible
+    # plans, the t's degrees of freedom (0: the forecast's, prior weight + inner forecasts),
+    # the laws' evidence weighting (0: the hard pick) and whether the point is the median
+    # over the plausible plans too.
+    plan_share: float = plan_spread.PLAN_SHARE
+    dof: float = forecast.ERROR_DOF
+    mix: float = 0.0
+    plan_point: bool = plan_spread.PLAN_POINT
 
     def __str__(self) -> str:
         return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
-                f"error prior {self.error_scale:g} x {self.error_weight:g}")
+                f"error prior {self.error_scale:g} x {self.error_weight:g}, plan share {self.plan_share:g}, "
+                f"dof {self.dof:g}, law mix {self.mix:g}, plan point {self.plan_point}")
 
 
-# Today's rules (the forecast's defaults, the gain prior's default 0.05).
+# Today's rules (the forecast's and plan_spread's defaults, the gain prior's default 0.05).
 TODAY = Rule(0.05, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
-# The rules before they were chosen by this protocol (read off the runs they were scored on).
-FORMER = Rule(0.05, 0.01, 0.25, 1.0, 1.0, 0.1, 1.0)
+# The rules before the interval drew over the plausible plans (the rules of that forecast).
+BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, 0.0, plan_point=False)
 
 
 def family_of(name: str, rule: str = DEFAULT_FAMILY_RULE) -> str:
@@ -216,19 +239,30 @@ class Replay:
                 chosen = mp
                 if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
                     chosen = la
-            tokens = chosen.tokens if chosen.forecast else None
+            tokens = plan_point(chosen, rule)
             draws = self.draws(chosen, rule, cut.observed, tokens)
+            if rule.mix > 0 and cut.seen_decay >= rule.gate:
+                chosen, tokens, draws = mixed(la, mp, rule, partial(self._draws_at, rule=rule, observed=cut.observed))
             p_reach = chosen.p_reach
             if chosen.plan_end_tokens is not None and len(draws):
-                p_reach = float(np.mean(draws <= chosen.plan_end_tokens))
+                p_reach = replay_reach(chosen, rule, self.unsorted(chosen, rule, cut.observed, tokens))
             out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS, p_reach))
         return out
+
+    @staticmethod
+    def _draws_at(case: BacktestCase, tokens: float | None, *, rule: Rule, observed: float) -> np.ndarray:
+        return Replay.draws(case, rule, observed, tokens)
 
     @staticmethod
     def draws(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
         """The case's interval draws under another error prior and inflation, as the forecast
         makes them (forecast_targets): each raw crossing's log horizon stretched by a t draw."""
-        raw = np.array(case.raw_draws, float)
+        return np.sort(Replay.unsorted(case, rule, observed, tokens))
+
+    @staticmethod
+    def unsorted(case: BacktestCase, rule: Rule, observed: float, tokens: float | None) -> np.ndarray:
+        """The draws of :meth:`draws` in the order of :func:`replay_raw`'s crossings."""
+        raw = replay_raw(case, rule)
         if case.error_scale is None or not len(raw):
             return np.array(case.draws, float)
         n = case.error_count - forecast.ERROR_PRIOR_WEIGHT
@@ -236,7 +270,7 @@ class Replay:
         weight = rule.error_weight
         scale = math.sqrt((weight * rule.error_scale**2 + squares) / (weight + n))
         seed = zlib.crc32(f"{case.run}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
-        shifts = np.random.default_rng(seed).standard_t(weight + n, len(raw))
+        shifts = np.random.default_rng(seed).standard_t(rule.dof or weight + n, len(raw))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             horizon = np.log(np.maximum(raw / observed, 1.0))
             stretch = np.exp(np.clip(scale * shifts, -20.0, 5.0))
@@ -246,7 +280,64 @@ class Replay:
             if inflation != 1.0 and tokens is not None:
                 moved = tokens * np.exp(inflation * np.log(draws / tokens))
                 draws = np.where(np.isfinite(draws), np.maximum(moved, observed), draws)
-        return np.sort(draws)
+        return draws
+
+
+# --- the uncertainty rules: plausible plans, the t's tails, the laws' mixture -------------
+
+
+def replay_raw(case: BacktestCase, rule: Rule) -> np.ndarray:
+    """The raw crossings a case's interval is read from under ``rule``: with an inferred or
+    assumed plan, ``rule.plan_share`` of them from the plausible plans (plan_spread.pooled)."""
+    raw = np.array(case.raw_draws, float)
+    if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws:
+        return plan_spread.pooled(raw, np.array(case.plan_draws, float), rule.plan_share)
+    return raw
+
+
+def plan_point(case: BacktestCase, rule: Rule) -> float | None:
+    """The case's point forecast; with ``rule.plan_point`` and an unknown plan, the median of
+    the raw crossings over the central and the plausible plans alike (pooled at a half)."""
+    if not case.forecast:
+        return None
+    if not rule.plan_point or case.plan_source not in forecast.UNKNOWN_PLAN_SOURCES or not case.plan_draws:
+        return case.tokens
+    point = float(np.median(plan_spread.pooled(np.array(case.raw_draws, float), np.array(case.plan_draws, float), 0.5)))
+    return point if math.isfinite(point) else case.tokens
+
+
+def replay_reach(case: BacktestCase, rule: Rule, draws: np.ndarray) -> float:
+    """p_reach_within_plan from unsorted replayed draws: each within the end of the plan it
+    was drawn on (the central plan's, or a plausible plan's), as plan_spread.over_plans does."""
+    ends = np.full(len(case.raw_draws), case.plan_end_tokens)
+    if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws and len(case.plan_ends) == len(case.plan_draws):
+        ends = plan_spread.pooled(ends, np.array(case.plan_ends, float), rule.plan_share)
+    if len(ends) != len(draws):  # draws read from the case itself
+        ends = np.full(len(draws), case.plan_end_tokens)
+    return float(np.mean(draws <= ends))
+
+
+DrawsOf = Callable[[BacktestCase, "float | None"], np.ndarray]
+
+
+def mixed(la: BacktestCase, mp: BacktestCase, rule: Rule, draws_of: DrawsOf) -> tuple[BacktestCase, float | None, np.ndarray]:
+    """The laws' evidence-weighted mixture: weights exp(-score^2 / (2 mix^2)) from each law's
+    own inner-cut score; the point is the weighted mean of ln(tokens), the draws are pooled
+    in proportion (each law's draws thinned evenly). The case returned is the heavier law's."""
+    scores = [c.score for c in (la, mp)]
+    if any(s is None for s in scores) or not (la.forecast and mp.forecast) or la.tokens is None or mp.tokens is None:
+        chosen = mp if mp.forecast else la
+        point = chosen.tokens if chosen.forecast else None
+        return chosen, point, draws_of(chosen, point)
+    w = np.exp(-np.square(np.array(scores, float)) / (2 * rule.mix**2))
+    w = w / w.sum() if w.sum() > 0 else np.array([0.5, 0.5])
+    tokens = float(np.exp(w[0] * math.log(la.tokens) + w[1] * math.log(mp.tokens)))
+    a, b = draws_of(la, tokens), draws_of(mp, tokens)
+    n = min(len(a), len(b))
+    k = int(round(w[0] * n))
+    parts = [a[np.linspace(0, len(a) - 1, k).round().astype(np.int64)] if k else a[:0],
+             b[np.linspace(0, len(b) - 1, n - k).round().astype(np.int64)] if n - k else b[:0]]
+    return (la if w[0] >= 0.5 else mp), tokens, np.sort(np.concatenate(parts))
 
 
 def in_setting(scored: Sequence[Scored], f: float, q: float) -> list[Scored]:
@@ -282,17 +373,28 @@ def calibration_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> flo
     return float(np.mean(values)) if values else math.inf
 
 
-def choose(replay: Replay, families: Sequence[str]) -> Rule:
-    """The rule ``families`` pick: point rules first (a tie keeps today's), then the
-    inflation and error prior jointly, then the inflation apart for a plan given and one
-    inferred or assumed."""
+def choose(replay: Replay, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:
+    """The rule ``families`` pick: point rules first (a tie keeps today's), then the laws'
+    mixture (of ``mixes``) and the point over the plausible plans by the point loss, then the
+    inflation and error prior jointly, the t's degrees of freedom and the plausible plans'
+    share, then the inflation apart for a plan given and one inferred or assumed."""
     best = min((Rule(g, m, gate) for g, m, gate in itertools.product(GAINS, MARGINS, GATES)),
                key=lambda r: (round(point_loss(replay, r, families), 6), r != Rule(TODAY.gain, TODAY.margin, TODAY.gate)))
-    joint = min((Rule(best.gain, best.margin, best.gate, k, k, s0, w)
+    best = choose_mix(replay, best, families, mixes)
+    best = min((replace(best, plan_point=p) for p in (False, True)),
+               key=lambda r: (round(point_loss(replay, r, families), 6), r.plan_point))
+    joint = min((replace(best, inflation=k, unknown_inflation=k, error_scale=s0, error_weight=w)
                  for k, s0, w in itertools.product(INFLATIONS, ERROR_SCALES, ERROR_WEIGHTS)),
                 key=lambda r: calibration_loss(replay, r, families))
+    joint = min((replace(joint, dof=d) for d in DOFS), key=lambda r: calibration_loss(replay, r, families))
+    joint = min((replace(joint, plan_share=p) for p in PLAN_SHARES), key=lambda r: calibration_loss(replay, r, families))
     known = min((replace(joint, inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
     return min((replace(known, unknown_inflation=k) for k in INFLATIONS), key=lambda r: calibration_loss(replay, r, families))
+
+
+def choose_mix(replay: Replay, rule: Rule, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:
+    """The laws' mixture (0: the hard pick) by the point loss, a tie keeping the hard pick."""
+    return min((replace(rule, mix=m) for m in mixes), key=lambda r: (round(point_loss(replay, r, families), 6), r.mix))
 
 
 def lofo(replay: Replay, plan: str, rules: Mapping[str, Rule]) -> list[Scored]:
@@ -339,10 +441,11 @@ class CrossFamily:
         return self.replay.families
 
 
-def cross_family(results: Results, held_out_results: Results | None = None) -> CrossFamily:
+def cross_family(results: Results, held_out_results: Results | None = None, mixes: Sequence[float] = MIXES) -> CrossFamily:
     """Each family's rule chosen on the others, and the rule of all (see the module's docstring).
 
-    ``held_out_results`` are runs of other families, scored with the rule of all only.
+    ``held_out_results`` are runs of other families, scored with the rule of all only;
+    ``mixes`` are the candidate widths of the laws' mixture (0: auto's hard pick).
 
     Raises
     ------
@@ -353,8 +456,8 @@ def cross_family(results: Results, held_out_results: Results | None = None) -> C
     if len(replay.families) < 2:
         found = ", ".join(replay.families) or "none"
         raise ConfigError(f"a cross-family backtest needs runs of at least two families; found {found}")
-    rules = tuple((held, choose(replay, [f for f in replay.families if f != held])) for held in replay.families)
-    on_all = choose(replay, replay.families)
+    rules = tuple((held, choose(replay, [f for f in replay.families if f != held], mixes)) for held in replay.families)
+    on_all = choose(replay, replay.families, mixes)
     other = Replay(held_out_results) if held_out_results else None
     return CrossFamily(replay, rules, on_all, other)
 
@@ -365,7 +468,7 @@ class FigureRow:
     :data:`SPARSE_ROWS` rows seen; ``sparse``: at most; ``pooled``: both)."""
 
     plan: str
-    rules: str  # former, today, LOFO (or, held out, the rule of all: "all")
+    rules: str  # before, today, LOFO (or, held out, the rule of all: "all")
     fit_fraction: float
     target_quantile: float
     group: str
@@ -392,9 +495,10 @@ class FamilyRow:
 
 
 def rule_sets(result: CrossFamily) -> tuple[tuple[str, dict[str, Rule]], ...]:
-    """The rule sets the figures compare: former, today's and the leave-one-family-out."""
+    """The rule sets the figures compare: before the plausible plans, today's and the
+    leave-one-family-out."""
     families = result.families
-    return (("former", dict.fromkeys(families, FORMER)), ("today", dict.fromkeys(families, TODAY)),
+    return (("before", dict.fromkeys(families, BEFORE)), ("today", dict.fromkeys(families, TODAY)),
             ("LOFO", dict(result.rules)))
 
 

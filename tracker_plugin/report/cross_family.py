@@ -8,7 +8,7 @@ from typing import Any
 
 from tracker_plugin.core.backtest import PLANS, Skipped
 from tracker_plugin.core.cross_family import (
-    FORMER,
+    BEFORE,
     FRACTIONS,
     GAINS,
     LAWS,
@@ -32,7 +32,8 @@ from tracker_plugin.report.tables import Align, json_row, json_value, text_table
 __all__ = ["cross_family_json", "cross_family_text"]
 
 _PROTOCOL = (
-    "each family held out in turn: the rules (gain prior, auto's margin and gate, interval inflations, error prior) "
+    "each family held out in turn: the rules (gain prior, auto's margin and gate, interval inflations, error prior, "
+    "plausible plans' share and point, the t's degrees of freedom, the laws' mixture) "
     "chosen on the other families, the held-out family scored with them; error = ln(predicted / true tokens)"
 )
 
@@ -50,7 +51,7 @@ def cross_family_json(result: CrossFamily, skipped: Sequence[Skipped] = ()) -> d
         "target_quantiles": list(QUANTILES),
         "sparse_rows": SPARSE_ROWS,
         "families": [{"family": f, "runs": replay.runs(f)} for f in replay.families],
-        "rules": {"former": _rule_json(FORMER), "today": _rule_json(TODAY), "on_all": _rule_json(result.on_all),
+        "rules": {"before": _rule_json(BEFORE), "today": _rule_json(TODAY), "on_all": _rule_json(result.on_all),
                   "without": [{"family": f, **_rule_json(r)} for f, r in result.rules]},
         "figures": [json_row(x) for x in figure_rows(replay, sets)],
         "per_family": [_family_json(x) for x in family_rows(replay, sets[1][1], sets[2][1])],
@@ -82,13 +83,13 @@ def _family_json(row: FamilyRow) -> dict[str, Any]:
 
 
 def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), wording: Wording = as_written) -> str:
-    """The figures with former, today's and the leave-one-family-out rules, per family the
+    """The figures with the rules before the plausible plans, today's and the leave-one-family-out rules, per family the
     signed bias and the Brier score, the rules chosen, and the held-out families."""
     sets = rule_sets(result)
     lines = [_header(result.replay), ""]
     lines += _figures_text(figure_rows(result.replay, sets), [name for name, _ in sets], "on the other families (LOFO)")
     lines += _families_text(family_rows(result.replay, sets[1][1], sets[2][1]), "today -> LOFO")
-    lines += [f"\nformer rules: {FORMER}\ntoday's rules: {TODAY}", "Rules chosen with each family held out:"]
+    lines += [f"\nrules before the plausible plans: {BEFORE}\ntoday's rules: {TODAY}", "Rules chosen with each family held out:"]
     lines += [f"  without {held:8} {rule}" for held, rule in result.rules]
     lines.append(f"  on all families:  {result.on_all}  (what the forecast's defaults should be)")
     if result.held_out is not None:
