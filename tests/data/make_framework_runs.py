@@ -344,13 +344,15 @@ def _olmo(out: Path) -> None:
 
 
 def _composer(out: Path) -> None:
-    """Composer's trainer loop and loggers, as llm-foundry drives them
-    (mosaicml/composer composer/trainer/trainer.py _train_loop at
-    https://github.com/mosaicml/composer/blob/ef6e69187cd0ec6245e8dc6fc70ff49105c6d45b/composer/trainer/trainer.py:
-    at each batch start ``time/batch``, ``time/sample`` (and ``time/token`` when the data
-    spec counts tokens) for the timestamp before the batch, then ``loss/train/total``; the
-    timestamp moves on and BATCH_END runs callbacks/lr_monitor.py's
-    ``lr-{Optimizer}/group{idx}``; after the loop the final time values. Logger.log_metrics
+    """Composer's trainer loop and loggers, as llm-foundry drives them. composer/trainer/trainer.py
+    ``_train_loop`` (current releases): at each batch start ``time/batch``, ``time/sample``
+    (and ``time/token`` when the data spec counts tokens) for the timestamp before the batch,
+    then ``loss/train/total``; the timestamp moves on (``to_next_batch``) and BATCH_END runs
+    callbacks/lr_monitor.py's ``lr-{Optimizer}/group{idx}``; after the loop the final time
+    values. The older release at
+    https://github.com/mosaicml/composer/blob/ef6e69187cd0ec6245e8dc6fc70ff49105c6d45b/composer/trainer/trainer.py
+    logs ``trainer/global_step`` and ``trainer/batch_idx`` in the same place, with the same
+    order of loss, ``to_next_batch`` and BATCH_END (the frame reads either). Logger.log_metrics
     (loggers/logger.py) steps at ``state.timestamp.batch.value``; WandBLogger.log_metrics
     (https://github.com/mosaicml/composer/blob/a9893f4fae2de223baafaabae11a57ed6505f7a8/composer/loggers/wandb_logger.py)
     calls ``wandb.log(metrics, step)``; MLFlowLogger
