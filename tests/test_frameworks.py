@@ -4,6 +4,7 @@ from the generator's known configuration without the plugin."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -58,7 +59,15 @@ CASES = {
     "torchtitan-wandb": ("wandb-offline:wandb/torchtitan-wandb", 2 * HF_TOKENS, STEPS, {}, "torchtitan"),
     "litgpt-wandb": ("wandb-offline:wandb/litgpt-wandb", CONFIG["litgpt"]["global"] * CONFIG["seq"], STEPS, {}, "litgpt"),
     "litgpt-mlflow": ("mlflow:litgpt-mlflow", CONFIG["litgpt"]["global"] * CONFIG["seq"], STEPS, {}, "litgpt"),
+    # OLMo, Composer and Megatron-LM: two data-parallel ranks, 16 sequences per step.
+    "olmo-wandb": ("wandb-offline:wandb/olmo-wandb", 2 * HF_TOKENS, STEPS, {}, "OLMo"),
+    # Composer logs each batch at the timestamp before it: its 400th batch is logged at 399.
+    "composer-wandb": ("wandb-offline:wandb/composer-wandb", 2 * HF_TOKENS, STEPS - 1, {}, "Composer / llm-foundry"),
+    "composer-mlflow": ("mlflow:composer-mlflow", 2 * HF_TOKENS, STEPS - 1, {}, "Composer / llm-foundry"),
+    "megatron-wandb": ("wandb-offline:wandb/megatron-wandb", 2 * HF_TOKENS, STEPS, {}, "Megatron-LM"),
 }
+# Runs whose MLflow store is not the shared mlflow.db: Composer's, gzipped.
+STORES = {"composer-mlflow": "composer/mlflow.db.gz"}
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +75,11 @@ def mlflow_store(tmp_path_factory) -> str:
     pytest.importorskip("mlflow")
     root = tmp_path_factory.mktemp("frameworks")
     shutil.copy(FRAMEWORKS / "mlflow.db", root / "mlflow.db")
+    for packed in set(STORES.values()):
+        target = root / packed.removesuffix(".gz")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with gzip.open(FRAMEWORKS / packed, "rb") as raw, target.open("wb") as out:
+            shutil.copyfileobj(raw, out)
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
@@ -73,6 +87,9 @@ def _read(name: str, store: str, **extra):
     spec, _, _, options, _ = CASES[name]
     read = ReadOptions(use_cache=False, **{**options, **extra})
     if spec.startswith("mlflow:"):
+        if name in STORES:
+            root = Path(store.removeprefix("sqlite:///")).parent
+            store = f"sqlite:///{root / STORES[name].removesuffix('.gz')}"
         from tracker_plugin.trackers.mlflow_runs import MlflowSource
         from tracker_plugin.trackers.options import MlflowOptions
 
@@ -135,6 +152,28 @@ def test_old_silent_cases(mlflow_store):
     assert history.lr is not None and dict(history.read_as)["lr"] == "lr-AdamW"
     # torchtitan: its loss and n_tokens_seen.
     assert _read("torchtitan-wandb", mlflow_store).loss_key == "loss_metrics/global_avg_loss"
+
+
+@pytest.mark.parametrize("name, key", [("olmo-wandb", "optim/learning_rate_group0"),
+                                       ("megatron-wandb", "learning-rate")])
+def test_the_planned_lr_read_from_the_config_is_the_lr_the_trainer_logged(name, key, mlflow_store):
+    """OLMo's and Megatron-LM's schedules, read from the config they log (plan/trainers.py),
+    give the lr their own schedulers set at each logged step."""
+    history = _read(name, mlflow_store)
+    assert dict(history.read_as)["lr"] == key
+    plan = history.lr_plan
+    assert plan is not None and plan.source == "params" and plan.total_steps == STEPS
+    np.testing.assert_allclose(plan.at(history.step), history.lr, rtol=1e-9)
+
+
+def test_composer_reads_its_batch_count_tokens_and_lr_monitor(mlflow_store):
+    for name in ("composer-wandb", "composer-mlflow"):
+        history = _read(name, mlflow_store)
+        read_as = dict(history.read_as)
+        assert read_as["step"] == "time/batch" and read_as["lr"] == "lr-DecoupledAdamW/group0"
+        assert history.loss_key == "loss/train/total"
+        # time/token counts the tokens before each batch: 1024 a batch from 0.
+        np.testing.assert_allclose(history.tokens, history.step * 2 * HF_TOKENS, rtol=1e-12)
 
 
 def test_per_device_tokens_are_scaled_by_a_known_world_size_and_noted_without_one():

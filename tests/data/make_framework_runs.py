@@ -8,6 +8,8 @@ trains a one-parameter module whose loss is a known function of the optimizer st
     python -m venv /tmp/fw-venv && /tmp/fw-venv/bin/pip install torch==2.13.0 transformers \
         lightning mlflow wandb accelerate datasets
     /tmp/fw-venv/bin/python tests/data/make_framework_runs.py tests/data/frameworks
+    # or only some runs, every other fixture left as it is:
+    /tmp/fw-venv/bin/python tests/data/make_framework_runs.py --only olmo,composer,megatron tests/data/frameworks
 
 What writes what:
 
@@ -21,6 +23,9 @@ What writes what:
   their logging code path is copied minimally (the calls and the metric dicts, with the
   source each came from) and driven against the real ``wandb`` and ``mlflow`` clients
   (litgpt logs through Lightning's own ``WandbLogger``/``MLFlowLogger``, as it does).
+- ``olmo``, ``composer``, ``megatron``: the same, for OLMo's and Megatron-LM's W&B logging
+  and Composer's ``WandBLogger`` and ``MLFlowLogger`` (Composer's MLflow run in its own
+  store, ``composer/mlflow.db.gz``, gzipped).
 
 The W&B runs are offline (``WANDB_MODE=offline`` in this script's own environment); only
 their ``.wandb`` files are kept. MLflow runs go to one sqlite store, ``mlflow.db``.
@@ -28,6 +33,7 @@ their ``.wandb`` files are kept. MLflow runs go to one sqlite store, ``mlflow.db
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -286,6 +292,145 @@ def _litgpt(out: Path) -> None:
         logger.finalize("success")
 
 
+def olmo_lr(step: int) -> float:
+    """OLMo's CosineWithWarmup.get_lr(PEAK_LR, step, STEPS) (allenai/OLMo olmo/optim.py, the
+    defaults alpha_f 0.1, warmup_min_lr None: warmup from 0.1 lr)."""
+    if step < WARMUP:
+        return 0.1 * PEAK_LR + (PEAK_LR - 0.1 * PEAK_LR) * step / WARMUP
+    eta = 0.1 * PEAK_LR
+    return eta + (PEAK_LR - eta) * (1 + math.cos(math.pi * (step - WARMUP) / (STEPS - WARMUP))) / 2
+
+
+def megatron_lr(iteration: int) -> float:
+    """Megatron-LM's OptimizerParamScheduler.get_lr for lr_decay_style cosine
+    (megatron/core/optimizer_param_scheduler.py), lr_warmup_init 0, min_lr 0."""
+    if iteration <= WARMUP:
+        return PEAK_LR * iteration / WARMUP
+    ratio = (iteration - WARMUP) / (STEPS - WARMUP)
+    return 0.0 + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (PEAK_LR - 0.0)
+
+
+def _olmo(out: Path) -> None:
+    """OLMo's Trainer.fit logging (https://github.com/allenai/OLMo/blob/00305eb080aeef71cabf2c7e098b92474fbcaa75/olmo/train.py):
+    ``global_step`` counts from 1; every ``wandb.log_interval`` steps ``wandb.log(metrics,
+    step=self.global_step)`` with train_step's ``train/CrossEntropyLoss``, SpeedMonitor.check's
+    ``throughput/total_tokens`` (global_train_tokens_seen, every device) and LRMonitor.check's
+    ``optim/learning_rate_group{idx}``. scripts/train.py passes ``cfg.asdict(exclude=["wandb"])``
+    as the W&B config. OLMo logs to W&B only (no MLflow logger)."""
+    import wandb
+
+    dp = 2
+    cfg = {
+        "run_name": "olmo-wandb", "global_train_batch_size": BATCH * ACCUM * dp,
+        "device_train_batch_size": BATCH * ACCUM, "device_train_microbatch_size": BATCH,
+        "max_duration": STEPS, "console_log_interval": LOG_EVERY,
+        "model": {"d_model": 64, "n_layers": 2, "max_sequence_length": SEQ},
+        "optimizer": {"name": "adamw", "learning_rate": PEAK_LR, "weight_decay": 0.1},
+        "scheduler": {"name": "cosine_with_warmup", "units": "steps", "t_warmup": WARMUP, "t_max": None,
+                      "alpha_f": 0.1, "warmup_min_lr": None},
+    }
+    wandb.init(project="frameworks", name="olmo-wandb", config=cfg)
+    global_step, tokens_seen = 0, 0
+    for _ in range(STEPS):
+        global_step += 1
+        tokens_seen += cfg["global_train_batch_size"] * SEQ
+        if global_step % LOG_EVERY == 0:
+            # train_step sets the lr from the scheduler at global_step before the step
+            metrics = {"train/CrossEntropyLoss": curve(global_step), "train/Perplexity": math.exp(curve(global_step)),
+                       "throughput/total_tokens": tokens_seen, "throughput/device/tokens_per_second": 1000.0,
+                       "optim/learning_rate_group0": olmo_lr(global_step)}
+            wandb.log(metrics, step=global_step)
+    wandb.finish()
+
+
+def _composer(out: Path) -> None:
+    """Composer's trainer loop and loggers, as llm-foundry drives them. composer/trainer/trainer.py
+    ``_train_loop`` (current releases): at each batch start ``time/batch``, ``time/sample``
+    (and ``time/token`` when the data spec counts tokens) for the timestamp before the batch,
+    then ``loss/train/total``; the timestamp moves on (``to_next_batch``) and BATCH_END runs
+    callbacks/lr_monitor.py's ``lr-{Optimizer}/group{idx}``; after the loop the final time
+    values. The older release at
+    https://github.com/mosaicml/composer/blob/ef6e69187cd0ec6245e8dc6fc70ff49105c6d45b/composer/trainer/trainer.py
+    logs ``trainer/global_step`` and ``trainer/batch_idx`` in the same place, with the same
+    order of loss, ``to_next_batch`` and BATCH_END (the frame reads either). Logger.log_metrics
+    (loggers/logger.py) steps at ``state.timestamp.batch.value``; WandBLogger.log_metrics
+    (https://github.com/mosaicml/composer/blob/a9893f4fae2de223baafaabae11a57ed6505f7a8/composer/loggers/wandb_logger.py)
+    calls ``wandb.log(metrics, step)``; MLFlowLogger
+    (https://github.com/mosaicml/composer/blob/000b1d24d579ce3838bae2ed53dc01f9447d1bc7/composer/loggers/mlflow_logger.py)
+    ``mlflow.log_metrics(metrics=..., step=step)`` and ``log_params`` for the hyperparameters.
+    The config is llm-foundry's train.py yaml (scripts/train/yamls/pretrain/mpt-125m.yaml)."""
+    import mlflow
+    import wandb
+
+    dp = 2
+    hparams = {
+        "max_seq_len": SEQ, "global_train_batch_size": BATCH * ACCUM * dp, "device_train_microbatch_size": BATCH,
+        "max_duration": f"{STEPS}ba", "eval_interval": "100ba", "seed": 17,
+        "optimizer": {"name": "decoupled_adamw", "lr": PEAK_LR}, "scheduler": {"name": "cosine_with_warmup",
+                                                                            "t_warmup": f"{WARMUP}ba", "alpha_f": 0.0},
+    }
+    # llm-foundry's train.py: logger.log_hyperparameters(logged_cfg), the yaml as it is.
+    wandb.init(project="frameworks", name="composer-wandb")
+    wandb.config.update(hparams)
+    # Its own store, so the shared mlflow.db stays as the other trainers wrote it.
+    (out / "composer").mkdir(exist_ok=True)
+    mlflow.set_tracking_uri(f"sqlite:///{out / 'composer' / 'mlflow.db'}")
+    mlflow.set_experiment("frameworks")
+    mlflow.start_run(run_name="composer-mlflow", tags={"composer_run_name": "composer-mlflow"}, log_system_metrics=False)
+    mlflow.log_params(hparams)
+
+    def log_metrics(metrics: dict[str, float], step: int) -> None:
+        wandb.log(dict(metrics), step)
+        mlflow.log_metrics(metrics={k: float(v) for k, v in metrics.items()}, step=step, synchronous=True)
+
+    samples_per_batch = hparams["global_train_batch_size"]
+    batch = 0
+    for _ in range(STEPS):
+        log_metrics({"time/batch": batch, "time/sample": batch * samples_per_batch, "time/batch_in_epoch": batch,
+                     "time/sample_in_epoch": batch * samples_per_batch}, batch)
+        log_metrics({"time/token": batch * samples_per_batch * SEQ}, batch)
+        log_metrics({"loss/train/total": curve(batch + 1)}, batch)
+        batch += 1  # timestamp.to_next_batch; the scheduler has stepped
+        log_metrics({"lr-DecoupledAdamW/group0": cosine_lr(batch)}, batch)
+    log_metrics({"time/epoch": 1, "time/batch": batch, "time/sample": batch * samples_per_batch}, batch)
+    log_metrics({"time/token": batch * samples_per_batch * SEQ}, batch)
+    mlflow.end_run()
+    wandb.finish()
+
+
+def _megatron(out: Path) -> None:
+    """Megatron-LM's training_log (https://github.com/NVIDIA/Megatron-LM/blob/86df799dc4c78e4bd7fbae972b3ee743e8b14f02/megatron/training/training.py):
+    the W&B writer is the ``wandb`` module, initialised with ``config=vars(args)``; every
+    ``tensorboard_log_interval`` iterations (and only with a TensorBoard writer) one
+    ``wandb_writer.log({key: value}, iteration)`` per key: ``samples vs steps``
+    (consumed_train_samples), ``learning-rate``, ``batch-size`` and each loss_dict key
+    (``lm loss``). ``iteration`` is incremented before training_log: the optimizer steps
+    done. Megatron-LM logs to W&B and TensorBoard only (no MLflow)."""
+    import wandb
+
+    dp = 2
+    args = {
+        "train_iters": STEPS, "global_batch_size": BATCH * ACCUM * dp, "micro_batch_size": BATCH,
+        "data_parallel_size": dp, "seq_length": SEQ, "lr": PEAK_LR, "min_lr": 0.0, "lr_decay_style": "cosine",
+        "lr_warmup_iters": WARMUP, "lr_decay_iters": None, "lr_warmup_fraction": None, "lr_warmup_init": 0.0,
+        "log_interval": LOG_EVERY, "tensorboard_log_interval": LOG_EVERY, "wandb_project": "frameworks",
+        "wandb_exp_name": "megatron-wandb",
+    }
+    wandb.init(project="frameworks", name="megatron-wandb", config=args)
+    wandb_writer = wandb
+    iteration, consumed_train_samples = 0, 0
+    while iteration < args["train_iters"]:
+        iteration += 1
+        batch_size = dp * BATCH * ACCUM
+        consumed_train_samples += batch_size
+        if iteration % args["tensorboard_log_interval"] == 0:
+            wandb_writer.log({"samples vs steps": consumed_train_samples}, iteration)
+            wandb_writer.log({"learning-rate": megatron_lr(iteration)}, iteration)
+            wandb_writer.log({"batch-size": batch_size}, iteration)
+            wandb_writer.log({"lm loss": curve(iteration)}, iteration)
+    wandb.finish()
+
+
 _SETUPS = {
     "hf-mlflow": lambda out: _hf(out, "mlflow"),
     "hf-wandb": lambda out: _hf(out, "wandb"),
@@ -293,6 +438,9 @@ _SETUPS = {
     "nanogpt": _nanogpt,
     "torchtitan": _torchtitan,
     "litgpt": _litgpt,
+    "olmo": _olmo,
+    "composer": _composer,
+    "megatron": _megatron,
 }
 
 
@@ -313,19 +461,37 @@ def _run_name(wandb_file: Path) -> str:
     return read_offline_run(wandb_file, (), ref=str(wandb_file)).name
 
 
-def main(out: Path) -> None:
+def _gzip(db: Path) -> None:
+    """Composer logs every batch: its store is kept gzipped (1.6 MB as sqlite, 0.1 MB so)."""
+    with db.open("rb") as raw, gzip.GzipFile(db.with_suffix(".db.gz"), "wb", compresslevel=9, mtime=0) as packed:
+        shutil.copyfileobj(raw, packed)
+    db.unlink()
+
+
+def main(out: Path, only: list[str] | None = None) -> None:
+    """Write every run into ``out``, or with ``only`` just those runs' W&B files (and
+    Composer's own MLflow store), leaving every other fixture as it is."""
+    names = only or list(_SETUPS)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         for folder in ("hf", "lightning"):
             (work / folder).mkdir()
-        for name in _SETUPS:
+        for name in names:
             print(f"writing {name}", flush=True)
             subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work), check=True)
         _keep_wandb(work)
-        with sqlite3.connect(work / "mlflow.db") as db:
-            db.execute("VACUUM")
+        for db in work.rglob("mlflow.db"):
+            with sqlite3.connect(db) as connection:
+                connection.execute("VACUUM")
+        if (work / "composer" / "mlflow.db").exists():
+            _gzip(work / "composer" / "mlflow.db")
         out.mkdir(parents=True, exist_ok=True)
-        for item in ("hf", "lightning", "wandb", "mlflow.db"):
+        if only:
+            items = [f"wandb/{path.name}" for path in (work / "wandb").iterdir()]
+            items += ["composer"] if "composer" in only else []
+        else:
+            items = ["hf", "lightning", "wandb", "mlflow.db", "composer"]
+        for item in items:
             target = out / item
             if target.is_dir():
                 shutil.rmtree(target)
@@ -333,6 +499,8 @@ def main(out: Path) -> None:
                 target.unlink()
             src = work / item
             (shutil.copytree if src.is_dir() else shutil.copy)(src, target)
+    if only:
+        return
     (out / "CONFIG.json").write_text(json.dumps({
         "steps": STEPS, "log_every": LOG_EVERY, "batch": BATCH, "accum": ACCUM, "seq": SEQ, "warmup": WARMUP,
         "peak_lr": PEAK_LR, "litgpt": LITGPT, "curve": "2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6",
@@ -342,5 +510,7 @@ def main(out: Path) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--one":
         _SETUPS[sys.argv[2]](Path(sys.argv[3]))
+    elif sys.argv[1] == "--only":
+        main(Path(sys.argv[3]), sys.argv[2].split(","))
     else:
         main(Path(sys.argv[1]))

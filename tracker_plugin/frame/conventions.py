@@ -307,6 +307,11 @@ def read_as(
     default = Columns()
     logged = set(keys)
     convention = detect(logged)
+    if convention is not None:
+        # A name the trainer's own source says counts sequences (Megatron-LM's flat
+        # global_batch_size) is never read as tokens per step: its tokens come from the
+        # trainer's parts (samples x seq_length).
+        batch_params = tuple(name for name in batch_params if name not in convention.seqs_per_step)
     described: dict[str, str] = {}
     notes: list[str] = []
 
