@@ -28,6 +28,7 @@ import pandas as pd
 
 from tracker_plugin.errors import DataError
 from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.plan.params import as_float
 from tracker_plugin.plan.params import planned_steps as _planned_steps
 
 __all__ = [
@@ -537,8 +538,8 @@ def _world(convention: Convention | None, config: Mapping[str, Any], given: floa
     if found is None:
         return None, ""
     value, name = found
-    number = _number(value)
-    nodes = _number(_param(config, ("num_nodes",))) if name == "devices" else None
+    number = as_float(value)
+    nodes = as_float(_param(config, ("num_nodes",))) if name == "devices" else None
     if number is None or number < 1:
         return None, ""
     return number * (nodes or 1), f"config '{name}'" + (" x num_nodes" if nodes else "")
@@ -617,7 +618,7 @@ def _composed(
         return _Composed(None, None, "no batch key or param", remedy)
     seq_found = _param(config, convention.seq_len, with_name=True)
     seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
-        (_number(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
+        (as_float(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
     )
     seqs, parts, accumulated, one_device = _sequences(convention, config, world)
     if seqs is None:
@@ -652,7 +653,7 @@ def _composed(
 def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
     """Tokens per step from the first of ``names`` (``--batch-param``) the config holds."""
     for name in names:  # the name exactly (dotted for nested): these hold tokens, not sequences
-        value = _number(config.get(name))
+        value = as_float(config.get(name))
         if value is not None and value > 0:
             return value, name
     return None
@@ -665,14 +666,14 @@ def _seq_len_named(
     if given is not None:
         return float(given), "seq_len"
     found = _param(config, convention.seq_len, with_name=True) if convention else None
-    number = _number(found[0]) if found else None
+    number = as_float(found[0]) if found else None
     return (number, f"config '{found[1]}'") if number and found else None
 
 
 def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> float | None:
     if given is not None:
         return float(given)
-    return _number(_param(config, convention.seq_len)) if convention else None
+    return as_float(_param(config, convention.seq_len)) if convention else None
 
 
 def _sequences(
@@ -682,15 +683,15 @@ def _sequences(
     how; whether the accumulation is known (a global count includes it); and whether a
     per-device count was taken for one device, no world size being known."""
     found = _param(config, convention.seqs_per_step, with_name=True)
-    if found is not None and (_number(found[0]) or 0) > 0:
-        return _number(found[0]), f"'{found[1]}' {found[0]}", True, False
+    if found is not None and (as_float(found[0]) or 0) > 0:
+        return as_float(found[0]), f"'{found[1]}' {found[0]}", True, False
     device = _param(config, convention.device_batch, with_name=True)
-    if device is None or not _number(device[0]):
+    if device is None or not as_float(device[0]):
         return None, "", False, False
-    found_accum = _number(_param(config, convention.accumulation))
+    found_accum = as_float(_param(config, convention.accumulation))
     accum = found_accum or 1.0
     accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
-    per_device = _number(device[0]) or 0.0
+    per_device = as_float(device[0]) or 0.0
     # A trainer with no accumulation setting of its own counts it in a global batch (torchtitan,
     # Megatron): without one, its default is one micro-batch per step.
     known = found_accum is not None or not convention.accumulation
@@ -712,16 +713,6 @@ def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool =
             if key.endswith("." + name) and value not in (None, ""):
                 return (value, name) if with_name else value
     return None
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if np.isfinite(number) else None
 
 
 def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-__all__ = ["FEW_TOKENS", "batch_from_config", "config_value", "flat_params", "param_paths", "planned_steps"]
+__all__ = ["FEW_TOKENS", "as_float", "batch_from_config", "config_value", "flat_params", "param_paths", "planned_steps"]
 
 # A batch read from a config below this many tokens per step is more likely a count of
 # sequences (a global batch of 512, a per-device batch of 8) than of tokens.
@@ -110,16 +110,23 @@ def batch_from_config(config: Mapping[str, Any], names: Sequence[str]) -> tuple[
     return None
 
 
-def planned_steps(value: Any) -> float | None:
-    """A planned length in optimizer steps: a positive number, or Composer's batches
-    ("4800ba"). Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+def as_float(value: Any) -> float | None:
+    """A param's value as a finite number (a number or numeric text); None for anything
+    else, a bool included (True is no count of anything)."""
     if isinstance(value, bool):
         return None
-    if isinstance(value, str) and value.strip().endswith("ba"):
-        value = value.strip()[:-2]
     try:
         number = float(value)
     except (TypeError, ValueError):
         return None
+    return number if math.isfinite(number) else None
+
+
+def planned_steps(value: Any) -> float | None:
+    """A planned length in optimizer steps: a positive number, or Composer's batches
+    ("4800ba"). Durations in tokens ("2e12T", "1tok") or epochs ("1ep") are not steps."""
+    if isinstance(value, str) and value.strip().endswith("ba"):
+        value = value.strip()[:-2]
+    number = as_float(value)
     # HF's max_steps is -1 when the run is planned in epochs (num_train_epochs): no step count.
-    return number if math.isfinite(number) and number > 0 else None
+    return number if number is not None and number > 0 else None

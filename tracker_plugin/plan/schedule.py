@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tracker_plugin.errors import ConfigError
-from tracker_plugin.plan.params import param_paths, planned_steps
+from tracker_plugin.plan.params import as_float, param_paths, planned_steps
 from tracker_plugin.plan.trainers import Piece, TrainerPlan, curve, read_trainer_plan
 
 __all__ = ["STEPS_ONLY", "BatchSchedule", "LrSchedule", "Plan", "infer_lr_schedule", "plausible_schedules", "read_planned_lr"]
@@ -270,9 +270,9 @@ def _from_common_names(flat: Mapping[str, Any]) -> tuple[LrSchedule | None, tupl
     if shape != "constant" and "total" not in values:
         return _steps_only(flat, ()), _in_epochs(flat, str(kind))
     ratio_name = _first_name(flat, ("warmup_ratio", "warmup_fraction"))
-    ratio = _number(flat[ratio_name]) if ratio_name else None
-    total = _number(values.get("total"))
-    warmup = _number(values.get("warmup"))
+    ratio = as_float(flat[ratio_name]) if ratio_name else None
+    total = as_float(values.get("total"))
+    warmup = as_float(values.get("warmup"))
     if warmup is not None and 0 < warmup < 1 and total is not None:
         # A warmup shorter than a step is a share of the total (transformers' warmup_steps
         # below 1: ceil(total x share) steps); no trainer warms up over a fraction of a step.
@@ -283,8 +283,8 @@ def _from_common_names(flat: Mapping[str, Any]) -> tuple[LrSchedule | None, tupl
     if "final" not in values:
         rate_name = _first_name(flat, ("min_lr", "final_lr", "lr_min", "min_learning_rate"))
         peak_name = _first_name(flat, ("peak_lr", "max_lr", "learning_rate", "lr"))
-        rate = _number(flat[rate_name]) if rate_name else None
-        peak = _number(flat[peak_name]) if peak_name else None
+        rate = as_float(flat[rate_name]) if rate_name else None
+        peak = as_float(flat[peak_name]) if peak_name else None
         if rate is not None and peak:
             values["final"] = str(rate / peak)
             used += [(rate_name or "", str(flat[rate_name or ""])), (peak_name or "", str(flat[peak_name or ""]))]
@@ -305,7 +305,7 @@ def _in_epochs(flat: Mapping[str, Any], kind: str) -> tuple[str, ...]:
     ``num_train_epochs``, and the steps an epoch takes (the data loader's length over the
     accumulation) reach no tracker, so the planned total is not known."""
     name = _first_name(flat, ("num_train_epochs", "max_epochs"))
-    if name is None or not _number(flat[name]):
+    if name is None or not as_float(flat[name]):
         return ()
     return (f"the params plan a {kind} lr over {name}={_text(flat[name])}, but not the steps an epoch takes: "
             "the planned total is not known, so the planned lr is read from the logged lr alone",)
@@ -427,18 +427,10 @@ def _first_name(flat: Mapping[str, Any], names: Sequence[str]) -> str | None:
 
 
 def _text(value: Any) -> str:
-    number = _number(value)
+    number = as_float(value)
     if number is None:
         return str(value)
     return f"{number:.0f}" if number.is_integer() else f"{number:g}"
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
 
 
 def _describe_params(schedule: LrSchedule, used: Sequence[tuple[str, str]]) -> str:
@@ -451,7 +443,7 @@ def _build_spec(shape: str, values: Mapping[str, str], spec: str, origin: str, s
     def num(key: str, default: float | None = None) -> float | None:
         if key not in values:
             return default
-        number = _number(values[key])
+        number = as_float(values[key])
         if number is None:
             raise ConfigError(f"lr_spec {spec!r}: {key}={values[key]!r} is not a number")
         return number

@@ -9,14 +9,13 @@ other, or do not parse, become notes: the reader then gives only the planned tot
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tracker_plugin.plan.params import param_paths
+from tracker_plugin.plan.params import as_float, param_paths
 
 __all__ = ["CURVES", "Piece", "TrainerPlan", "curve", "read_trainer_plan", "trainer_of"]
 
@@ -81,7 +80,7 @@ class _Config:
         found = self.raw(name)
         if found is None or found[1] in (None, "", "None", "null"):
             return default
-        value = _number(found[1])
+        value = as_float(found[1])
         if value is None:
             self.notes.append(f"{self.trainer} param {name}={found[1]!r} is not a number: ignored")
             return default
@@ -120,18 +119,8 @@ class _Config:
         return TrainerPlan(self.trainer, shape, tuple(pieces), total, tuple(self.used), tuple(self.notes))
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return None
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _text(value: Any) -> str:
-    number = _number(value)
+    number = as_float(value)
     if number is None:
         return str(value)
     return f"{number:.0f}" if number.is_integer() and abs(number) < 1e15 else f"{number:g}"
@@ -379,13 +368,13 @@ def _olmo_duration(value: Any, per_step: float) -> tuple[float | None, float | N
         return None, None
     text = str(value).strip()
     if text.endswith("T"):
-        tokens = _number(text[:-1])
+        tokens = as_float(text[:-1])
         if tokens is None or per_step <= 0:
             return None, tokens
         return float(int(tokens) // int(per_step)), tokens
     if text.endswith("ep"):
         return None, None
-    steps = _number(text)
+    steps = as_float(text)
     return (float(int(steps)), None) if steps is not None else (None, None)
 
 
