@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,10 +19,12 @@ from tracker_plugin.core.cross_family import (
     TODAY,
     Cut,
     Replay,
+    Scored,
     choose,
     cross_family,
     family_of,
     family_rows,
+    figures,
     lofo,
 )
 from tracker_plugin.core.status import Status
@@ -63,7 +66,9 @@ def test_a_family_is_scored_with_the_rule_the_other_families_chose():
     # without a: on b and c the mean of the families' medians is 0.1 for gain 0.1, 0.15 for 0.05
     assert rules["a"].gain == rules["b"].gain == 0.1
     assert result.on_all.gain == 0.05
-    rows = {(r.plan, r.family): r for r in family_rows(result.replay, dict.fromkeys(result.families, TODAY), rules)}
+    # "today" here: a rule with the gain 0.05 that a and b are exact with
+    today = dict.fromkeys(result.families, replace(TODAY, gain=0.05))
+    rows = {(r.plan, r.family): r for r in family_rows(result.replay, today, rules)}
     # scored with the others' rule, c is 0.3 late, not the 0.0 its own rule would give
     assert rows[("log", "c")].signed_lofo == pytest.approx(0.3, abs=1e-12)
     assert rows[("log", "a")].signed_lofo == pytest.approx(0.2, abs=1e-12)
@@ -196,3 +201,25 @@ def test_a_plan_given_to_a_run_without_lr_opens_the_gate_as_the_forecast_does():
     assert {c.plan_source for c in cases if c.plan_source} == {"spec"}
     _, inferred = run_cases(history, "x", config, "infer", 0.05, given=plan)
     assert all(c.seen_decay == 0.0 for c in inferred)
+
+
+def test_a_reached_target_forecast_never_to_be_is_a_counted_miss():
+    """A forecast of never for a target the run reached is the worst miss, not a case
+    dropped from the figures (which would reward a rule for giving up on hard cases)."""
+    def scored(tokens: float | None, status: Status) -> Scored:
+        case = BacktestCase("r", LAWS[0], 0.5, 0.8, 3.0, 1e9, status, tokens=tokens, rows=100)
+        draws = np.array([] if tokens is None else [tokens / 2, tokens, tokens * 2])
+        return Scored(case, "a", tokens, draws, False, None)
+
+    hits = [scored(1e9 * math.exp(e), Status.EXTRAPOLATED) for e in (0.1, -0.2, 0.3)]
+    never = scored(None, Status.UNREACHABLE)
+    failed = scored(None, Status.FAILED)
+    assert never.error == math.inf and never.covered(0.8) is False
+    assert failed.error is None and failed.covered(0.8) is None
+    x = figures([*hits, never, failed])
+    assert x["never"] == 1 and x["n"] == 5
+    # |ln| 0.1, 0.2, 0.3, inf: the median between 0.2 and 0.3, the p90 among the misses
+    assert x["median"] == pytest.approx(0.25, abs=1e-12)
+    assert x["p90"] == math.inf
+    assert x["signed"] == pytest.approx((0.1 - 0.2 + 0.3) / 3, abs=1e-12)
+    assert x["cov80%"] == pytest.approx(3 / 4, abs=1e-12)

@@ -41,7 +41,7 @@ def test_a_log_without_lr_works(tmp_path):
 def test_a_fit_window_starting_at_zero_tokens_works(data_dir):
     history = tp.load_csv(data_dir / "parity_fixed.csv")
     assert history.tokens[0] == 0
-    analysis = tp.analyze(history, [3.0], fit_start_step=0, ema_token_window=5e7, stability_sweep=True)
+    analysis = tp.analyze(history, [4.5], fit_start_step=0, ema_token_window=5e7, stability_sweep=True)
     result = analysis.targets[0]
     assert result.status == "extrapolated"
     assert np.isfinite(result.tokens) and result.tokens > history.last_tokens

@@ -133,3 +133,19 @@ def test_the_interval_holds_the_point_when_the_plausible_plans_never_reach():
     assert _around(draws, 0.8, 100.0) == (100.0, np.inf)
     inside = np.linspace(50.0, 150.0, 41)  # a point inside the draws' interval leaves it as it is
     assert _around(inside, 0.8, 100.0) == interval_of(inside, 0.8)
+
+
+def test_a_target_most_plausible_plans_end_before_says_so(data_dir):
+    """An lr held at its peak may end in a cooldown at any time: a far target the held lr
+    reaches is not forecast when most such futures end the run first, and the note says
+    that (not that the curve levels off) and where the held lr would reach it."""
+    history = tp.load_csv(data_dir / "parity_fixed.csv")
+    analysis = tp.analyze(history, [3.0, 4.5], fit_start_step=0, ema_token_window=5e7)
+    assert analysis.plan is not None and analysis.plan.source == "assumed"
+    far, near = analysis.targets
+    assert far.status == "unreachable" and far.tokens is None
+    assert far.note is not None and "not reached on most of the lr plans the log cannot rule out" in far.note
+    assert "levels off" not in far.note
+    held = float(far.note.rsplit(" at ", 1)[1].split(" tokens")[0].replace(",", ""))
+    assert held > history.last_tokens
+    assert near.status == "extrapolated" and near.tokens is not None and near.tokens < held

@@ -65,21 +65,38 @@ def _dashed(ax):
     return np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
 
 
-def test_the_forecast_marker_sits_on_the_dashed_curve() -> None:
-    analysis = nano()
-    result = analysis.targets[2]
-    assert result.status == Status.EXTRAPOLATED
+def _marker_and_curve(analysis: Analysis, target: float) -> tuple[float, float, float, float, list[str]]:
+    """The forecast marker's (x, y), the dashed curve's value there, 1% of the y range, and
+    the target's label."""
     _, ax = _drawn(analysis)
     x, y = _dashed(ax)
     (marker,) = [line for line in ax.lines if line.get_marker() == "D"]
     mx, my = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
-    assert mx == pytest.approx(result.tokens, rel=1e-9)
     on_curve = float(np.interp(np.log(mx), np.log(x), y))
+    low, high = ax.get_ylim()
+    labels = [t.get_text() for t in _labels(ax) if t.get_text().startswith(f"{target:g} ")]
+    return mx, my, on_curve, 0.01 * (high - low), labels
+
+
+def test_the_forecast_marker_sits_on_the_dashed_curve() -> None:
+    analysis = tp.analyze(pd.read_csv(NANO), [3.08], run="nanogpt")
+    result = analysis.targets[0]
+    assert result.status == Status.EXTRAPOLATED
+    mx, my, on_curve, visible, (label,) = _marker_and_curve(analysis, 3.08)
+    assert mx == pytest.approx(result.tokens, rel=1e-9)
     assert my == pytest.approx(on_curve, abs=2e-3)
-    # The curve levels off above 3.1 here: the gap is drawn and said, not hidden.
-    assert on_curve - 3.1 > 0.01
-    (label,) = [t for t in _labels(ax) if t.get_text().startswith("3.1 ")]
-    assert f"curve at {on_curve:.3f}" in label.get_text()
+    # The curve levels off above 3.08 here: the gap is drawn and said, not hidden.
+    assert on_curve - 3.08 > visible
+    assert f"curve at {on_curve:.3f}" in label
+
+
+def test_a_gap_the_eye_cannot_see_is_not_said() -> None:
+    analysis = nano()
+    assert analysis.targets[2].status == Status.EXTRAPOLATED
+    _, my, on_curve, visible, (label,) = _marker_and_curve(analysis, 3.1)
+    assert my == pytest.approx(on_curve, abs=2e-3)
+    assert 0 < on_curve - 3.1 < visible
+    assert "curve at" not in label
 
 
 def test_the_raw_loss_has_a_visible_line_in_the_legend() -> None:

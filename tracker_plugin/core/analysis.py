@@ -27,7 +27,16 @@ from tracker_plugin.core.forecast import (
     plan_inflation,
     resolve_plan,
 )
-from tracker_plugin.core.models import LAWS, FitFailure, GainPrior, LawFit, Model, PowerLaw, fit_power_law
+from tracker_plugin.core.models import (
+    ANNEAL_GAIN,
+    LAWS,
+    FitFailure,
+    GainPrior,
+    LawFit,
+    Model,
+    PowerLaw,
+    fit_power_law,
+)
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
@@ -85,7 +94,7 @@ class AnalysisConfig:
     lr_schedule: LrSchedule | None = None
     clock: str = "tokens"
     interval: float = 0.8
-    anneal_gain: float = 0.05
+    anneal_gain: float = ANNEAL_GAIN
     fit_start_step: int | None = None
     fit_last_stage: bool = False
     batch_schedule: BatchSchedule | None = None
@@ -184,6 +193,8 @@ class TargetResult:
     tokens_raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the stretch
     tokens_plan_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # on the plausible plans
     tokens_plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends
+    # The central plan's crossing where the point is over the plausible plans (TargetForecast.central).
+    tokens_central: float | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -422,14 +433,14 @@ def _law_result(
     sweep: Sweep | None,
 ) -> TargetResult:
     if found.tokens is None:
-        note = (
+        note = found.note or (
             f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
             f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
         )
         return TargetResult(
             target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
             tokens_draws=found.draws, tokens_raw_draws=found.raw, tokens_plan_draws=found.plan_raw,
-            tokens_plan_ends=found.plan_ends,
+            tokens_plan_ends=found.plan_ends, tokens_central=found.central,
         )
     factor = found.tokens / history.last_tokens
     notes = [n for n in (found.note, _batch_note(stages, config)) if n]
@@ -454,6 +465,7 @@ def _law_result(
         tokens_raw_draws=found.raw,
         tokens_plan_draws=found.plan_raw,
         tokens_plan_ends=found.plan_ends,
+        tokens_central=found.central,
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
 from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.smoothing import token_window_ema
@@ -65,6 +66,9 @@ class BacktestCase:
     raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the track record's stretch
     error_scale: float | None = None  # the selection's (see forecast.Selection)
     error_count: int = 0
+    # The track-record prior (scale, weight in forecasts) error_scale was shrunk towards, so
+    # a replay can take it back out whatever the defaults are when it runs.
+    error_prior: tuple[float, float] = (0.0, 0.0)
     plan_end_tokens: float | None = None  # where the plan ends, in tokens (None: no end)
     # On the run's clock (runs with one): the full run's seconds at the crossing, the forecast's.
     true_seconds: float | None = None
@@ -72,6 +76,9 @@ class BacktestCase:
     seconds_interval: tuple[float, float] | None = None
     plan_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # raw, on the plausible plans
     plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends, in tokens
+    # The central plan's crossing (inf: never) where ``tokens`` is the point over the
+    # plausible plans too; None where ``tokens`` is the central plan's own.
+    central_tokens: float | None = None
 
     @property
     def reached_in_run(self) -> bool:
@@ -262,9 +269,10 @@ def _cut(
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
             score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
-            plan_draws=result.tokens_plan_draws, plan_ends=result.tokens_plan_ends,
+            plan_draws=result.tokens_plan_draws, plan_ends=result.tokens_plan_ends, central_tokens=result.tokens_central,
             error_scale=None if selection is None else selection.error_scale,
             error_count=0 if selection is None else selection.error_count, plan_end_tokens=plan_end,
+            error_prior=(forecast.ERROR_PRIOR_SCALE, forecast.ERROR_PRIOR_WEIGHT),
         )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]

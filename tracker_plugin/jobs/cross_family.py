@@ -2,8 +2,9 @@
 
 The cases are the costly part (every run backtested under each law, gain prior and plan:
 minutes for some fifty runs), so they run in worker processes and can be kept in a cache
-file, reused while the runs, their families, plans and settings and this package's
-version are the same.
+file, reused while the runs, their families, plans and settings and the analysis's code
+(every module the cases are computed by, byte for byte) are the same: a rule's default
+moved in the code is a new cache, not a stale one replayed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracker_plugin import __version__
+import tracker_plugin
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import PLANS, BacktestCase, Skipped
 from tracker_plugin.core.cross_family import GAINS, CrossFamily, Cut, cross_family, family_of, run_cases
@@ -99,13 +100,24 @@ def _mapped(jobs: list[tuple[Member, str, float]], processes: int) -> Iterator[t
 
 def _cache_key(members: Sequence[Member]) -> str:
     """What the cases depend on: each run's content, family, settings and plan, and the code."""
-    digest = hashlib.sha256(__version__.encode())
+    digest = hashlib.sha256(_code_digest().encode())
     for m in members:
         h = m.history
         digest.update(f"{h.run}|{m.family}|{m.config!r}|{None if m.given is None else m.given.fingerprint()}".encode())
         for column in (h.step, h.tokens, h.batch, h.loss, h.lr):
             if column is not None:
                 digest.update(np.ascontiguousarray(column, float).tobytes())
+    return digest.hexdigest()
+
+
+def _code_digest() -> str:
+    """The package's version and the bytes of the modules the cases are computed by."""
+    digest = hashlib.sha256(tracker_plugin.__version__.encode())
+    root = Path(tracker_plugin.__file__).parent
+    for package in ("plan", "frame", "core"):
+        for path in sorted((root / package).rglob("*.py")):
+            digest.update(path.relative_to(root).as_posix().encode())
+            digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

@@ -18,6 +18,7 @@ from tracker_plugin.core.models.base import FitFailure, FitStatus, Model
 from tracker_plugin.core.models.multipower import MULTI_POWER
 from tracker_plugin.core.models.power_law import TOKEN_UNIT, PowerLaw, fit_power_law
 from tracker_plugin.core.models.schedule_law import (
+    ANNEAL_GAIN,
     GainPrior,
     Law,
     LawFit,
@@ -27,6 +28,7 @@ from tracker_plugin.core.models.schedule_law import (
 )
 
 __all__ = [
+    "ANNEAL_GAIN",
     "LAWS",
     "LR_ANNEALING",
     "MULTI_POWER",
