@@ -1,0 +1,69 @@
+"""Where each family's mean signed error comes from, run by run, at the headline setting.
+
+    python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl [--plan log|infer] [--fraction 0.5] [--quantile 0.8]
+
+Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
+replays ``auto`` with the rule chosen without each family (``cross_family``), as the
+calibration report does. Per family: the mean signed ``ln(predicted/true tokens)`` under
+that rule with each candidate gain prior; per run: the law ``auto`` chose, the share of the
+peak lr the log had shed by the cut (below the gate the multi-power law is no candidate and
+the gain is the prior's alone), the rows the forecast saw, its error, and each law's error
+under each gain (``lr-annealing / multi-power``), so a family's bias can be traced to the
+runs and the rule that make it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from tracker_plugin.core.cross_family import GAINS, LAWS, Replay, Rule, cross_family, in_setting
+
+
+def _error(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:+.3f}"
+
+
+def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, q: float) -> list[str]:
+    lines = [f"{family} (rule without it: gain {rule.gain:g}, margin {rule.margin:g}, gate {rule.gate:g})"]
+    for gain in GAINS:
+        errors = [e for s in in_setting(replay.scored(replace(rule, gain=gain), plan, [family]), f, q)
+                  if (e := s.error) is not None]
+        mean = f"{np.mean(errors):+.3f}" if errors else "-"
+        lines.append(f"  gain {gain:<6g} mean signed {mean} ({len(errors)} cases)")
+    lines.append(f"  {'run':46s} {'law':13s} {'shed':>5s} {'rows':>5s} {'error':>6s}  "
+                 + "  ".join(f"gain {g:g}: la / mp" for g in GAINS))
+    for s in in_setting(replay.scored(rule, plan, [family]), f, q):
+        run = s.case.run
+        shed = replay.cuts[(plan, run, f)].seen_decay
+        per_gain = []
+        for gain in GAINS:
+            table = replay.cases[(plan, gain)]
+            la, mp = (table[(run, f, q, law)].error for law in LAWS)
+            per_gain.append(f"{_error(la)} / {_error(mp)}")
+        lines.append(f"  {Path(run).stem[:46]:46s} {s.case.model:13s} {shed:5.2f} {s.case.rows:5d} {_error(s.error)}  "
+                     + "  ".join(f"{x:>17s}" for x in per_gain))
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", type=Path, required=True, help="the cases bench_calibration.py --cache wrote")
+    parser.add_argument("--plan", choices=("log", "infer"), default="log")
+    parser.add_argument("--fraction", type=float, default=0.5)
+    parser.add_argument("--quantile", type=float, default=0.8)
+    args = parser.parse_args()
+    if not args.cache.exists():
+        raise SystemExit(f"no cases at {args.cache}: run benchmarks/bench_calibration.py --cache {args.cache} first")
+    results = pickle.loads(args.cache.read_bytes())["results"]
+    result = cross_family(results)
+    for family, rule in result.rules:
+        print("\n".join(family_report(result.replay, family, rule, args.plan, args.fraction, args.quantile)), "\n", sep="")
+
+
+if __name__ == "__main__":
+    main()
