@@ -64,6 +64,28 @@ def test_an_lr_still_at_its_peak_draws_cooldowns_that_have_not_begun():
             assert candidate.at(candidate.total_steps) == pytest.approx(0.0)
 
 
+def test_a_known_planned_total_ends_every_plausible_plan_there():
+    """With the planned total known (steps-only params), only the shape is unknown: every
+    plausible decay or cooldown ends at that total, not at one drawn from the prior."""
+    cosine = LrSchedule.parse_spec("cosine:warmup=100,total=4000,final=0.1")
+    step = np.arange(0, 1200, 5)
+    decays = plausible_schedules(step, cosine.at(step), total=4000)
+    assert decays and all(c.total_steps == pytest.approx(4000) for c in decays)
+    for candidate in decays:
+        misfit = np.sqrt(np.mean((candidate.at(step) - cosine.at(step)) ** 2)) / cosine.peak
+        assert misfit <= 0.011
+    at_peak = np.minimum(1.0, (step + 1) / 100) * 3e-4
+    for logged in (at_peak, None):
+        cooldowns = plausible_schedules(step, logged, total=3000)
+        assert len(cooldowns) == 2
+        assert all(c.total_steps == 3000 and c.at(3000) == pytest.approx(0.0) for c in cooldowns)
+        assert sorted(float(c.steps[1]) for c in cooldowns) == pytest.approx([1800.0, 2400.0])
+    # a cooldown that would already have begun is left out: 20% of 1,500 starts at 1,200,
+    # after the log's last step (1,195); 40% would have started at 900
+    (late,) = plausible_schedules(step, None, total=1500)
+    assert float(late.steps[1]) == pytest.approx(1200.0)
+
+
 @pytest.mark.parametrize(("truth_spec", "quantile"), [
     ("wsd:warmup=100,total=3000,decay=0.2,final=0.0", 0.97),
     ("wsd:warmup=100,total=3000,decay=0.4,final=0.0", 0.97),

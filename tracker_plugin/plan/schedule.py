@@ -725,7 +725,9 @@ _ELAPSED = (0.1, 0.8)
 _COOLDOWN_SHARES = (0.2, 0.4)
 
 
-def plausible_schedules(step: np.ndarray, lr: np.ndarray | None, count: int = PLAN_DRAWS) -> tuple[LrSchedule, ...]:
+def plausible_schedules(
+    step: np.ndarray, lr: np.ndarray | None, count: int = PLAN_DRAWS, total: float | None = None
+) -> tuple[LrSchedule, ...]:
     """Future plans that the logged lr cannot tell from the one :func:`infer_lr_schedule` gives.
 
     When a decay was inferred: the candidate decays (cosine or linear, any total and final
@@ -738,6 +740,9 @@ def plausible_schedules(step: np.ndarray, lr: np.ndarray | None, count: int = PL
     ``u`` uniform in ``_ELAPSED``, and the run ends in a linear cooldown to 0 over
     ``_COOLDOWN_SHARES`` of it (a cooldown that would already have begun is left out).
     ``count`` plans on the quantiles of that prior, so the draws are deterministic.
+
+    ``total`` is the planned last step when the params give it (a ``steps-only`` plan): the
+    decays and cooldowns then all end there, and only their shape and final lr are unknown.
     """
     s = np.asarray(step, float)
     if lr is not None and np.isfinite(lr).sum() >= 2 and np.nanmax(lr) > 0:
@@ -745,18 +750,23 @@ def plausible_schedules(step: np.ndarray, lr: np.ndarray | None, count: int = PL
         s, v = s[ok], np.asarray(lr, float)[ok]
         peak = float(v.max())
         if float(v[-1]) < _AT_PEAK * peak:
-            best = _inferred_decay(s, v, peak)
+            best = _inferred_decay(s, v, peak, total)
             if best is not None:
-                return _decay_candidates(s, v, best[4], count)
+                return _decay_candidates(s, v, best[4], count, total)
+    if total is not None:
+        return _cooldowns_at(float(s[-1]), total)
     return _cooldown_prior(float(s[-1]), count)
 
 
-def _decay_candidates(s: np.ndarray, v: np.ndarray, start: int, count: int) -> tuple[LrSchedule, ...]:
-    """``count`` decays from row ``start`` that fit the log within the tolerance, spread over their totals."""
+def _decay_candidates(
+    s: np.ndarray, v: np.ndarray, start: int, count: int, known: float | None = None
+) -> tuple[LrSchedule, ...]:
+    """``count`` decays from row ``start`` that fit the log within the tolerance, spread over
+    their totals (all ending at ``known`` when the planned total is)."""
     peak = float(v.max())
     found = [
         (float(total), shape, float(final))
-        for shape, totals, finals, rms in _decay_fits(s[start:], v[start:], peak)
+        for shape, totals, finals, rms in _decay_fits(s[start:], v[start:], peak, known)
         for total, final, misfit in zip(totals, finals, rms)
         if misfit <= _SHAPE_TOLERANCE
     ]
@@ -769,6 +779,18 @@ def _decay_candidates(s: np.ndarray, v: np.ndarray, start: int, count: int) -> t
         steps, values = _decay_knots(s, v, start, shape, total, final)
         words = f"{shape} decay to {final:.2g}x the peak at step {total:,.0f} (a decay the logged lr fits)"
         out.append(LrSchedule(steps, values, total, "inferred", words))
+    return tuple(out)
+
+
+def _cooldowns_at(last: float, total: float) -> tuple[LrSchedule, ...]:
+    """The prior's WSD endings when the planned total is known: each cooldown share ending at
+    ``total``, leaving out a cooldown that would already have begun."""
+    out = []
+    for share in _COOLDOWN_SHARES:
+        start = total * (1.0 - share)
+        if start >= last:
+            words = f"constant, then a linear cooldown to 0 from step {start:,.0f} to {total:,.0f} (a prior ending at the planned total)"
+            out.append(LrSchedule((0.0, start, total), (1.0, 1.0, 0.0), total, "prior", words))
     return tuple(out)
 
 
