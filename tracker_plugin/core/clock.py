@@ -24,7 +24,7 @@ import numpy as np
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
-__all__ = ["CLOCKS", "DropCells", "Timeline", "build_timeline"]
+__all__ = ["CLOCKS", "DropCells", "Timeline", "TimelineBuilder", "build_timeline"]
 
 CLOCKS = ("tokens", "steps")
 
@@ -147,48 +147,85 @@ def build_timeline(
     last knot its last lr continues. The logged lr and the plan are each normalised to
     their own peak, so a plan of multipliers joins an absolute logged lr.
     """
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
-    last = float(history.step[-1])
-    knots_s, knots_lr = _lr_knots(history, plan)
-    plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
-    span = max(last, plan_end or 0.0, float(knots_s[-1]), 1.0)
-    horizon = span * horizon_factor
-    grid = np.unique(
-        np.concatenate(
-            [
-                np.linspace(0.0, span, _GRID_POINTS),
-                _thin(history.step.astype(float), _GRID_POINTS),
-                _thin(knots_s[knots_s <= span], _GRID_POINTS),
-                _batch_switches(history),
-                span * np.geomspace(1.0, horizon_factor, _EXTENSION_POINTS),
-                [last, last + 1.0],
-            ]
+    return TimelineBuilder(history, clock=clock, batch_schedule=batch_schedule, horizon_factor=horizon_factor)(plan)
+
+
+class TimelineBuilder:
+    """:func:`build_timeline` of one run on any plan: what the timelines share whatever the
+    plan (the logged lr, the thinned steps, the batch switches) is read from a long log
+    once, however many plans are tried on it."""
+
+    def __init__(
+        self,
+        history: History,
+        *,
+        clock: str = "tokens",
+        batch_schedule: BatchSchedule | None = None,
+        horizon_factor: float = HORIZON_FACTOR,
+    ) -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+        self.history = history
+        self.clock = clock
+        self.batch_schedule = batch_schedule
+        self.horizon_factor = horizon_factor
+        self.steps = history.step.astype(float)
+        self.logged_lr = _logged_lr(history, self.steps)
+        self.thinned_steps = _thin(self.steps, _GRID_POINTS)
+        self.switches = _batch_switches(history)
+        finite = np.flatnonzero(np.isfinite(history.loss))
+        first = int(finite[0]) if len(finite) else 0
+        self.first_step = float(history.step[first])
+        self.first_loss = float(history.loss[first]) if len(finite) else math.inf
+
+    def __call__(self, plan: LrSchedule | None) -> Timeline:
+        """The run's timeline on ``plan``."""
+        history, horizon_factor = self.history, self.horizon_factor
+        last = float(self.steps[-1])
+        knots_s, knots_lr = _lr_knots(self.logged_lr, plan)
+        plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
+        span = max(last, plan_end or 0.0, float(knots_s[-1]), 1.0)
+        horizon = span * horizon_factor
+        grid = np.unique(
+            np.concatenate(
+                [
+                    np.linspace(0.0, span, _GRID_POINTS),
+                    self.thinned_steps,
+                    _thin(knots_s[knots_s <= span], _GRID_POINTS),
+                    self.switches,
+                    span * np.geomspace(1.0, horizon_factor, _EXTENSION_POINTS),
+                    [last, last + 1.0],
+                ]
+            )
         )
-    )
-    grid = grid[(grid >= 0) & (grid <= horizon)]
-    lr = np.interp(grid, knots_s, knots_lr)
-    batch, tokens = _batch_and_tokens(history, grid, batch_schedule)
-    reference = float(history.batch[0])
-    weight = batch / reference if clock == "tokens" else np.ones(len(grid))
-    dstep = np.diff(grid)
-    area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
-    clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
-    assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
-    finite = np.flatnonzero(np.isfinite(history.loss))
-    first = int(finite[0]) if len(finite) else 0
-    first_loss = float(history.loss[first]) if len(finite) else math.inf
-    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end, assumed,
-                    float(history.step[first]), first_loss)
+        grid = grid[(grid >= 0) & (grid <= horizon)]
+        lr = np.interp(grid, knots_s, knots_lr)
+        batch, tokens = _batch_and_tokens(history, self.steps, grid, self.batch_schedule)
+        reference = float(history.batch[0])
+        weight = batch / reference if self.clock == "tokens" else np.ones(len(grid))
+        dstep = np.diff(grid)
+        area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
+        clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
+        assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
+        return Timeline(grid, lr, batch, tokens, area, clock_steps, self.clock, reference, last, plan_end, assumed,
+                        self.first_step, self.first_loss)
 
 
-def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:
-    steps = history.step.astype(float)
+def _logged_lr(history: History, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The logged lr's steps and values (normalised to its peak); None when none is logged."""
     lr = history.lr
-    logged = np.zeros(len(steps), bool) if lr is None else np.isfinite(lr) & (lr >= 0)
-    if lr is not None and logged.any():
-        peak = float(np.max(lr[logged]))
-        s, v = steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
+    if lr is None:
+        return None
+    logged = np.isfinite(lr) & (lr >= 0)
+    if not logged.any():
+        return None
+    peak = float(np.max(lr[logged]))
+    return steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
+
+
+def _lr_knots(logged_lr: tuple[np.ndarray, np.ndarray] | None, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:
+    if logged_lr is not None:
+        s, v = logged_lr
         if plan is not None:
             # The plan takes over one step after the last logged lr.
             join = s[-1] + 1.0
@@ -216,15 +253,15 @@ def _batch_switches(history: History) -> np.ndarray:
 
 
 def _batch_and_tokens(
-    history: History, grid: np.ndarray, schedule: BatchSchedule | None
+    history: History, steps: np.ndarray, grid: np.ndarray, schedule: BatchSchedule | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens per step after each grid point, and tokens consumed before it.
 
     Inside the log both follow the history (a gap takes the batch of the row before it);
     before the first row the first batch runs back to step 0; past the log the last batch
-    continues, or each later stage of ``schedule`` once its start is reached.
+    continues, or each later stage of ``schedule`` once its start is reached. ``steps``:
+    the history's steps as floats.
     """
-    steps = history.step.astype(float)
     last = steps[-1]
     row = np.clip(np.searchsorted(steps, grid, side="right") - 1, 0, len(steps) - 1)
     batch = history.batch[row].astype(float)

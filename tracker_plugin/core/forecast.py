@@ -42,7 +42,7 @@ from tracker_plugin.core.models import (
     observations,
 )
 from tracker_plugin.core.models.replicates import refit_many
-from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, smooth_after
+from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, ema_steps, smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule, Plan, infer_lr_schedule
@@ -55,6 +55,7 @@ __all__ = [
     "fit_window",
     "forecast_targets",
     "plan_inflation",
+    "replicate_crossings",
     "resolve_plan",
 ]
 
@@ -311,46 +312,23 @@ def forecast_targets(
     seed = _seed(history) if seed is None else seed
     rng = np.random.default_rng(seed)
     spread = np.random.default_rng(seed + 1)
-    steps, curve = fit.smoothed()
-    fluctuation = _Fluctuation(history, fit, first)
-    last = fit.timeline.last_step
-    # Only steps past the log can hold a crossing: keep those and the one before them.
-    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
-    steps, curve = steps[ahead:], curve[ahead:]
-    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
-    # with a path of its own gives a draw of the interval.
-    central = [curve + fluctuation.path(rng, steps, last) for _ in range(replicates)]
-    resampler = _Resampler(fit)
-    losses, means, paths = [], [], []
-    for _ in range(replicates):
-        loss, mean = resampler.draw(rng)
-        losses.append(loss)
-        means.append(mean)
-        paths.append(fluctuation.path(rng, steps, last))
-    refits = refit_many(fit, np.array(losses), means)
-    drawn = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
-    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
-    _, smoothed = smooth_after([replicate for replicate, _ in drawn], last)
-    curves = [(replicate, steps, rep[-len(steps):] + path) for (replicate, path), rep in zip(drawn, smoothed)]
-    shifts = spread.standard_t(error_dof_of(error_dof), len(curves))
+    drawn = _draw(fit, history, first, replicates, rng, point=True)
+    shifts = spread.standard_t(error_dof_of(error_dof), len(drawn.curves))
     observed = float(history.tokens[-1])
     # Past the end of the timeline (20x the run) a forecast means "not in sight".
     beyond = float(fit.timeline.tokens[-1])
     plan_end = fit.timeline.plan_end
     out = []
     for target in targets:
-        crossings = [crossing_tokens(fit.timeline, steps, path, target) for path in central]
+        crossings = [crossing_tokens(fit.timeline, drawn.steps, path, target) for path in drawn.central]
         # The point forecast: the fitted law's median first crossing over the fluctuation
         # paths alone (its plain crossing when the smoothed loss hardly fluctuates).
         tokens = float(np.median([math.inf if t is None else t for t in crossings]))
-        if not curves:
+        if not drawn.curves:
             out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
                                       "the bootstrap could not refit the law: no interval"))
             continue
-        raw = []
-        for replicate, rep_steps, rep_curve in curves:
-            crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
-            raw.append(math.inf if crossing is None or crossing > beyond else crossing)
+        raw = drawn.raw(target, beyond)
         found = stretched(np.array(raw), shifts, error_scale, observed, beyond)
         values = np.sort(_inflated(found, tokens, observed, inflation))
         low, high = interval_of(values, level)
@@ -361,6 +339,72 @@ def forecast_targets(
         else:
             out.append(TargetForecast(tokens, (low, high), p_reach, draws=draws, raw=tuple(raw)))
     return out
+
+
+def replicate_crossings(
+    fit: LawFit, targets: Sequence[float], history: History, first: int, *, replicates: int, seed: int
+) -> list[tuple[float, ...]]:
+    """Each target's :attr:`TargetForecast.raw` of :func:`forecast_targets` with the same
+    arguments, and nothing else: the replicates' crossings (inf: never; none when no
+    replicate could be refitted) without the point forecast, its fluctuation paths or the
+    interval, which a plausible plan of :mod:`~tracker_plugin.core.plan_spread` does not use."""
+    drawn = _draw(fit, history, first, replicates, np.random.default_rng(seed), point=False)
+    beyond = float(fit.timeline.tokens[-1])
+    return [tuple(drawn.raw(target, beyond)) if drawn.curves else () for target in targets]
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """A fit's bootstrap draws past the log: what :func:`forecast_targets` reads its point
+    forecast and interval from."""
+
+    steps: np.ndarray  # the EMA's steps past the last logged step, and the one before them
+    central: list[np.ndarray]  # the fitted law's EMA plus a fluctuation path, each (empty: not asked)
+    curves: list[tuple[LawFit, np.ndarray]]  # each refitted replicate, its EMA plus a path of its own
+
+    def raw(self, target: float, beyond: float) -> list[float]:
+        """The replicates' crossings of ``target`` (inf: never, or past ``beyond``)."""
+        raw = []
+        for replicate, curve in self.curves:
+            crossing = crossing_tokens(replicate.timeline, self.steps, curve, target)
+            raw.append(math.inf if crossing is None or crossing > beyond else crossing)
+        return raw
+
+
+def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.random.Generator, *,
+          point: bool) -> _Drawn:
+    """The fluctuation paths on the fitted law (``point``: else their random draws alone are
+    made, so the replicates' draws are the same either way), then the replicates."""
+    last = fit.timeline.last_step
+    if point:
+        steps, curve = fit.smoothed()
+    else:  # the same steps without the law's EMA on them
+        steps = ema_steps(fit)
+    fluctuation = _Fluctuation(history, fit, first)
+    # Only steps past the log can hold a crossing: keep those and the one before them.
+    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
+    steps = steps[ahead:]
+    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
+    # with a path of its own gives a draw of the interval.
+    central = []
+    for _ in range(replicates):
+        if point:
+            central.append(curve[ahead:] + fluctuation.path(rng, steps, last))
+        else:
+            fluctuation.skip(rng, steps, last)
+    resampler = _Resampler(fit)
+    losses, means, paths = [], [], []
+    for _ in range(replicates):
+        loss, mean = resampler.draw(rng)
+        losses.append(loss)
+        means.append(mean)
+        paths.append(fluctuation.path(rng, steps, last))
+    refits = refit_many(fit, np.array(losses), means)
+    kept = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
+    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
+    _, smoothed = smooth_after([replicate for replicate, _ in kept], last)
+    curves = [(replicate, rep[-len(steps):] + path) for (replicate, path), rep in zip(kept, smoothed)]
+    return _Drawn(steps, central, curves)
 
 
 def error_dof_of(count: int) -> float:
@@ -431,9 +475,14 @@ def _block_length(values: np.ndarray) -> int:
 def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
     """Indices of a moving-block resample: random blocks of ``length`` joined to ``n_out``."""
     length = max(1, min(length, n_source))
-    count = -(-n_out // length)
-    starts = rng.integers(0, n_source - length + 1, count)
+    starts = _block_starts(rng, n_source, n_out, length)
     return (starts[:, None] + np.arange(length)[None, :]).ravel()[:n_out]
+
+
+def _block_starts(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
+    """The random starts of :func:`_blocks`' blocks (the only draws it makes)."""
+    length = max(1, min(length, n_source))
+    return rng.integers(0, n_source - length + 1, -(-n_out // length))
 
 
 class _Resampler:
@@ -487,16 +536,26 @@ class _Fluctuation:
 
     def path(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> np.ndarray:
         """A fluctuation path on ``steps``: zero up to ``last_step``, resampled blocks after."""
-        if len(self.values) < 4 or not np.any(self.values):
+        rows = self._rows(steps, last_step)
+        if rows is None:
             return np.zeros(len(steps))
-        ahead = steps > last_step
-        if not ahead.any():
-            return np.zeros(len(steps))
-        # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
-        reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
-        rows = int(min(max(reach / self.spacing, 2), 20_000))
         values = self.values[_blocks(rng, len(self.values), rows, self.block)]
         where = last_step + self.spacing * np.arange(1, rows + 1)
+        ahead = steps > last_step
         path = np.zeros(len(steps))
         path[ahead] = np.interp(steps[ahead], where, values, right=0.0)
         return path
+
+    def skip(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> None:
+        """Draw from ``rng`` what :meth:`path` draws, without making the path."""
+        rows = self._rows(steps, last_step)
+        if rows is not None:
+            _block_starts(rng, len(self.values), rows, self.block)
+
+    def _rows(self, steps: np.ndarray, last_step: float) -> int | None:
+        """The rows of fluctuation a path on ``steps`` resamples (None: the path is zero)."""
+        if len(self.values) < 4 or not np.any(self.values) or not len(steps) or steps[-1] <= last_step:
+            return None
+        # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
+        reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
+        return int(min(max(reach / self.spacing, 2), 20_000))
