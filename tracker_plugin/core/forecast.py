@@ -386,21 +386,22 @@ def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.ra
     steps = steps[ahead:]
     # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
     # with a path of its own gives a draw of the interval.
+    paths = fluctuation.paths(steps, last)
     central = []
     for _ in range(replicates):
         if point:
-            central.append(curve[ahead:] + fluctuation.path(rng, steps, last))
+            central.append(curve[ahead:] + paths.draw(rng))
         else:
-            fluctuation.skip(rng, steps, last)
+            paths.skip(rng)
     resampler = _Resampler(fit)
-    losses, means, paths = [], [], []
+    losses, means, drawn = [], [], []
     for _ in range(replicates):
         loss, mean = resampler.draw(rng)
         losses.append(loss)
         means.append(mean)
-        paths.append(fluctuation.path(rng, steps, last))
+        drawn.append(paths.draw(rng))
     refits = refit_many(fit, np.array(losses), means)
-    kept = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
+    kept = [(r, path) for r, path in zip(refits, drawn) if not isinstance(r, FitFailure)]
     # A replicate shares the fit's timeline, so its EMA lies on the same steps.
     _, smoothed = smooth_after([replicate for replicate, _ in kept], last)
     curves = [(replicate, rep[-len(steps):] + path) for (replicate, path), rep in zip(kept, smoothed)]
@@ -472,6 +473,14 @@ def _block_length(values: np.ndarray) -> int:
     return max(1, min(2 * lag, n // 3))
 
 
+def _median(values: np.ndarray) -> float:
+    """``np.median(values)``; a constant array (a fixed batch, the usual case) is its own
+    median, which a long log's bootstraps then find without sorting its rows each time."""
+    if len(values) and values[0] == values[-1] and (values == values[0]).all():
+        return float(values[0])
+    return float(np.median(values))
+
+
 def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
     """Indices of a moving-block resample: random blocks of ``length`` joined to ``n_out``."""
     length = max(1, min(length, n_source))
@@ -512,7 +521,7 @@ class _Fluctuation:
     def __init__(self, history: History, fit: LawFit, first: int) -> None:
         # The smoothed loss minus the smoothed law is the EMA of the raw residuals (the EMA
         # is linear and the two start together), taken at the logged rows themselves.
-        span = fit.ema_window / float(np.median(history.batch[first:]))
+        span = fit.ema_window / _median(history.batch[first:])
         first = self._tail_start(history.step, first, span)
         step = history.step[first:]
         residual = history.loss[first:] - fit.predict_steps(step.astype(float))
@@ -534,28 +543,37 @@ class _Fluctuation:
         by_spans = int(np.searchsorted(step, step[-1] - (_FLUCTUATION_SPANS + _SETTLE_SPANS) * span))
         return max(first, min(by_rows, by_spans))
 
-    def path(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> np.ndarray:
-        """A fluctuation path on ``steps``: zero up to ``last_step``, resampled blocks after."""
-        rows = self._rows(steps, last_step)
-        if rows is None:
-            return np.zeros(len(steps))
-        values = self.values[_blocks(rng, len(self.values), rows, self.block)]
-        where = last_step + self.spacing * np.arange(1, rows + 1)
-        ahead = steps > last_step
-        path = np.zeros(len(steps))
-        path[ahead] = np.interp(steps[ahead], where, values, right=0.0)
+    def paths(self, steps: np.ndarray, last_step: float) -> _Paths:
+        """Paths of the fluctuation on ``steps``: zero up to ``last_step``, resampled blocks after."""
+        return _Paths(self, steps, last_step)
+
+
+class _Paths:
+    """Fluctuation paths on one grid of steps, drawn one at a time (what every path on the
+    grid shares is found once)."""
+
+    def __init__(self, fluctuation: _Fluctuation, steps: np.ndarray, last_step: float) -> None:
+        self.fluctuation = fluctuation
+        self.size = len(steps)
+        self.rows = 0  # rows of fluctuation a path resamples (0: every path is zero)
+        if len(fluctuation.values) >= 4 and np.any(fluctuation.values) and len(steps) and steps[-1] > last_step:
+            # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
+            reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
+            self.rows = int(min(max(reach / fluctuation.spacing, 2), 20_000))
+        self.ahead = steps > last_step
+        self.at = steps[self.ahead]
+        self.where = last_step + fluctuation.spacing * np.arange(1, self.rows + 1)
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """A path."""
+        path = np.zeros(self.size)
+        if self.rows:
+            values = self.fluctuation.values
+            resampled = values[_blocks(rng, len(values), self.rows, self.fluctuation.block)]
+            path[self.ahead] = np.interp(self.at, self.where, resampled, right=0.0)
         return path
 
-    def skip(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> None:
-        """Draw from ``rng`` what :meth:`path` draws, without making the path."""
-        rows = self._rows(steps, last_step)
-        if rows is not None:
-            _block_starts(rng, len(self.values), rows, self.block)
-
-    def _rows(self, steps: np.ndarray, last_step: float) -> int | None:
-        """The rows of fluctuation a path on ``steps`` resamples (None: the path is zero)."""
-        if len(self.values) < 4 or not np.any(self.values) or not len(steps) or steps[-1] <= last_step:
-            return None
-        # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
-        reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
-        return int(min(max(reach / self.spacing, 2), 20_000))
+    def skip(self, rng: np.random.Generator) -> None:
+        """Draw from ``rng`` what :meth:`draw` draws, without making the path."""
+        if self.rows:
+            _block_starts(rng, len(self.fluctuation.values), self.rows, self.fluctuation.block)
