@@ -188,7 +188,7 @@ def fit_window(
         LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior,
         start=None if hint is None else hint.theta,
         smoothed_start=None if smoothed is None else float(smoothed[first]),
-        cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
+        cadence=_median(np.diff(history.step[first:end])) if end - first > 1 else 1.0,
         rounds=rounds,
         strength=0.0 if like is None else like.strength,
     )
@@ -474,8 +474,9 @@ def _block_length(values: np.ndarray) -> int:
 
 
 def _median(values: np.ndarray) -> float:
-    """``np.median(values)``; a constant array (a fixed batch, the usual case) is its own
-    median, which a long log's bootstraps then find without sorting its rows each time."""
+    """``np.median(values)``. A constant array (a fixed batch, a row logged every step or
+    every N steps: the usual cases) is its own median, which a long log's fits and
+    bootstraps then find without sorting a million rows each time."""
     if len(values) and values[0] == values[-1] and (values == values[0]).all():
         return float(values[0])
     return float(np.median(values))
@@ -533,7 +534,7 @@ class _Fluctuation:
             settled = 0
         self.values = values[settled:]
         logged = step[settled:].astype(float)
-        self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
+        self.spacing = _median(np.diff(logged)) if len(logged) > 1 else 1.0
         self.block = _block_length(self.values)
 
     @staticmethod
