@@ -205,11 +205,12 @@ def test_a_logged_lr_joined_to_a_plan_is_one_piecewise_linear_lr():
         later = LrSchedule.parse_spec(f"linear:total={total},final=0")
         timeline = builder(later)
         # the knots joined as one list: the logged lr (from 0), then the plan one step after it
-        peak = float(np.max(history.lr))
+        assert history.lr is not None
+        logged = history.lr / float(np.max(history.lr))
         join = float(history.step[-1]) + 1.0
         future = np.asarray(later.steps) > join
         knots_s = np.r_[0.0, history.step, join, np.asarray(later.steps)[future]]
-        knots_v = np.r_[0.0, history.lr / peak, later.at(join) / later.peak, np.asarray(later.lr)[future] / later.peak]
+        knots_v = np.r_[0.0, logged, later.at(join) / later.peak, np.asarray(later.lr)[future] / later.peak]
         assert np.array_equal(timeline.lr, np.interp(timeline.step, knots_s, knots_v))
         # a builder's timeline is build_timeline's, for each plan it is given
         again = build_timeline(history, later)
