@@ -561,9 +561,14 @@ class _Paths:
             # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
             reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
             self.rows = int(min(max(reach / fluctuation.spacing, 2), 20_000))
-        self.ahead = steps > last_step
-        self.at = steps[self.ahead]
         self.where = last_step + fluctuation.spacing * np.arange(1, self.rows + 1)
+        # The steps past the log that the resampled rows reach: past the last of them a
+        # path is zero (far past it, on a long log's grid, are most of the steps).
+        ahead = np.flatnonzero(steps > last_step)
+        if self.rows:
+            ahead = ahead[: int(np.searchsorted(steps[ahead], self.where[-1], side="right"))]
+        self.index = ahead
+        self.at = steps[ahead]
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         """A path."""
@@ -571,7 +576,7 @@ class _Paths:
         if self.rows:
             values = self.fluctuation.values
             resampled = values[_blocks(rng, len(values), self.rows, self.fluctuation.block)]
-            path[self.ahead] = np.interp(self.at, self.where, resampled, right=0.0)
+            path[self.index] = np.interp(self.at, self.where, resampled, right=0.0)
         return path
 
     def skip(self, rng: np.random.Generator) -> None:
