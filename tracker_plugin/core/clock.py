@@ -152,8 +152,8 @@ def build_timeline(
 
 class TimelineBuilder:
     """:func:`build_timeline` of one run on any plan: what the timelines share whatever the
-    plan (the logged lr, the thinned steps, the batch switches) is read from a long log
-    once, however many plans are tried on it."""
+    plan (the thinned steps, the batch switches) is read from a long log once, however
+    many plans are tried on it."""
 
     def __init__(
         self,
@@ -169,10 +169,9 @@ class TimelineBuilder:
         self.clock = clock
         self.batch_schedule = batch_schedule
         self.horizon_factor = horizon_factor
-        self.steps = history.step.astype(float)
-        logged = _logged_lr(history, self.steps)
-        self.logged_lr = None if logged is None else _head_only(*_from_zero(*logged))
-        self.thinned_steps = _thin(self.steps, _GRID_POINTS)
+        # Only what is small is kept: a million-row log's own arrays are read again for
+        # each plan rather than held beside the forecast's.
+        self.thinned_steps = _thin(history.step.astype(float), _GRID_POINTS)
         self.switches = _batch_switches(history)
         finite = np.flatnonzero(np.isfinite(history.loss))
         first = int(finite[0]) if len(finite) else 0
@@ -182,8 +181,10 @@ class TimelineBuilder:
     def __call__(self, plan: LrSchedule | None) -> Timeline:
         """The run's timeline on ``plan``."""
         history, horizon_factor = self.history, self.horizon_factor
-        last = float(self.steps[-1])
-        knots = _lr_knots(self.logged_lr, plan)
+        steps = history.step.astype(float)
+        last = float(steps[-1])
+        logged = _logged_lr(history, steps)
+        knots = _lr_knots(None if logged is None else _head_only(*_from_zero(*logged)), plan)
         plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
         span = max(last, plan_end or 0.0, knots.last, 1.0)
         horizon = span * horizon_factor
@@ -201,7 +202,7 @@ class TimelineBuilder:
         )
         grid = grid[(grid >= 0) & (grid <= horizon)]
         lr = knots.lr_at(grid)
-        batch, tokens = _batch_and_tokens(history, self.steps, grid, self.batch_schedule)
+        batch, tokens = _batch_and_tokens(history, steps, grid, self.batch_schedule)
         reference = float(history.batch[0])
         weight = batch / reference if self.clock == "tokens" else np.ones(len(grid))
         dstep = np.diff(grid)
