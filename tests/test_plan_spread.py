@@ -7,7 +7,15 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.core.analysis import _crossing
-from tracker_plugin.core.forecast import interval_of
+from tracker_plugin.core.clock import TimelineBuilder
+from tracker_plugin.core.forecast import (
+    fit_window,
+    forecast_targets,
+    interval_of,
+    replicate_crossings,
+    resolve_plan,
+)
+from tracker_plugin.core.models import GainPrior, LawFit
 from tracker_plugin.core.plan_spread import _around, pooled
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, infer_lr_schedule, plausible_schedules
@@ -171,3 +179,61 @@ def test_a_target_most_plausible_plans_end_before_says_so(data_dir):
     held = float(far.note.rsplit(" at ", 1)[1].split(" tokens")[0].replace(",", ""))
     assert held > history.last_tokens
     assert near.status == "extrapolated" and near.tokens is not None and near.tokens < held
+
+
+def _fit_on_inferred(
+    spec: str, cut_step: float
+) -> tuple[tp.History, LawFit, int, tuple[TimelineBuilder, GainPrior, np.ndarray]]:
+    """A run cut at ``cut_step``, the law fitted on its inferred plan, its first row, and the
+    builder of its timelines, the gain prior and the smoothed loss it was fitted with."""
+    history = _run(spec)
+    history = history.head(int(np.searchsorted(history.step, cut_step, side="right")))
+    smoothed = token_window_ema(history.loss, history.step, history.batch, WINDOW)
+    first = int(np.searchsorted(history.step, 100))
+    prior = GainPrior(0.05)
+    timelines = TimelineBuilder(history)
+    fit = fit_window("lr-annealing", history, first, len(history), timelines(resolve_plan(history, None).schedule),
+                     WINDOW, prior, smoothed=smoothed)
+    assert isinstance(fit, LawFit)
+    return history, fit, first, (timelines, prior, smoothed)
+
+
+def test_a_plausible_plans_draws_are_the_bootstraps_own_raw_crossings():
+    history, fit, first, _ = _fit_on_inferred("cosine:warmup=100,total=4000,final=0.1", 1500)
+    targets = [float(fit.predict_steps(np.array([2000.0]))[0]), float(fit.predict_steps(np.array([3500.0]))[0]), 0.5]
+    for seed in (1, 7919):
+        full = forecast_targets(fit, targets, history, first, level=0.8, replicates=10, seed=seed)
+        raws = replicate_crossings(fit, targets, history, first, replicates=10, seed=seed)
+        # the same draws to the bit, though the point forecast's paths are not made
+        assert raws == [f.raw for f in full]
+        assert len(raws[0]) == 10 and np.isfinite(raws[0]).any() and not np.isfinite(raws[2]).any()
+
+
+def test_refitting_on_another_plan_is_fitting_the_window_on_it():
+    history, fit, first, (timelines, prior, smoothed) = _fit_on_inferred("cosine:warmup=100,total=4000,final=0.1", 1500)
+    for schedule in plausible_schedules(history.step, history.lr, PLAN_DRAWS):
+        timeline = timelines(schedule)
+        moved = fit.on_timeline(timeline, prior)
+        fitted = fit_window("lr-annealing", history, first, len(history), timeline, WINDOW, prior, hint=fit,
+                            smoothed=smoothed)
+        assert isinstance(moved, LawFit) and isinstance(fitted, LawFit)
+        assert np.array_equal(moved.theta, fitted.theta) and np.array_equal(moved.coef, fitted.coef)
+        assert np.array_equal(moved.observations.area, fitted.observations.area)
+        # and the plan's own decay is in its predictions
+        assert len(moved.cells) > len(fit.cells.before(float(fit.observations.clock[-1])))
+
+
+def test_an_analysis_on_a_steps_only_plan_draws_only_plans_ending_at_its_total():
+    from dataclasses import replace
+
+    planned = LrSchedule.from_params({"max_steps": "3000"})
+    assert planned is not None and planned.source == "steps-only"
+    history = _run("constant:warmup=100,total=3000")
+    cut = replace(history.head(int(np.searchsorted(history.step, 1200, side="right"))), lr_plan=planned)
+    target = float(np.interp(2000, history.step, token_window_ema(history.loss, history.step, history.batch, WINDOW)))
+    analysis = tp.analyze(cut, [target], ema_token_window=WINDOW)
+    assert analysis.plan is not None and analysis.plan.source == "steps-only"
+    ends = np.array(analysis.targets[0].tokens_plan_ends)
+    at_total = 3000 * float(cut.batch[-1])  # a fixed batch: tokens at the planned last step
+    # the two prior cooldowns (20% and 40% of the run) ending there, each with its draws
+    assert len(ends) == 2 * 10 and np.allclose(ends, at_total, rtol=1e-9)

@@ -7,9 +7,10 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.core.clock import build_timeline
+from tracker_plugin.core.clock import TimelineBuilder, build_timeline
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, infer_lr_schedule
+from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers.csvfile import read_lr_schedule
 
 
@@ -192,3 +193,26 @@ def test_one_flattener_serves_configs_and_params():
     plan = LrSchedule.from_params(config)
     assert plan is not None and plan.total_steps == 5000
     assert LrSchedule.from_params(flat_params(config)) == plan
+
+
+def test_a_logged_lr_joined_to_a_plan_is_one_piecewise_linear_lr():
+    plan = LrSchedule.parse_spec("cosine:warmup=100,total=6000,final=0.1")
+    # more logged knots than the grid holds: the joined list of knots is thinned
+    frame = synthetic_run(4000, batch=65536.0, lr_schedule="cosine:warmup=100,total=4000,final=0.1")
+    history = tp.build_history(frame, run="joined")
+    builder = TimelineBuilder(history)
+    for total in (5000, 40_000):
+        later = LrSchedule.parse_spec(f"linear:total={total},final=0")
+        timeline = builder(later)
+        # the knots joined as one list: the logged lr (from 0), then the plan one step after it
+        assert history.lr is not None
+        logged = history.lr / float(np.max(history.lr))
+        join = float(history.step[-1]) + 1.0
+        future = np.asarray(later.steps) > join
+        knots_s = np.r_[0.0, history.step, join, np.asarray(later.steps)[future]]
+        knots_v = np.r_[0.0, logged, later.at(join) / later.peak, np.asarray(later.lr)[future] / later.peak]
+        assert np.array_equal(timeline.lr, np.interp(timeline.step, knots_s, knots_v))
+        # a builder's timeline is build_timeline's, for each plan it is given
+        again = build_timeline(history, later)
+        assert np.array_equal(timeline.step, again.step) and np.array_equal(timeline.area, again.area)
+    assert np.array_equal(builder(plan).lr, build_timeline(history, plan).lr)

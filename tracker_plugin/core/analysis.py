@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, Timeline, build_timeline, tokens_to_step
+from tracker_plugin.core.clock import CLOCKS, Timeline, TimelineBuilder, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
     UNKNOWN_PLAN_SOURCES,
@@ -45,7 +45,7 @@ from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
-from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule, Plan
+from tracker_plugin.plan.schedule import STEPS_ONLY, BatchSchedule, LrSchedule, Plan
 
 __all__ = [
     "Analysis",
@@ -377,7 +377,9 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(run.window[0])
     plan = resolve_plan(history, config.lr_schedule)
-    timeline = build_timeline(history, plan.schedule, clock=config.clock, batch_schedule=config.batch_schedule)
+    # The plausible plans' timelines too, when the plan is inferred or assumed.
+    timelines = TimelineBuilder(history, clock=config.clock, batch_schedule=config.batch_schedule)
+    timeline = timelines(plan.schedule)
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
     if config.stability_sweep:
@@ -386,10 +388,10 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     spread = None
     if isinstance(fit, LawFit) and plan.source in UNKNOWN_PLAN_SOURCES:
         spread = partial(
-            over_plans, fit, targets=targets, history=history, first=first, smoothed=smoothed, prior=prior,
+            over_plans, fit, targets=targets, history=history, first=first, prior=prior,
             level=config.interval, error_scale=selection.error_scale, error_dof=selection.error_count,
-            inflation=plan_inflation(plan),
-            timeline_for=partial(build_timeline, history, clock=config.clock, batch_schedule=config.batch_schedule),
+            inflation=plan_inflation(plan), timeline_for=timelines,
+            known_total=plan.schedule.total_steps if plan.source == STEPS_ONLY and plan.schedule is not None else None,
         )
     results = _law_forecasts(
         fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan), spread

@@ -17,14 +17,14 @@ For a fixed batch the two agree up to a constant factor, which the fits absorb.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
-__all__ = ["CLOCKS", "DropCells", "Timeline", "build_timeline"]
+__all__ = ["CLOCKS", "DropCells", "Timeline", "TimelineBuilder", "build_timeline"]
 
 CLOCKS = ("tokens", "steps")
 
@@ -147,61 +147,152 @@ def build_timeline(
     last knot its last lr continues. The logged lr and the plan are each normalised to
     their own peak, so a plan of multipliers joins an absolute logged lr.
     """
-    if clock not in CLOCKS:
-        raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
-    last = float(history.step[-1])
-    knots_s, knots_lr = _lr_knots(history, plan)
-    plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
-    span = max(last, plan_end or 0.0, float(knots_s[-1]), 1.0)
-    horizon = span * horizon_factor
-    grid = np.unique(
-        np.concatenate(
-            [
-                np.linspace(0.0, span, _GRID_POINTS),
-                _thin(history.step.astype(float), _GRID_POINTS),
-                _thin(knots_s[knots_s <= span], _GRID_POINTS),
-                _batch_switches(history),
-                span * np.geomspace(1.0, horizon_factor, _EXTENSION_POINTS),
-                [last, last + 1.0],
-            ]
+    return TimelineBuilder(history, clock=clock, batch_schedule=batch_schedule, horizon_factor=horizon_factor)(plan)
+
+
+class TimelineBuilder:
+    """:func:`build_timeline` of one run on any plan: what the timelines share whatever the
+    plan (the thinned steps, the batch switches) is read from a long log once, however
+    many plans are tried on it."""
+
+    def __init__(
+        self,
+        history: History,
+        *,
+        clock: str = "tokens",
+        batch_schedule: BatchSchedule | None = None,
+        horizon_factor: float = HORIZON_FACTOR,
+    ) -> None:
+        if clock not in CLOCKS:
+            raise ValueError(f"clock must be one of {CLOCKS}, got {clock!r}")
+        self.history = history
+        self.clock = clock
+        self.batch_schedule = batch_schedule
+        self.horizon_factor = horizon_factor
+        # Only what is small is kept: a million-row log's own arrays are read again for
+        # each plan rather than held beside the forecast's.
+        self.thinned_steps = _thin(history.step.astype(float), _GRID_POINTS)
+        self.switches = _batch_switches(history)
+        finite = np.flatnonzero(np.isfinite(history.loss))
+        first = int(finite[0]) if len(finite) else 0
+        self.first_step = float(history.step[first])
+        self.first_loss = float(history.loss[first]) if len(finite) else math.inf
+
+    def __call__(self, plan: LrSchedule | None) -> Timeline:
+        """The run's timeline on ``plan``."""
+        history, horizon_factor = self.history, self.horizon_factor
+        steps = history.step.astype(float)
+        last = float(steps[-1])
+        logged = _logged_lr(history, steps)
+        knots = _lr_knots(None if logged is None else _head_only(*_from_zero(*logged)), plan)
+        plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
+        span = max(last, plan_end or 0.0, knots.last, 1.0)
+        horizon = span * horizon_factor
+        grid = np.unique(
+            np.concatenate(
+                [
+                    np.linspace(0.0, span, _GRID_POINTS),
+                    self.thinned_steps,
+                    knots.thinned(span, _GRID_POINTS),
+                    self.switches,
+                    span * np.geomspace(1.0, horizon_factor, _EXTENSION_POINTS),
+                    [last, last + 1.0],
+                ]
+            )
         )
-    )
-    grid = grid[(grid >= 0) & (grid <= horizon)]
-    lr = np.interp(grid, knots_s, knots_lr)
-    batch, tokens = _batch_and_tokens(history, grid, batch_schedule)
-    reference = float(history.batch[0])
-    weight = batch / reference if clock == "tokens" else np.ones(len(grid))
-    dstep = np.diff(grid)
-    area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
-    clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
-    assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
-    finite = np.flatnonzero(np.isfinite(history.loss))
-    first = int(finite[0]) if len(finite) else 0
-    first_loss = float(history.loss[first]) if len(finite) else math.inf
-    return Timeline(grid, lr, batch, tokens, area, clock_steps, clock, reference, last, plan_end, assumed,
-                    float(history.step[first]), first_loss)
+        grid = grid[(grid >= 0) & (grid <= horizon)]
+        lr = knots.lr_at(grid)
+        batch, tokens = _batch_and_tokens(history, steps, grid, self.batch_schedule)
+        reference = float(history.batch[0])
+        weight = batch / reference if self.clock == "tokens" else np.ones(len(grid))
+        dstep = np.diff(grid)
+        area = np.r_[0.0, np.cumsum(0.5 * (lr[1:] + lr[:-1]) * dstep * weight[:-1])]
+        clock_steps = np.r_[0.0, np.cumsum(dstep * weight[:-1])]
+        assumed = plan is None and (history.lr is None or not np.isfinite(history.lr).any())
+        return Timeline(grid, lr, batch, tokens, area, clock_steps, self.clock, reference, last, plan_end, assumed,
+                        self.first_step, self.first_loss)
 
 
-def _lr_knots(history: History, plan: LrSchedule | None) -> tuple[np.ndarray, np.ndarray]:
-    steps = history.step.astype(float)
+def _logged_lr(history: History, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The logged lr's steps and values (normalised to its peak); None when none is logged."""
     lr = history.lr
-    logged = np.zeros(len(steps), bool) if lr is None else np.isfinite(lr) & (lr >= 0)
-    if lr is not None and logged.any():
-        peak = float(np.max(lr[logged]))
-        s, v = steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
-        if plan is not None:
-            # The plan takes over one step after the last logged lr.
-            join = s[-1] + 1.0
-            future = np.asarray(plan.steps) > join
-            s = np.r_[s, join, np.asarray(plan.steps)[future]]
-            v = np.r_[v, plan.at(join) / plan.peak, np.asarray(plan.lr)[future] / plan.peak]
-    elif plan is not None:
-        s, v = np.asarray(plan.steps, float), np.asarray(plan.lr, float) / plan.peak
-    else:
-        s, v = np.array([0.0, 1.0]), np.array([1.0, 1.0])
-    if s[0] > 0:  # before the log: a linear warmup from 0
-        s, v = np.r_[0.0, s], np.r_[0.0, v]
+    if lr is None:
+        return None
+    logged = np.isfinite(lr) & (lr >= 0)
+    if not logged.any():
+        return None
+    peak = float(np.max(lr[logged]))
+    return steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
+
+
+def _from_zero(s: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Knots from step 0: before the first, a linear warmup from 0."""
+    if s[0] > 0:
+        return np.r_[0.0, s], np.r_[0.0, v]
     return s, v
+
+
+@dataclass(frozen=True, eq=False)
+class _Knots:
+    """The lr's knots (steps, lr in peak units): the logged ones or a whole plan (``head``),
+    then a plan's after the log (``tail``). The two are kept apart, so a long log's million
+    knots are not copied for every plan; read together they are one piecewise-linear lr."""
+
+    head_s: np.ndarray
+    head_v: np.ndarray
+    tail_s: np.ndarray
+    tail_v: np.ndarray
+    head_max: float  # the head's last step, or its largest were it not sorted
+
+    @property
+    def last(self) -> float:
+        return float(self.tail_s[-1] if len(self.tail_s) else self.head_s[-1])
+
+    def thinned(self, span: float, at_most: int) -> np.ndarray:
+        """At most ``at_most`` of the knots up to ``span``, evenly spaced in the list of them."""
+        head = self.head_s if self.head_max <= span else self.head_s[self.head_s <= span]
+        tail = self.tail_s[self.tail_s <= span]
+        n_head, n = len(head), len(head) + len(tail)
+        if n <= at_most:
+            return np.r_[head, tail]
+        index = np.linspace(0, n - 1, at_most).round().astype(np.int64)
+        in_head = index < n_head
+        out = np.empty(at_most)
+        out[in_head] = head[index[in_head]]
+        out[~in_head] = tail[index[~in_head] - n_head]
+        return out
+
+    def lr_at(self, steps: np.ndarray) -> np.ndarray:
+        """The lr at sorted ``steps``, linear between knots."""
+        if not len(self.tail_s):
+            return np.interp(steps, self.head_s, self.head_v)
+        # Linear between knots, so the head and the tail (from the head's last knot) each
+        # give the lr over their own stretch.
+        split = int(np.searchsorted(steps, self.head_s[-1], side="right"))
+        return np.r_[
+            np.interp(steps[:split], self.head_s, self.head_v),
+            np.interp(steps[split:], np.r_[self.head_s[-1], self.tail_s], np.r_[self.head_v[-1], self.tail_v]),
+        ]
+
+
+def _lr_knots(logged_lr: _Knots | None, plan: LrSchedule | None) -> _Knots:
+    """The knots of the logged lr (from step 0) and, after it, the plan; or the plan's alone."""
+    if logged_lr is not None:
+        if plan is None:
+            return logged_lr
+        # The plan takes over one step after the last logged lr.
+        join = logged_lr.head_s[-1] + 1.0
+        future = np.asarray(plan.steps) > join
+        return replace(logged_lr, tail_s=np.r_[join, np.asarray(plan.steps)[future]],
+                       tail_v=np.r_[plan.at(join) / plan.peak, np.asarray(plan.lr)[future] / plan.peak])
+    if plan is not None:
+        return _head_only(*_from_zero(np.asarray(plan.steps, float), np.asarray(plan.lr, float) / plan.peak))
+    return _head_only(np.array([0.0, 1.0]), np.array([1.0, 1.0]))
+
+
+def _head_only(s: np.ndarray, v: np.ndarray) -> _Knots:
+    none = np.zeros(0)
+    return _Knots(s, v, none, none, float(np.max(s)))
 
 
 def _thin(values: np.ndarray, at_most: int) -> np.ndarray:
@@ -216,15 +307,15 @@ def _batch_switches(history: History) -> np.ndarray:
 
 
 def _batch_and_tokens(
-    history: History, grid: np.ndarray, schedule: BatchSchedule | None
+    history: History, steps: np.ndarray, grid: np.ndarray, schedule: BatchSchedule | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens per step after each grid point, and tokens consumed before it.
 
     Inside the log both follow the history (a gap takes the batch of the row before it);
     before the first row the first batch runs back to step 0; past the log the last batch
-    continues, or each later stage of ``schedule`` once its start is reached.
+    continues, or each later stage of ``schedule`` once its start is reached. ``steps``:
+    the history's steps as floats.
     """
-    steps = history.step.astype(float)
     last = steps[-1]
     row = np.clip(np.searchsorted(steps, grid, side="right") - 1, 0, len(steps) - 1)
     batch = history.batch[row].astype(float)

@@ -296,7 +296,9 @@ class Replay:
         squares = max(case.error_scale**2 * case.error_count - prior_weight * prior_scale**2, 0.0)
         weight = rule.error_weight
         scale = math.sqrt((weight * rule.error_scale**2 + squares) / (weight + n))
-        seed = zlib.crc32(f"{case.run}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
+        # Keyed on the run's last name part: a CSV's run is its path, and the figures must
+        # not depend on where the runs are checked out.
+        seed = zlib.crc32(f"{case.run.rsplit('/', 1)[-1]}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
         shifts = np.random.default_rng(seed).standard_t(rule.dof or weight + n, len(raw))
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             horizon = np.log(np.maximum(raw / observed, 1.0))

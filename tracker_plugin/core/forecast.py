@@ -42,7 +42,7 @@ from tracker_plugin.core.models import (
     observations,
 )
 from tracker_plugin.core.models.replicates import refit_many
-from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, smooth_after
+from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, ema_steps, smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule, Plan, infer_lr_schedule
@@ -55,6 +55,7 @@ __all__ = [
     "fit_window",
     "forecast_targets",
     "plan_inflation",
+    "replicate_crossings",
     "resolve_plan",
 ]
 
@@ -193,7 +194,7 @@ def fit_window(
         LAWS[law_name], obs, window_timeline, ema_window=ema_window, start_step=float(history.step[first]), prior=prior,
         start=None if hint is None else hint.theta,
         smoothed_start=None if smoothed is None else float(smoothed[first]),
-        cadence=float(np.median(np.diff(history.step[first:end]))) if end - first > 1 else 1.0,
+        cadence=_median(np.diff(history.step[first:end])) if end - first > 1 else 1.0,
         rounds=rounds,
         strength=0.0 if like is None else like.strength,
     )
@@ -317,46 +318,23 @@ def forecast_targets(
     seed = _seed(history) if seed is None else seed
     rng = np.random.default_rng(seed)
     spread = np.random.default_rng(seed + 1)
-    steps, curve = fit.smoothed()
-    fluctuation = _Fluctuation(history, fit, first)
-    last = fit.timeline.last_step
-    # Only steps past the log can hold a crossing: keep those and the one before them.
-    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
-    steps, curve = steps[ahead:], curve[ahead:]
-    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
-    # with a path of its own gives a draw of the interval.
-    central = [curve + fluctuation.path(rng, steps, last) for _ in range(replicates)]
-    resampler = _Resampler(fit)
-    losses, means, paths = [], [], []
-    for _ in range(replicates):
-        loss, mean = resampler.draw(rng)
-        losses.append(loss)
-        means.append(mean)
-        paths.append(fluctuation.path(rng, steps, last))
-    refits = refit_many(fit, np.array(losses), means)
-    drawn = [(r, path) for r, path in zip(refits, paths) if not isinstance(r, FitFailure)]
-    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
-    _, smoothed = smooth_after([replicate for replicate, _ in drawn], last)
-    curves = [(replicate, steps, rep[-len(steps):] + path) for (replicate, path), rep in zip(drawn, smoothed)]
-    shifts = spread.standard_t(error_dof_of(error_dof), len(curves))
+    drawn = _draw(fit, history, first, replicates, rng, point=True)
+    shifts = spread.standard_t(error_dof_of(error_dof), len(drawn.curves))
     observed = float(history.tokens[-1])
     # Past the end of the timeline (20x the run) a forecast means "not in sight".
     beyond = float(fit.timeline.tokens[-1])
     plan_end = fit.timeline.plan_end
     out = []
     for target in targets:
-        crossings = [crossing_tokens(fit.timeline, steps, path, target) for path in central]
+        crossings = [crossing_tokens(fit.timeline, drawn.steps, path, target) for path in drawn.central]
         # The point forecast: the fitted law's median first crossing over the fluctuation
         # paths alone (its plain crossing when the smoothed loss hardly fluctuates).
         tokens = float(np.median([math.inf if t is None else t for t in crossings]))
-        if not curves:
+        if not drawn.curves:
             out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
                                       "the bootstrap could not refit the law: no interval"))
             continue
-        raw = []
-        for replicate, rep_steps, rep_curve in curves:
-            crossing = crossing_tokens(replicate.timeline, rep_steps, rep_curve, target)
-            raw.append(math.inf if crossing is None or crossing > beyond else crossing)
+        raw = drawn.raw(target, beyond)
         found = stretched(np.array(raw), shifts, error_scale, observed, beyond)
         values = np.sort(_inflated(found, tokens, observed, inflation))
         low, high = interval_of(values, level)
@@ -367,6 +345,73 @@ def forecast_targets(
         else:
             out.append(TargetForecast(tokens, (low, high), p_reach, draws=draws, raw=tuple(raw)))
     return out
+
+
+def replicate_crossings(
+    fit: LawFit, targets: Sequence[float], history: History, first: int, *, replicates: int, seed: int
+) -> list[tuple[float, ...]]:
+    """Each target's :attr:`TargetForecast.raw` of :func:`forecast_targets` with the same
+    arguments, and nothing else: the replicates' crossings (inf: never; none when no
+    replicate could be refitted) without the point forecast, its fluctuation paths or the
+    interval, which a plausible plan of :mod:`~tracker_plugin.core.plan_spread` does not use."""
+    drawn = _draw(fit, history, first, replicates, np.random.default_rng(seed), point=False)
+    beyond = float(fit.timeline.tokens[-1])
+    return [tuple(drawn.raw(target, beyond)) if drawn.curves else () for target in targets]
+
+
+@dataclass(frozen=True)
+class _Drawn:
+    """A fit's bootstrap draws past the log: what :func:`forecast_targets` reads its point
+    forecast and interval from."""
+
+    steps: np.ndarray  # the EMA's steps past the last logged step, and the one before them
+    central: list[np.ndarray]  # the fitted law's EMA plus a fluctuation path, each (empty: not asked)
+    curves: list[tuple[LawFit, np.ndarray]]  # each refitted replicate, its EMA plus a path of its own
+
+    def raw(self, target: float, beyond: float) -> list[float]:
+        """The replicates' crossings of ``target`` (inf: never, or past ``beyond``)."""
+        raw = []
+        for replicate, curve in self.curves:
+            crossing = crossing_tokens(replicate.timeline, self.steps, curve, target)
+            raw.append(math.inf if crossing is None or crossing > beyond else crossing)
+        return raw
+
+
+def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.random.Generator, *,
+          point: bool) -> _Drawn:
+    """The fluctuation paths on the fitted law (``point``: else their random draws alone are
+    made, so the replicates' draws are the same either way), then the replicates."""
+    last = fit.timeline.last_step
+    if point:
+        steps, curve = fit.smoothed()
+    else:  # the same steps without the law's EMA on them
+        steps = ema_steps(fit)
+    fluctuation = _Fluctuation(history, fit, first)
+    # Only steps past the log can hold a crossing: keep those and the one before them.
+    ahead = max(int(np.searchsorted(steps, last, side="right")) - 1, 0)
+    steps = steps[ahead:]
+    # Fluctuation paths on the fitted law give the point forecast; a replicate of the fit
+    # with a path of its own gives a draw of the interval.
+    paths = fluctuation.paths(steps, last)
+    central = []
+    for _ in range(replicates):
+        if point:
+            central.append(curve[ahead:] + paths.draw(rng))
+        else:
+            paths.skip(rng)
+    resampler = _Resampler(fit)
+    losses, means, drawn = [], [], []
+    for _ in range(replicates):
+        loss, mean = resampler.draw(rng)
+        losses.append(loss)
+        means.append(mean)
+        drawn.append(paths.draw(rng))
+    refits = refit_many(fit, np.array(losses), means)
+    kept = [(r, path) for r, path in zip(refits, drawn) if not isinstance(r, FitFailure)]
+    # A replicate shares the fit's timeline, so its EMA lies on the same steps.
+    _, smoothed = smooth_after([replicate for replicate, _ in kept], last)
+    curves = [(replicate, rep[-len(steps):] + path) for (replicate, path), rep in zip(kept, smoothed)]
+    return _Drawn(steps, central, curves)
 
 
 def error_dof_of(count: int) -> float:
@@ -434,12 +479,26 @@ def _block_length(values: np.ndarray) -> int:
     return max(1, min(2 * lag, n // 3))
 
 
+def _median(values: np.ndarray) -> float:
+    """``np.median(values)``. A constant array (a fixed batch, a row logged every step or
+    every N steps: the usual cases) is its own median, which a long log's fits and
+    bootstraps then find without sorting a million rows each time."""
+    if len(values) and values[0] == values[-1] and (values == values[0]).all():
+        return float(values[0])
+    return float(np.median(values))
+
+
 def _blocks(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
     """Indices of a moving-block resample: random blocks of ``length`` joined to ``n_out``."""
     length = max(1, min(length, n_source))
-    count = -(-n_out // length)
-    starts = rng.integers(0, n_source - length + 1, count)
+    starts = _block_starts(rng, n_source, n_out, length)
     return (starts[:, None] + np.arange(length)[None, :]).ravel()[:n_out]
+
+
+def _block_starts(rng: np.random.Generator, n_source: int, n_out: int, length: int) -> np.ndarray:
+    """The random starts of :func:`_blocks`' blocks (the only draws it makes)."""
+    length = max(1, min(length, n_source))
+    return rng.integers(0, n_source - length + 1, -(-n_out // length))
 
 
 class _Resampler:
@@ -469,7 +528,7 @@ class _Fluctuation:
     def __init__(self, history: History, fit: LawFit, first: int) -> None:
         # The smoothed loss minus the smoothed law is the EMA of the raw residuals (the EMA
         # is linear and the two start together), taken at the logged rows themselves.
-        span = fit.ema_window / float(np.median(history.batch[first:]))
+        span = fit.ema_window / _median(history.batch[first:])
         first = self._tail_start(history.step, first, span)
         step = history.step[first:]
         residual = history.loss[first:] - fit.predict_steps(step.astype(float))
@@ -481,7 +540,7 @@ class _Fluctuation:
             settled = 0
         self.values = values[settled:]
         logged = step[settled:].astype(float)
-        self.spacing = float(np.median(np.diff(logged))) if len(logged) > 1 else 1.0
+        self.spacing = _median(np.diff(logged)) if len(logged) > 1 else 1.0
         self.block = _block_length(self.values)
 
     @staticmethod
@@ -491,18 +550,42 @@ class _Fluctuation:
         by_spans = int(np.searchsorted(step, step[-1] - (_FLUCTUATION_SPANS + _SETTLE_SPANS) * span))
         return max(first, min(by_rows, by_spans))
 
-    def path(self, rng: np.random.Generator, steps: np.ndarray, last_step: float) -> np.ndarray:
-        """A fluctuation path on ``steps``: zero up to ``last_step``, resampled blocks after."""
-        if len(self.values) < 4 or not np.any(self.values):
-            return np.zeros(len(steps))
-        ahead = steps > last_step
-        if not ahead.any():
-            return np.zeros(len(steps))
-        # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
-        reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
-        rows = int(min(max(reach / self.spacing, 2), 20_000))
-        values = self.values[_blocks(rng, len(self.values), rows, self.block)]
-        where = last_step + self.spacing * np.arange(1, rows + 1)
-        path = np.zeros(len(steps))
-        path[ahead] = np.interp(steps[ahead], where, values, right=0.0)
+    def paths(self, steps: np.ndarray, last_step: float) -> _Paths:
+        """Paths of the fluctuation on ``steps``: zero up to ``last_step``, resampled blocks after."""
+        return _Paths(self, steps, last_step)
+
+
+class _Paths:
+    """Fluctuation paths on one grid of steps, drawn one at a time (what every path on the
+    grid shares is found once)."""
+
+    def __init__(self, fluctuation: _Fluctuation, steps: np.ndarray, last_step: float) -> None:
+        self.fluctuation = fluctuation
+        self.size = len(steps)
+        self.rows = 0  # rows of fluctuation a path resamples (0: every path is zero)
+        if len(fluctuation.values) >= 4 and np.any(fluctuation.values) and len(steps) and steps[-1] > last_step:
+            # Far beyond the log the steps are coarse; a few thousand rows of path reach far enough.
+            reach = min(float(steps[-1]) - last_step, 4.0 * max(last_step, 1.0))
+            self.rows = int(min(max(reach / fluctuation.spacing, 2), 20_000))
+        self.where = last_step + fluctuation.spacing * np.arange(1, self.rows + 1)
+        # The steps past the log that the resampled rows reach: past the last of them a
+        # path is zero (far past it, on a long log's grid, are most of the steps).
+        ahead = np.flatnonzero(steps > last_step)
+        if self.rows:
+            ahead = ahead[: int(np.searchsorted(steps[ahead], self.where[-1], side="right"))]
+        self.index = ahead
+        self.at = steps[ahead]
+
+    def draw(self, rng: np.random.Generator) -> np.ndarray:
+        """A path."""
+        path = np.zeros(self.size)
+        if self.rows:
+            values = self.fluctuation.values
+            resampled = values[_blocks(rng, len(values), self.rows, self.fluctuation.block)]
+            path[self.index] = np.interp(self.at, self.where, resampled, right=0.0)
         return path
+
+    def skip(self, rng: np.random.Generator) -> None:
+        """Draw from ``rng`` what :meth:`draw` draws, without making the path."""
+        if self.rows:
+            _block_starts(rng, len(self.fluctuation.values), self.rows, self.fluctuation.block)

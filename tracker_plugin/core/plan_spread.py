@@ -26,9 +26,8 @@ from tracker_plugin.core.forecast import (
     _inflated,
     _seed,
     error_dof_of,
-    fit_window,
-    forecast_targets,
     interval_of,
+    replicate_crossings,
     stretched,
 )
 from tracker_plugin.core.models import FitFailure, GainPrior, LawFit
@@ -57,37 +56,37 @@ def over_plans(
     first: int,
     *,
     timeline_for: Callable[[LrSchedule], Timeline],
-    smoothed: np.ndarray,
     prior: GainPrior | None,
     level: float,
     error_scale: float | None,
     error_dof: int,
     inflation: float,
+    known_total: float | None = None,
 ) -> list[TargetForecast]:
     """``found`` (the central plan's forecasts) with intervals drawn over the plausible plans too.
 
     ``timeline_for`` builds the run's timeline on another plan (the analysis's clock and
-    batch settings). A plan whose fit fails adds no draws.
+    batch settings); ``known_total`` is the planned last step when the params give only
+    that (every plausible plan then ends there). A plan whose fit fails adds no draws.
     """
     seed = _seed(history)
-    per_plan: list[tuple[list[TargetForecast], float]] = []
-    for k, schedule in enumerate(plausible_schedules(history.step, history.lr, PLAN_DRAWS)):
+    per_plan: list[tuple[list[tuple[float, ...]], float]] = []
+    for k, schedule in enumerate(plausible_schedules(history.step, history.lr, PLAN_DRAWS, known_total)):
         # Started from the central fit: the logged part of the timeline is the same.
-        alternative = fit_window(fit.name, history, first, len(history), timeline_for(schedule), fit.ema_window, prior,
-                                 hint=fit, smoothed=smoothed)
+        alternative = fit.on_timeline(timeline_for(schedule), prior)
         if isinstance(alternative, FitFailure):
             continue
-        forecasts = forecast_targets(alternative, targets, history, first, level=level, replicates=PLAN_REPLICATES,
-                                     seed=seed + 7919 * (k + 1))
-        per_plan.append((forecasts, _end_tokens(alternative.timeline)))
+        raws = replicate_crossings(alternative, targets, history, first, replicates=PLAN_REPLICATES,
+                                   seed=seed + 7919 * (k + 1))
+        per_plan.append((raws, _end_tokens(alternative.timeline)))
     observed = float(history.tokens[-1])
     beyond = float(fit.timeline.tokens[-1])
     end = _end_tokens(fit.timeline)
     rng = np.random.default_rng(seed + 2)
     out = []
     for i, central in enumerate(found):
-        plan_raw = tuple(v for forecasts, _ in per_plan for v in forecasts[i].raw)
-        plan_ends = tuple(e for forecasts, e in per_plan for _ in forecasts[i].raw)
+        plan_raw = tuple(v for raws, _ in per_plan for v in raws[i])
+        plan_ends = tuple(e for raws, e in per_plan for _ in raws[i])
         if central.interval is None and central.tokens is not None or not plan_raw:
             out.append(replace(central, plan_raw=plan_raw, plan_ends=plan_ends))
             continue

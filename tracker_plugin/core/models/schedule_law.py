@@ -69,6 +69,7 @@ __all__ = [
     "Observations",
     "SmoothedLaw",
     "crossing_tokens",
+    "ema_steps",
     "fit_law",
     "observations",
     "robust_sigma",
@@ -349,6 +350,17 @@ class LawFit:
             cadence=self.cadence,
         )
 
+    def on_timeline(self, timeline: Timeline, prior: GainPrior | None) -> LawFit | FitFailure:
+        """The same law fitted afresh, from this fit's parameters, to the same binned loss
+        on another timeline of the run (the same log on another lr plan): what fitting the
+        window on ``timeline`` with ``prior`` gives, without binning the rows again."""
+        obs = replace(self.observations, area=timeline.area_at(self.observations.step),
+                      clock=timeline.clock_at(self.observations.step))
+        return fit_law(
+            self.law, obs, timeline, ema_window=self.ema_window, start_step=self.start_step, prior=prior,
+            start=self.theta, smoothed_start=self.smoothed_start, cadence=self.cadence,
+        )
+
     def refit_window(
         self, obs: Observations, last_step: float, weight: np.ndarray, prior_mean: float | None
     ) -> LawFit | FitFailure:
@@ -405,6 +417,11 @@ def _ema_grid(tl: Timeline, start: float, cadence: float, window: float) -> tupl
     fine = np.arange(start, end, spacing)
     beyond = tl.step[tl.step > end]
     return np.unique(np.r_[fine, end, beyond]), spacing
+
+
+def ema_steps(fit: LawFit) -> np.ndarray:
+    """The steps :meth:`LawFit.smoothed` puts the law's EMA on, without the EMA."""
+    return _ema_grid(fit.timeline, fit.start_step, fit.cadence, fit.ema_window)[0]
 
 
 def smooth_all(fits: list[LawFit]) -> list[SmoothedLaw]:
