@@ -83,12 +83,12 @@ MIN_SEEN_DECAY = 0.1
 # unknown plan's futures, 0.1 worth three before a reached target forecast never to be was
 # counted as a miss and the interval rules were chosen from a fixed start).
 ERROR_PRIOR_SCALE = 0.2
-ERROR_PRIOR_WEIGHT = 1.0
+ERROR_PRIOR_WEIGHT = 10.0
 # The degrees of freedom of the Student-t that draws the track record's stretch: 0 counts
 # the forecasts the scale rests on (ERROR_PRIOR_WEIGHT + the inner forecasts); a small
 # fixed number gives the interval heavier tails for its centre. Chosen by the same
 # validation.
-ERROR_DOF = 0
+ERROR_DOF = 5
 # The bootstrap's spread around the point forecast, in log tokens (the track record's
 # stretch included), is multiplied by the first when the lr plan is given (the lr_schedule
 # setting, the run's params, a file), by the second when it is inferred from the log or
