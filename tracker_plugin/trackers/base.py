@@ -300,11 +300,16 @@ class Source(ABC):
 
     def stored_report(self, run: RunInfo) -> bytes | None:
         """The run's ``loss_eta/loss_eta.json`` as stored now; None when there is none."""
-        return None
+        return self.stored_artifact(run, JSON_PATH)
 
     def stored_plot(self, run: RunInfo) -> bytes | None:
         """The run's ``loss_eta/loss_eta.png`` as stored now; None when there is none.
         Only sources that set :attr:`reads_plot` can say."""
+        return self.stored_artifact(run, PNG_PATH)
+
+    def stored_artifact(self, run: RunInfo, path: str) -> bytes | None:
+        """One of our artifacts (``path`` under the run's artifacts, e.g. ``loss_eta/loss_eta.json``)
+        as stored now; None when it is not there or the source keeps none."""
         return None
 
     # Whether :meth:`stored_plot` reads the stored picture (so :meth:`intact` checks it).

@@ -79,10 +79,8 @@ from tracker_plugin.keys import (
     ARTIFACT_DIR,
     ARTIFACT_JSON,
     ARTIFACT_PNG,
-    JSON_PATH,
     MARKER,
     NAMESPACE,
-    PNG_PATH,
     is_own,
 )
 from tracker_plugin.plan.params import flat_params
@@ -385,13 +383,7 @@ class MlflowSource(Source):
 
     reads_plot = True
 
-    def stored_report(self, run: RunInfo) -> bytes | None:
-        return self._stored(run, JSON_PATH)
-
-    def stored_plot(self, run: RunInfo) -> bytes | None:
-        return self._stored(run, PNG_PATH)
-
-    def _stored(self, run: RunInfo, artifact: str) -> bytes | None:
+    def stored_artifact(self, run: RunInfo, artifact: str) -> bytes | None:
         from mlflow.exceptions import MlflowException
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:

@@ -321,11 +321,12 @@ class WandbOfflineSource(Source):
 
     reads_plot = True
 
-    def stored_report(self, run: RunInfo) -> bytes | None:
-        return _stored(run, JSON_PATH)
-
-    def stored_plot(self, run: RunInfo) -> bytes | None:
-        return _stored(run, PNG_PATH)
+    def stored_artifact(self, run: RunInfo, path: str) -> bytes | None:
+        """One of our artifacts in the run's ``files/``; None when it is not there."""
+        try:
+            return (_wandb_file(run.ref).parent / "files" / path).read_bytes()
+        except OSError:
+            return None
 
     shared = False  # the summary and the marker go in one atomic rewrite of the file
 
@@ -510,9 +511,3 @@ def _wandb_file(ref: str) -> Path:
     return files[-1]
 
 
-def _stored(run: RunInfo, artifact: str) -> bytes | None:
-    """One of our artifacts in the run's ``files/``; None when it is not there."""
-    try:
-        return (_wandb_file(run.ref).parent / "files" / artifact).read_bytes()
-    except OSError:
-        return None

@@ -48,7 +48,7 @@ from tracker_plugin.errors import (
     TrackerUnavailable,
 )
 from tracker_plugin.frame.history import History
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
+from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.options import ReadOptions, SourceOptions, WandbOptions
@@ -248,13 +248,7 @@ class WandbSource(Source):
 
     reads_plot = True
 
-    def stored_report(self, run: RunInfo) -> bytes | None:
-        return self._stored(run, JSON_PATH)
-
-    def stored_plot(self, run: RunInfo) -> bytes | None:
-        return self._stored(run, PNG_PATH)
-
-    def _stored(self, run: RunInfo, name: str) -> bytes | None:
+    def stored_artifact(self, run: RunInfo, name: str) -> bytes | None:
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta_") as tmp:
             found = list(self._fresh(run).files(names=[name]))
             if not found or getattr(found[0], "size", 1) == 0:
