@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 import numpy as np
@@ -37,26 +38,38 @@ ERRORS = {"a": {0.025: 0.2, 0.05: 0.0, 0.1: 0.2}, "b": {0.025: 0.2, 0.05: 0.0, 0
           "c": {0.025: 0.3, 0.05: 0.3, 0.1: 0.0}}
 
 
-def _results(errors: dict[str, dict[float, float]]) -> dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]]:
-    """Cases of two runs per family whose error depends only on the family and the gain."""
+Results = dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]]
+
+
+def _cases(families: Iterable[str], case: Callable[[str, str, str, float, float, str, float], BacktestCase]) -> Results:
+    """Two runs per family, every plan, gain, cut, target quantile and law; ``case(run,
+    family, law, fraction, quantile, plan, gain)`` makes each case (its truth ``_truth(q)``)."""
     out = {}
     for plan in PLANS:
         for gain in GAINS:
             cases, cuts = [], []
-            for fam, by_gain in errors.items():
+            for fam in families:
                 for k in range(2):
                     run = f"{fam}-{k}"
                     for f in FRACTIONS:
                         cuts.append(Cut(run, fam, f, 0.0, 1e8, plan))
-                        for q in QUANTILES:
-                            truth = 1e9 * (1 + q)
-                            for law in LAWS:
-                                tokens = truth * math.exp(by_gain[gain])
-                                cases.append(BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=tokens,
-                                                          draws=(tokens / 2, tokens, tokens * 2), rows=100))
+                        cases += [case(run, fam, law, f, q, plan, gain) for q in QUANTILES for law in LAWS]
             out[(plan, gain)] = (cases, cuts)
     return out
 
+
+def _truth(q: float) -> float:
+    return 1e9 * (1 + q)
+
+
+def _results(errors: dict[str, dict[float, float]]) -> Results:
+    """Cases of two runs per family whose error depends only on the family and the gain."""
+    def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
+        tokens = _truth(q) * math.exp(errors[fam][gain])
+        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.EXTRAPOLATED, tokens=tokens,
+                            draws=(tokens / 2, tokens, tokens * 2), rows=100)
+
+    return _cases(errors, case)
 
 def test_a_family_is_scored_with_the_rule_the_other_families_chose():
     result = cross_family(_results(ERRORS))
@@ -87,31 +100,20 @@ def _spread(truth: float, rank: float) -> tuple[float, ...]:
     return tuple(truth * grid / grid[int(rank * 40)] * math.exp(-0.02))
 
 
-def _plan_results(covering: dict[str, str]) -> dict[tuple[str, float], tuple[list[BacktestCase], list[Cut]]]:
+def _plan_results(covering: dict[str, str]) -> Results:
     """Cases with the plan inferred whose truth lies at the 15th percentile of the crossings
     of the central plan (``covering[family]`` "central") or of the plausible plans ("plans"),
     the other pool 100 times too late; an error prior worth a billion forecasts of scale
     1e-9, so the crossings are the draws as they are and the coverage is read off them."""
-    out = {}
-    for plan in PLANS:
-        for gain in GAINS:
-            cases, cuts = [], []
-            for fam, pool in covering.items():
-                for k in range(2):
-                    run = f"{fam}-{k}"
-                    for f in FRACTIONS:
-                        cuts.append(Cut(run, fam, f, 0.0, 1e8, plan))
-                        for q in QUANTILES:
-                            truth = 1e9 * (1 + q)
-                            near, late = _spread(truth, 0.15), tuple(100 * truth for _ in range(40))
-                            central, plans = (near, late) if pool == "central" else (late, near)
-                            for law in LAWS:
-                                cases.append(BacktestCase(
-                                    run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, draws=tuple(sorted(central)),
-                                    rows=100, plan_source="inferred" if plan == "infer" else "log", raw_draws=central,
-                                    error_scale=1e-9, error_count=10**9, plan_draws=plans))
-            out[(plan, gain)] = (cases, cuts)
-    return out
+    def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
+        truth = _truth(q)
+        near, late = _spread(truth, 0.15), tuple(100 * truth for _ in range(40))
+        central, plans = (near, late) if covering[fam] == "central" else (late, near)
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, draws=tuple(sorted(central)),
+                            rows=100, plan_source="inferred" if plan == "infer" else "log", raw_draws=central,
+                            error_scale=1e-9, error_count=10**9, plan_draws=plans)
+
+    return _cases(covering, case)
 
 
 def test_a_familys_plan_share_is_chosen_on_the_other_families():

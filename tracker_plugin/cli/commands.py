@@ -17,6 +17,7 @@ from tracker_plugin.cli.options import (
     make_config,
     make_settings,
     make_source_options,
+    plot_x_option,
     settings_options,
     source_options,
     tracker_options,
@@ -60,14 +61,7 @@ def cli() -> None:
 @tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a plot to this file: PNG, PDF or SVG, as its extension (.png, .pdf, .svg) says.")
-@click.option(
-    "--x",
-    "plot_x",
-    type=click.Choice(["tokens", "time"]),
-    default="tokens",
-    show_default=True,
-    help="The plot's x axis: tokens (log scale) or time (hours on the run's clock; the run must log one).",
-)
+@plot_x_option("The plot's x axis: tokens (log scale) or time (hours on the run's clock; the run must log one).")
 def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **options: Any) -> None:
     """Analyse one run and print the report.
 
@@ -326,15 +320,8 @@ def _check_shares(flag: str, values: tuple[float, ...], *, one_allowed: bool) ->
     show_default=True,
     help="Order each target's runs by tokens to reach it, or by wall-clock hours left.",
 )
-@click.option(
-    "--x",
-    "plot_x",
-    type=click.Choice(["tokens", "time"]),
-    default="tokens",
-    show_default=True,
-    help="The plot's x axis: tokens (log scale) or time (each run on hours since its own first logged row; "
-    "every run must log a clock).",
-)
+@plot_x_option("The plot's x axis: tokens (log scale) or time (each run on hours since its own first logged row; "
+               "every run must log a clock).")
 def compare(
     sources: tuple[str, ...], fmt: str | None, plot_path: str | None, sort: str, plot_x: str, **options: Any
 ) -> int:

@@ -31,6 +31,7 @@ __all__ = [
     "make_config",
     "make_settings",
     "make_source_options",
+    "plot_x_option",
     "settings_options",
     "source_options",
     "tracker_options",
@@ -157,6 +158,12 @@ _MODEL_OPTION = click.option(
     help="Loss-curve model: auto picks the schedule-aware law that best forecasts the run's own "
     "later history; power-law is the original script's power law in tokens.",
 )
+
+
+def plot_x_option(help_text: str) -> Decorator:
+    """``--x``: the plot's x axis, tokens or time (what time means is the command's to say)."""
+    return click.option("--x", "plot_x", type=click.Choice(["tokens", "time"]), default="tokens", show_default=True,
+                        help=help_text)
 
 
 def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -86,10 +86,10 @@ DOFS = (0.0, 2.0, 3.0, 5.0)
 # validation it serves: with 1 (symmetric), 2, 3 or 4 the held-out 80% intervals (plan
 # given, f=0.5 q=0.8) cover 77%, 75%, 79% or 79%, and at f=0.25 q=0.8 72%, 68%, 72%, 72%.
 UNDER_COVERAGE_WEIGHT = 3.0
-# A reached target forecast never to be reached counts as this |ln| in the point loss: as
+# A reached target forecast never to be reached counts as this |ln| in the point loss, as
 # auto scores a failed inner forecast (an infinite miss would make every median it lands on,
 # and so every rule, tie).
-MISS_SCORE = 3.0
+MISS_SCORE = forecast.FAILED_SCORE
 # At most this many rounds of the interval rules' coordinate descent (see choose).
 _DESCENT_ROUNDS = 4
 # Stands for an infinite |ln| where a percentile is taken.

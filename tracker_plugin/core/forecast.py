@@ -49,6 +49,7 @@ from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule, Plan, infer_lr_
 
 __all__ = [
     "AUTO",
+    "FAILED_SCORE",
     "Selection",
     "TargetForecast",
     "choose_law",
@@ -110,7 +111,7 @@ REPLICATES = 40
 _FLUCTUATION_ROWS = 1 << 14
 _FLUCTUATION_SPANS = 50
 # A forecast that fails in the inner backtest scores this (|ln| of a factor e^3).
-_FAILED_SCORE = 3.0
+FAILED_SCORE = 3.0
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,7 @@ def _inner_errors(
             continue
         fit = fit_window(name, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
         predicted = None if isinstance(fit, FitFailure) else fit.solve(target)
-        error = _FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), _FAILED_SCORE), -_FAILED_SCORE)
+        error = FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), FAILED_SCORE), -FAILED_SCORE)
         out.append((error, ratio))
     return out
 
