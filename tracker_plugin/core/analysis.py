@@ -390,7 +390,7 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
         spread = partial(
             over_plans, fit, targets=targets, history=history, first=first, prior=prior,
             level=config.interval, error_scale=selection.error_scale, error_dof=selection.error_count,
-            inflation=plan_inflation(plan), timeline_for=timelines,
+            inflation=plan_inflation(plan), timeline_for=timelines, source=plan.source,
             known_total=plan.schedule.total_steps if plan.source == STEPS_ONLY and plan.schedule is not None else None,
         )
     results = _law_forecasts(

@@ -5,8 +5,9 @@ margin by which ``auto`` prefers the multi-power law over the lr-annealing law
 (``forecast.SELECTION_MARGIN``), the share of the peak lr a log must have shed before the
 multi-power law is a candidate (``forecast.MIN_SEEN_DECAY``), the interval's inflations
 the error prior, and the uncertainty rules: the share of an inferred or assumed plan's
-draws taken from the plausible plans (``plan_spread.PLAN_SHARE``), the point forecast
-over those plans (``plan_spread.PLAN_POINT``), the t's degrees of freedom
+draws taken from the plausible plans (``plan_spread.PLAN_SHARE``), the share of the point
+forecast's crossings from those plans, for a plan inferred and for one whose shape is
+unknown (``plan_spread.INFERRED_POINT_SHARE``, ``UNKNOWN_SHAPE_POINT_SHARE``), the t's degrees of freedom
 (``forecast.ERROR_DOF``) and an evidence-weighted mixture of the two laws' draws in place of
 ``auto``'s hard pick (a candidate only when asked for). Tuned on the runs they are scored on, their figures flatter them, so
 each family of runs is held out in turn:
@@ -20,10 +21,10 @@ each family of runs is held out in turn:
    over the plausible plans from those draws, which every case with an unknown plan carries;
 3. for each held-out family the rule is chosen on the *other* families alone
    (:func:`choose`): gain, margin and gate by the mean over families of the median
-   ``|ln(predicted/true)|`` (each family weighs the same), then by the same loss the laws'
-   mixture and the point over the plausible plans, then the error prior and the inflations
+   ``|ln(predicted/true)|`` (each family weighs the same) jointly with the point's shares
+   from the plausible plans, then by the same loss the laws' mixture, then the error prior and the inflations
    jointly, the t's degrees of freedom and the plausible plans' share, each by the squared
-   miss of the 50/80/95% coverages of their cases pooled;
+   miss of the 50/80/95% coverages of their cases pooled (sparse and dense cuts apart);
 4. the held-out family is scored with that rule; all families' held-out scores pooled are
    the leave-one-family-out figures (:func:`cross_family`, :func:`figure_rows`).
 
@@ -56,7 +57,7 @@ from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
 __all__ = [
-    "BEFORE", "DEFAULT_FAMILY_RULE", "DOFS", "GAINS", "LAWS", "MISS_SCORE", "MIXES", "PLAN_SHARES", "SETTINGS", "TODAY", "UNDER_COVERAGE_WEIGHT",
+    "BEFORE", "DEFAULT_FAMILY_RULE", "DOFS", "GAINS", "LAWS", "MISS_SCORE", "MIXES", "PLAN_SHARES", "POINT_SHARES", "SETTINGS", "TODAY", "UNDER_COVERAGE_WEIGHT",
     "CrossFamily", "Cut", "FamilyRow", "FigureRow", "Replay", "Rule", "Scored", "brier", "choose", "choose_mix",
     "cross_family", "family_of", "family_rows", "figure_rows", "figures", "held_out", "mixed", "plan_point",
     "replay_raw", "replay_reach", "run_cases",
@@ -77,6 +78,7 @@ INFLATIONS = (0.8, 1.0, 1.25, 1.5, 2.0)
 ERROR_SCALES = (0.05, 0.1, 0.2, 0.3)
 ERROR_WEIGHTS = (1.0, 3.0, 10.0)
 PLAN_SHARES = (0.0, 0.5, 1.0)
+POINT_SHARES = (0.0, 0.5, 1.0)
 DOFS = (0.0, 2.0, 3.0, 5.0)
 # How much more an interval that covers less than it says costs than one that covers more,
 # in the calibration loss: rules fitted to the pooled coverage of some families cover less
@@ -116,23 +118,24 @@ class Rule:
     error_weight: float = forecast.ERROR_PRIOR_WEIGHT
     # The uncertainty rules (see Replay.unsorted): the share of draws from the plausible
     # plans, the t's degrees of freedom (0: the forecast's, prior weight + inner forecasts),
-    # the laws' evidence weighting (0: the hard pick) and whether the point is the median
-    # over the plausible plans too.
+    # the laws' evidence weighting (0: the hard pick) and the point's share from the
+    # plausible plans, for a plan inferred and for one of unknown shape (0: the central's).
     plan_share: float = plan_spread.PLAN_SHARE
     dof: float = forecast.ERROR_DOF
     mix: float = 0.0
-    plan_point: bool = plan_spread.PLAN_POINT
+    point_inferred: float = plan_spread.INFERRED_POINT_SHARE
+    point_unknown: float = plan_spread.UNKNOWN_SHAPE_POINT_SHARE
 
     def __str__(self) -> str:
         return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
                 f"error prior {self.error_scale:g} x {self.error_weight:g}, plan share {self.plan_share:g}, "
-                f"dof {self.dof:g}, law mix {self.mix:g}, plan point {self.plan_point}")
+                f"dof {self.dof:g}, law mix {self.mix:g}, point from the plans {self.point_inferred:g} inferred / {self.point_unknown:g} unknown shape")
 
 
 # Today's rules (the forecast's and plan_spread's defaults, the gain prior's default).
 TODAY = Rule(ANNEAL_GAIN, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
 # The rules before the interval drew over the plausible plans (the rules of that forecast).
-BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, plan_point=False)
+BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, point_inferred=0.0, point_unknown=0.0)
 
 
 def family_of(name: str, rule: str = DEFAULT_FAMILY_RULE) -> str:
@@ -258,13 +261,7 @@ class Replay:
             if cut.family not in wanted:
                 continue
             la, mp = table[(run, f, q, LAWS[0])], table[(run, f, q, LAWS[1])]
-            # As choose_law: the multi-power law once the log has shed enough of the peak
-            # lr, unless the lr-annealing law forecast the log's end better by the margin.
-            chosen = la
-            if cut.seen_decay >= rule.gate:
-                chosen = mp
-                if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
-                    chosen = la
+            chosen = _auto(la, mp, cut, rule)
             tokens = plan_point(chosen, rule)
             draws = self.draws(chosen, rule, cut.observed, tokens)
             if rule.mix > 0 and cut.seen_decay >= rule.gate:
@@ -273,6 +270,21 @@ class Replay:
             if chosen.plan_end_tokens is not None and len(draws):
                 p_reach = replay_reach(chosen, rule, self.unsorted(chosen, rule, cut.observed, tokens))
             out.append(Scored(chosen, cut.family, tokens, draws, chosen.rows <= SPARSE_ROWS, p_reach))
+        return out
+
+    def errors(self, rule: Rule, plan: str, families: Iterable[str]) -> list[tuple[str, float, float, float | None]]:
+        """``(family, fit fraction, target quantile, error)`` of each case :meth:`scored`
+        gives, without the interval draws the point loss does not read."""
+        if rule.mix > 0:
+            return [(s.family, s.case.fit_fraction, s.case.target_quantile, s.error) for s in self.scored(rule, plan, families)]
+        wanted = set(families)
+        table = self.cases[(plan, rule.gain)]
+        out = []
+        for run, f, q in self.keys:
+            cut = self.cuts[(plan, run, f)]
+            if cut.family in wanted:
+                chosen = _auto(table[(run, f, q, LAWS[0])], table[(run, f, q, LAWS[1])], cut, rule)
+                out.append((cut.family, f, q, Scored(chosen, cut.family, plan_point(chosen, rule), np.array([]), False, None).error))
         return out
 
     @staticmethod
@@ -312,6 +324,17 @@ class Replay:
         return draws
 
 
+def _auto(la: BacktestCase, mp: BacktestCase, cut: Cut, rule: Rule) -> BacktestCase:
+    """The law auto chooses under ``rule``, as choose_law does: the multi-power law once the
+    log has shed enough of the peak lr, unless the lr-annealing law forecast the log's end
+    better by the margin."""
+    if cut.seen_decay < rule.gate:
+        return la
+    if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
+        return la
+    return mp
+
+
 # --- the uncertainty rules: plausible plans, the t's tails, the laws' mixture -------------
 
 
@@ -325,17 +348,19 @@ def replay_raw(case: BacktestCase, rule: Rule) -> np.ndarray:
 
 
 def plan_point(case: BacktestCase, rule: Rule) -> float | None:
-    """The case's point forecast; with ``rule.plan_point`` and an unknown plan, the median of
-    the raw crossings over the central and the plausible plans alike (pooled at a half)."""
+    """The case's point forecast; with an unknown plan and a point share above 0 (the
+    rule's for the case's plan source), the median of the raw crossings with that share of
+    them from the plausible plans (plan_spread.point_share)."""
     if not case.forecast:
         return None
     central = case.tokens
     if case.central_tokens is not None:  # the case's own point is over the plausible plans
         central = case.central_tokens if math.isfinite(case.central_tokens) else None
-    if not rule.plan_point or case.plan_source not in forecast.UNKNOWN_PLAN_SOURCES or not case.plan_draws:
+    share = rule.point_inferred if case.plan_source == "inferred" else rule.point_unknown
+    if share <= 0 or case.plan_source not in forecast.UNKNOWN_PLAN_SOURCES or not case.plan_draws:
         return central
     # As plan_spread.over_plans: a median past every plan's reach is no crossing.
-    point = float(np.median(plan_spread.pooled(np.array(case.raw_draws, float), np.array(case.plan_draws, float), 0.5)))
+    point = float(np.median(plan_spread.pooled(np.array(case.raw_draws, float), np.array(case.plan_draws, float), share)))
     return point if math.isfinite(point) else None
 
 
@@ -381,41 +406,47 @@ def point_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
     """Mean over families, plans and settings of the median |ln|: every family weighs the same."""
     values = []
     for plan in PLANS:
-        scored = replay.scored(rule, plan, families)
+        found = replay.errors(rule, plan, families)
         for fam in families:
             for f, q in SETTINGS:
-                errors = [min(abs(e), MISS_SCORE) for s in in_setting(scored, f, q) if s.family == fam and (e := s.error) is not None]
+                errors = [min(abs(e), MISS_SCORE) for g, a, b, e in found if (g, a, b) == (fam, f, q) and e is not None]
                 if errors:
                     values.append(float(np.median(errors)))
     return float(np.mean(values)) if values else math.inf
 
 
 def calibration_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
-    """Mean over plans and settings of the squared misses of the 50/80/95% coverages, the
-    families' cases pooled (coverage is a property of the pooled forecasts: a family of two
-    runs has no coverage of its own worth squaring), a shortfall weighing
-    :data:`UNDER_COVERAGE_WEIGHT` times an excess."""
+    """Mean over plans, settings and sparse or dense cuts of the squared misses of the
+    50/80/95% coverages, the families' cases pooled (coverage is a property of the pooled
+    forecasts: a family of two runs has no coverage of its own worth squaring), a shortfall
+    weighing :data:`UNDER_COVERAGE_WEIGHT` times an excess.
+
+    Sparse cuts (at most :data:`SPARSE_ROWS` rows) count as a group of their own: they have
+    few or no inner forecasts, so their interval rests on the error prior that dense cuts
+    barely use, and pooled with a dense majority they would leave it to chance."""
     values = []
     for plan in PLANS:
         scored = replay.scored(rule, plan, families)
         for f, q in SETTINGS:
             group = in_setting(scored, f, q)
-            for level in LEVELS:
-                held = [c for s in group if (c := s.covered(level)) is not None]
-                if held:
-                    miss = float(np.mean(held)) - level
-                    values.append(miss**2 * (UNDER_COVERAGE_WEIGHT if miss < 0 else 1.0))
+            for part in ([s for s in group if s.sparse], [s for s in group if not s.sparse]):
+                for level in LEVELS:
+                    held = [c for s in part if (c := s.covered(level)) is not None]
+                    if held:
+                        miss = float(np.mean(held)) - level
+                        values.append(miss**2 * (UNDER_COVERAGE_WEIGHT if miss < 0 else 1.0))
     return float(np.mean(values)) if values else math.inf
 
 
 def choose(replay: Replay, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:
-    """The rule ``families`` pick: the point rules first (gain, margin, gate and the point
-    over the plausible plans jointly, a tie keeping today's), then the laws' mixture (of
+    """The rule ``families`` pick: the point rules first (gain, margin, gate and the point's
+    shares from the plausible plans jointly, a tie keeping today's), then the laws' mixture (of
     ``mixes``) by the point loss, then the interval rules by the calibration loss (rounds
     of :func:`_interval_round` until one changes nothing)."""
     # The point rules jointly (the point over the plausible plans moves which gain fits),
     # so what is chosen does not depend on today's defaults but for exact ties.
-    best = min((Rule(g, m, gate, plan_point=p) for g, m, gate, p in itertools.product(GAINS, MARGINS, GATES, (False, True))),
+    candidates = itertools.product(GAINS, MARGINS, GATES, POINT_SHARES, POINT_SHARES)
+    best = min((Rule(g, m, gate, point_inferred=a, point_unknown=b) for g, m, gate, a, b in candidates),
                key=lambda r: (round(point_loss(replay, r, families), 6), _point_rules(r) != _point_rules(TODAY)))
     best = choose_mix(replay, best, families, mixes)
     # The interval rules by coordinate descent from a fixed start (the t's counted dof, half
@@ -445,8 +476,8 @@ def _interval_round(replay: Replay, rule: Rule, families: Sequence[str]) -> Rule
     return min((replace(rule, unknown_inflation=k) for k in INFLATIONS), key=loss)
 
 
-def _point_rules(rule: Rule) -> tuple[float, float, float, bool]:
-    return rule.gain, rule.margin, rule.gate, rule.plan_point
+def _point_rules(rule: Rule) -> tuple[float, ...]:
+    return rule.gain, rule.margin, rule.gate, rule.point_inferred, rule.point_unknown
 
 
 def choose_mix(replay: Replay, rule: Rule, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:

@@ -9,7 +9,8 @@ rule out (:func:`~tracker_plugin.plan.schedule.plausible_schedules`), each fit b
 with a few replicates of its own (seeded, so a run gives the same interval every time), and
 their crossings join the bootstrap's: the interval covers the decays the forecast cannot
 know. The point forecast is the median crossing over the central and the plausible plans
-alike (:data:`PLAN_POINT`; the central plan's own is kept beside it for backtests).
+(:func:`point_share` of it from the plausible plans; the central plan's own is kept beside
+it for backtests).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from tracker_plugin.core.models import FitFailure, GainPrior, LawFit
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, plausible_schedules
 
-__all__ = ["PLAN_REPLICATES", "PLAN_SHARE", "over_plans", "pooled"]
+__all__ = ["INFERRED_POINT_SHARE", "PLAN_REPLICATES", "PLAN_SHARE", "UNKNOWN_SHAPE_POINT_SHARE", "over_plans", "point_share", "pooled"]
 
 # Bootstrap replicates per plausible plan: with PLAN_DRAWS plans, as many draws as the
 # central plan's bootstrap (forecast.REPLICATES) has.
@@ -43,9 +44,19 @@ PLAN_REPLICATES = 10
 # central plan): chosen by leave-one-family-out cross-validation
 # (benchmarks/bench_calibration.py) from 0 (the central plan alone), 0.5 and 1.
 PLAN_SHARE = 0.5
-# Whether the point forecast is the median crossing over the central and the plausible
-# plans alike (else the central plan's); chosen by the same validation.
-PLAN_POINT = True
+# The share of the point forecast's crossings from the plausible plans (0: the central
+# plan's own point; 0.5: the central and the plausible plans alike; 1: the plausible plans
+# alone), apart for a plan inferred from a logged decay (its central plan is the decay
+# that fits the log best, one of the plausible ones) and for a plan whose shape nothing
+# shows (the lr assumed constant, or a planned total alone: its central plan holds the lr
+# to the end, which the cooldowns of the prior do not). Chosen by the same validation.
+INFERRED_POINT_SHARE = 0.0
+UNKNOWN_SHAPE_POINT_SHARE = 1.0
+
+
+def point_share(source: str) -> float:
+    """The point forecast's share from the plausible plans for a plan of ``source``."""
+    return INFERRED_POINT_SHARE if source == "inferred" else UNKNOWN_SHAPE_POINT_SHARE
 
 
 def over_plans(
@@ -61,13 +72,16 @@ def over_plans(
     error_scale: float | None,
     error_dof: int,
     inflation: float,
+    source: str,
     known_total: float | None = None,
 ) -> list[TargetForecast]:
     """``found`` (the central plan's forecasts) with intervals drawn over the plausible plans too.
 
     ``timeline_for`` builds the run's timeline on another plan (the analysis's clock and
     batch settings); ``known_total`` is the planned last step when the params give only
-    that (every plausible plan then ends there). A plan whose fit fails adds no draws.
+    that (every plausible plan then ends there); ``source`` is the central plan's
+    (:attr:`~tracker_plugin.plan.schedule.Plan.source`), which sets :func:`point_share`. A plan
+    whose fit fails adds no draws.
     """
     seed = _seed(history)
     per_plan: list[tuple[list[tuple[float, ...]], float]] = []
@@ -94,7 +108,8 @@ def over_plans(
         raw = pooled(np.array(central.raw, float), np.array(plan_raw, float), PLAN_SHARE)
         ends = pooled(np.full(len(central.raw), end), np.array(plan_ends, float), PLAN_SHARE)
         shifts = rng.standard_t(error_dof_of(error_dof), len(raw))
-        tokens = _point(central, plan_raw)
+        share = point_share(source)
+        tokens = _point(central, plan_raw, share)
         values = _inflated(stretched(raw, shifts, error_scale, observed, beyond), tokens, observed, inflation)
         # Within the plan each draw was made on: an inferred plan's end is as unknown as its
         # decay. A plan assumed (no end) has none to reach within.
@@ -105,7 +120,7 @@ def over_plans(
         out.append(replace(central, tokens=tokens if reached else None, interval=_around(values, level, tokens) if reached else None,
                            p_reach_within_plan=p_reach, note=note,
                            draws=tuple(float(v) for v in values), plan_raw=plan_raw, plan_ends=plan_ends,
-                           central=own if PLAN_POINT else None))
+                           central=own if share > 0 else None))
     return out
 
 
@@ -124,11 +139,11 @@ def _around(values: np.ndarray, level: float, tokens: float) -> tuple[float, flo
     return min(low, tokens), max(high, tokens)
 
 
-def _point(central: TargetForecast, plan_raw: tuple[float, ...]) -> float:
-    """The point forecast: the central plan's, or with :data:`PLAN_POINT` the median raw
-    crossing over the central and the plausible plans alike (inf: not reached)."""
-    if PLAN_POINT:
-        return float(np.median(pooled(np.array(central.raw, float), np.array(plan_raw, float), 0.5)))
+def _point(central: TargetForecast, plan_raw: tuple[float, ...], share: float) -> float:
+    """The point forecast: the central plan's (``share`` 0), else the median raw crossing
+    with ``share`` of the crossings from the plausible plans (inf: not reached)."""
+    if share > 0:
+        return float(np.median(pooled(np.array(central.raw, float), np.array(plan_raw, float), share)))
     return math.inf if central.tokens is None else central.tokens
 
 
