@@ -84,21 +84,21 @@ MIN_SEEN_DECAY = 0.1
 # unknown plan's futures, 0.1 worth three before a reached target forecast never to be was
 # counted as a miss and the interval rules were chosen from a fixed start, 0.2 worth ten
 # before the calibration weighed sparse cuts, whose intervals rest on this prior, apart).
-ERROR_PRIOR_SCALE = 0.05
+ERROR_PRIOR_SCALE = 0.2
 ERROR_PRIOR_WEIGHT = 1.0
 # The degrees of freedom of the Student-t that draws the track record's stretch: 0 counts
 # the forecasts the scale rests on (ERROR_PRIOR_WEIGHT + the inner forecasts); a small
 # fixed number gives the interval heavier tails for its centre. Chosen by the same
 # validation.
-ERROR_DOF = 3
+ERROR_DOF = 5
 # The bootstrap's spread around the point forecast, in log tokens (the track record's
 # stretch included), is multiplied by the first when the lr plan is given (the lr_schedule
 # setting, the run's params, a file), by the second when it is inferred from the log or
 # assumed (whose unknown future the draws over plausible plans carry, see plan_spread).
 # Chosen by leave-one-family-out cross-validation, as ERROR_PRIOR_SCALE is (0.8 and 1.0
 # before those draws, then 1.0 and 1.0, then 0.8 and 0.8).
-INTERVAL_INFLATION = 1.0
-UNKNOWN_PLAN_INFLATION = 1.0
+INTERVAL_INFLATION = 0.8
+UNKNOWN_PLAN_INFLATION = 0.8
 # Plans whose source says they are not the run's own plan (see Plan.source).
 UNKNOWN_PLAN_SOURCES = ("inferred", "assumed", STEPS_ONLY)
 # The EMA remembers its start for a few spans (2.5 spans: under 1%).

@@ -43,7 +43,7 @@ PLAN_REPLICATES = 10
 # The share of the interval's draws taken from the plausible plans (the rest from the
 # central plan): chosen by leave-one-family-out cross-validation
 # (benchmarks/bench_calibration.py) from 0 (the central plan alone), 0.5 and 1.
-PLAN_SHARE = 0.5
+PLAN_SHARE = 1.0
 # The share of the point forecast's crossings from the plausible plans (0: the central
 # plan's own point; 0.5: the central and the plausible plans alike; 1: the plausible plans
 # alone), apart for a plan inferred from a logged decay (its central plan is the decay
