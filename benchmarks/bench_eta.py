@@ -3,7 +3,8 @@
     python benchmarks/bench_eta.py [--runs-time DIR ...] [--json]
 
 Each set of logs (``--runs-time``, repeatable; by default the 18 visible ``runs-time``
-logs and the held-out ones in ``benchmarks/data/heldout-time``) is scored apart.
+logs, the held-out 2025 ones in ``benchmarks/data/heldout-time`` and the held-out GPT-2
+medium records in ``benchmarks/data/heldout``) is scored apart.
 
 The protocol (issue 12): each of the 18 modded-nanogpt speedrun logs (``runs-time``, with
 ``train_time`` as the run's clock) is read on steps (``batch_size=1``, the val loss,
@@ -43,6 +44,8 @@ DEFAULT_RUNS = next(
 )
 CUT, QUANTILE, WINDOW, LEVEL = 0.5, 0.8, 250.0, 0.8
 HELDOUT = ROOT / "benchmarks" / "data" / "heldout-time"
+# The held-out GPT-2-medium records (track 2) carry the same clock.
+HELDOUT_MEDIUM = ROOT / "benchmarks" / "data" / "heldout"
 COLUMNS = tp.Columns().with_overrides(loss="val_loss")
 
 
@@ -129,10 +132,10 @@ def _median(values: list[float]) -> float | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-time", "--runs", dest="sets", type=Path, action="append",
-                        help="a directory of CSV logs with a clock (repeatable); default: the visible and held-out sets")
+                        help="a directory of CSV logs with a clock (repeatable); default: the visible and the two held-out sets")
     parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
     args = parser.parse_args()
-    sets = args.sets or [DEFAULT_RUNS, HELDOUT]
+    sets = args.sets or [DEFAULT_RUNS, HELDOUT, HELDOUT_MEDIUM]
     found = {}
     for folder in sets:
         paths = sorted(folder.glob("*.csv"))

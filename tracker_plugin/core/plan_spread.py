@@ -116,7 +116,7 @@ def over_plans(
         p_reach = None if fit.timeline.plan_end is None else float(np.mean(values <= ends))
         values = np.sort(values)
         reached = math.isfinite(tokens)
-        note = central.note if reached or not math.isfinite(own) else _ends_first(own, fit.timeline.plan_end is None)
+        note = central.note if reached or not math.isfinite(own) else _ends_first(own, fit.timeline.plan_end is None, history.unit)
         out.append(replace(central, tokens=tokens if reached else None, interval=_around(values, level, tokens) if reached else None,
                            p_reach_within_plan=p_reach, note=note,
                            draws=tuple(float(v) for v in values), plan_raw=plan_raw, plan_ends=plan_ends,
@@ -124,11 +124,11 @@ def over_plans(
     return out
 
 
-def _ends_first(own: float, assumed: bool) -> str:
+def _ends_first(own: float, assumed: bool, unit: str) -> str:
     """Why a target the central plan reaches is not forecast: most plausible plans end first."""
     central = "the lr held as logged" if assumed else "the inferred plan"
     return (f"not reached on most of the lr plans the log cannot rule out (a decay that ends the run first); "
-            f"on {central} it would be at {own:,.0f} tokens")
+            f"on {central} it would be at {own:,.0f} {unit}")
 
 
 def _around(values: np.ndarray, level: float, tokens: float) -> tuple[float, float]:
