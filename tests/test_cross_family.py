@@ -21,6 +21,7 @@ from tracker_plugin.core.cross_family import (
     Cut,
     Replay,
     Scored,
+    calibration_loss,
     choose,
     cross_family,
     family_of,
@@ -130,6 +131,52 @@ def test_a_familys_plan_share_is_chosen_on_the_other_families():
     own = {s.case.run: s for s in result.replay.scored(choose(result.replay, ["c"]), "infer", ["c"])}
     assert held["c-0"].covered(0.95) is False
     assert own["c-0"].covered(0.8) is True
+
+
+def _point_results(sources: dict[str, str]) -> Results:
+    """Cases with the plan inferred from a source per family: an ``assumed`` plan's central
+    crossings 10 times too late and its plausible plans' at the truth; an ``inferred`` one's
+    central at the truth and its plausible plans' 10 times too late. Plan given: exact."""
+    def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
+        truth = _truth(q)
+        if plan == "log":
+            return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, rows=100, plan_source="log")
+        near, late = _spread(truth, 0.5), _spread(10 * truth, 0.5)
+        central, plans = (late, near) if sources[fam] == "assumed" else (near, late)
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=float(np.median(central)), rows=100,
+                            plan_source=sources[fam], raw_draws=central, plan_draws=plans, error_scale=1e-9,
+                            error_count=10**9)
+
+    return _cases(sources, case)
+
+
+def test_the_points_share_from_the_plausible_plans_is_chosen_apart_per_plan_source():
+    result = cross_family(_point_results({"a": "assumed", "b": "assumed", "c": "inferred"}))
+    # the plausible plans alone for an lr of unknown shape, the central plan for an inferred decay
+    # (the crossings are spaced 0.05 apart in log, so the median is within 0.06 of the truth)
+    assert (result.on_all.point_unknown, result.on_all.point_inferred) == (1.0, 0.0)
+    scored = {s.case.run: s for s in result.replay.scored(result.on_all, "infer", result.families)}
+    assert scored["a-0"].error == pytest.approx(0.0, abs=0.06) and scored["c-0"].error == pytest.approx(0.0, abs=0.06)
+    # the central plan's point for the unknown shape would be 10 times too late
+    late = result.replay.scored(replace(result.on_all, point_unknown=0.0), "infer", ["a"])
+    assert late[0].error == pytest.approx(math.log(10), abs=0.06)
+
+
+def test_cuts_with_no_inner_forecast_weigh_as_a_group_in_the_calibration_loss():
+    """Two runs with a track record whose intervals hold the truth at every level, two with
+    none whose draws are 100 times too late: the loss is the mean of the two groups', not
+    of the four cases pooled (where half hold at every level and the misses nearly cancel)."""
+    def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
+        truth = _truth(q)
+        draws, count = (_spread(truth, 0.5), 10**9) if fam == "a" else (tuple(100 * truth for _ in range(40)), 0)
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, rows=100, plan_source="log",
+                            raw_draws=draws, draws=tuple(sorted(draws)), error_scale=1e-9, error_count=count)
+
+    replay = Replay(_cases(["a", "b"], case))
+    rule = replace(TODAY, inflation=1.0, unknown_inflation=1.0, error_scale=1e-9, error_weight=1.0)
+    covered = [(1 - level) ** 2 for level in (0.5, 0.8, 0.95)]  # every level held: the excesses
+    missed = [3.0 * level**2 for level in (0.5, 0.8, 0.95)]  # none held, a shortfall weighing 3x
+    assert calibration_loss(replay, rule, ["a", "b"]) == pytest.approx(np.mean(covered + missed), rel=1e-9)
 
 
 def test_one_family_is_refused():
