@@ -151,7 +151,7 @@ class TargetForecast:
     plan_raw: tuple[float, ...] = ()
     plan_ends: tuple[float, ...] = ()  # each plan_raw draw's plan end, in tokens (inf: none)
     # The central plan's crossing (inf: never) where the point is taken over the plausible
-    # plans too (plan_spread.PLAN_POINT), so a backtest can replay either point; None where
+    # plans too (plan_spread.point_share), so a backtest can replay either point; None where
     # the point is the central plan's own.
     central: float | None = None
 
