@@ -137,8 +137,10 @@ def test_without_a_decay_the_assumption_is_said():
     steps = np.arange(0, 5000, 100.0)
     held = infer_lr_schedule(steps, np.minimum(1.0, steps / 1000))
     assert held.schedule is None
-    assert "stays there" in held.note and "lr_schedule" in held.note
-    assert "constant lr" in infer_lr_schedule(steps, None).note
+    assert "stayed at its peak (1)" in held.note and "nothing says how the run ends" in held.note
+    assert "cooldowns it might end in" in held.note and "lr_schedule" in held.note
+    unlogged = infer_lr_schedule(steps, None).note
+    assert unlogged.startswith("no lr logged") and "cooldowns it might end in" in unlogged
 
 
 def test_tokens_clock_counts_a_doubled_batch_twice_and_steps_clock_does_not():

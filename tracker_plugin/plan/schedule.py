@@ -559,14 +559,20 @@ class Plan:
         return "assumed" if self.schedule is None else self.schedule.source
 
 
+# What a forecast on an lr whose future nothing shows rests on (see plausible_schedules).
+_UNKNOWN_END = ("nothing says how the run ends, so the forecast is taken over the cooldowns it might end in "
+                "(a prior), beside the lr held as logged; pass lr_schedule for the run's own plan")
+
+
 def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedule | None = None) -> Plan:
     """Recognise a cosine or linear decay in the logged lr and extend it to its end.
 
     The decay is taken to start where the lr last sat at its peak; a cosine and a linear
     decay are fitted to what follows, with the total steps and the final lr free. A shape
     is accepted when it explains the log to within 1% of the peak and the lr has already
-    fallen by at least 5% of the peak. Otherwise nothing is inferred and the note says what
-    the forecast assumes instead: that the last logged lr continues.
+    fallen by at least 5% of the peak. Otherwise nothing is inferred and the note says so:
+    the central plan holds the last logged lr, and the forecast is taken over the cooldowns
+    the run might end in (:func:`plausible_schedules`).
 
     ``planned``: a ``steps-only`` plan from the run's params (its total known, its shape
     not). The decay then ends at that total, and what is built keeps the source
@@ -575,26 +581,25 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedu
     """
     known = _known_total(planned, step)
     if lr is None or len(lr) < 2 or not np.isfinite(lr).any():
-        return _unknown_shape(planned, step, None, "no lr logged and no planned schedule: the forecast assumes a constant lr")
+        return _unknown_shape(planned, step, None, f"no lr logged and no planned schedule: {_UNKNOWN_END}")
     ok = np.isfinite(lr)
     s, v = np.asarray(step, float)[ok], np.asarray(lr, float)[ok]
     peak = float(v.max())
     if peak <= 0:
-        return _unknown_shape(planned, s, v, "the logged lr is zero: the forecast assumes a constant lr")
+        return _unknown_shape(planned, s, v, f"the logged lr is zero: {_UNKNOWN_END}")
     last = float(v[-1])
     at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
     if last >= _AT_PEAK * peak:
         return _unknown_shape(
             planned, s, v,
-            f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: the forecast assumes it "
-            "stays there; a planned decay would reach targets sooner (pass lr_schedule)",
+            f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: {_UNKNOWN_END}",
         )
     best = _inferred_decay(s, v, peak, known)
     if best is None:
         return _unknown_shape(
             planned, s, v,
-            f"the planned lr after step {s[-1]:,.0f} is unknown: the forecast assumes the last logged lr "
-            f"({last:.3g}, {last / peak:.2g}x the peak) continues (pass lr_schedule)",
+            f"the planned lr after step {s[-1]:,.0f} is unknown (no decay fits the logged lr, last {last:.3g}, "
+            f"{last / peak:.2g}x the peak): {_UNKNOWN_END}",
         )
     _, shape, total, final, start = best
     warmup = float(s[at_peak[0]])
