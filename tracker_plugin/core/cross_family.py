@@ -86,7 +86,7 @@ DOFS = (0.0, 2.0, 3.0, 5.0)
 # differ among themselves), and a user trusting an 80% interval that holds 70% is misled
 # where one that holds 90% is only told too little. A stated preference, not chosen by the
 # validation it serves: with 1 (symmetric), 2, 3 or 4 the held-out 80% intervals (plan
-# given, f=0.5 q=0.8) cover 74%, 77%, 81% or 85%, and at f=0.25 q=0.8 66%, 74%, 74%, 78%.
+# given, f=0.5 q=0.8) cover 74%, 77%, 81% or 85%, and at f=0.25 q=0.8 66%, 74%, 74%, 80%.
 UNDER_COVERAGE_WEIGHT = 3.0
 # A reached target forecast never to be reached counts as this |ln| in the point loss, as
 # auto scores a failed inner forecast (an infinite miss would make every median it lands on,
