@@ -357,11 +357,11 @@ def plan_point(case: BacktestCase, rule: Rule) -> float | None:
     central = case.tokens if case.forecast else None
     if case.central_tokens is not None:  # the case's own point is over the plausible plans
         central = case.central_tokens if math.isfinite(case.central_tokens) else None
-    share = rule.point_inferred if case.plan_source == "inferred" else rule.point_unknown
+    share = plan_spread.point_share(case.plan_source, rule.point_inferred, rule.point_unknown)
     if share <= 0 or case.plan_source not in forecast.UNKNOWN_PLAN_SOURCES or not case.plan_draws or not case.raw_draws:
         return central
     # As plan_spread.over_plans: a median past every plan's reach is no crossing.
-    point = float(np.median(plan_spread.pooled(np.array(case.raw_draws, float), np.array(case.plan_draws, float), share)))
+    point = plan_spread.pooled_median(np.array(case.raw_draws, float), np.array(case.plan_draws, float), share)
     return point if math.isfinite(point) else None
 
 

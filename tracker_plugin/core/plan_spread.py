@@ -35,7 +35,10 @@ from tracker_plugin.core.models import FitFailure, GainPrior, LawFit
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, plausible_schedules
 
-__all__ = ["INFERRED_POINT_SHARE", "PLAN_REPLICATES", "PLAN_SHARE", "UNKNOWN_SHAPE_POINT_SHARE", "over_plans", "point_share", "pooled"]
+__all__ = [
+    "INFERRED_POINT_SHARE", "PLAN_REPLICATES", "PLAN_SHARE", "UNKNOWN_SHAPE_POINT_SHARE", "over_plans", "point_share", "pooled",
+    "pooled_median",
+]
 
 # Bootstrap replicates per plausible plan: with PLAN_DRAWS plans, as many draws as the
 # central plan's bootstrap (forecast.REPLICATES) has.
@@ -54,9 +57,11 @@ INFERRED_POINT_SHARE = 0.0
 UNKNOWN_SHAPE_POINT_SHARE = 1.0
 
 
-def point_share(source: str) -> float:
-    """The point forecast's share from the plausible plans for a plan of ``source``."""
-    return INFERRED_POINT_SHARE if source == "inferred" else UNKNOWN_SHAPE_POINT_SHARE
+def point_share(source: str | None, inferred: float = INFERRED_POINT_SHARE, unknown: float = UNKNOWN_SHAPE_POINT_SHARE) -> float:
+    """The point forecast's share from the plausible plans for a plan of ``source``: the
+    ``inferred`` share after an inferred decay, the ``unknown`` one otherwise (the defaults
+    are the forecast's; a backtest replays others)."""
+    return inferred if source == "inferred" else unknown
 
 
 def over_plans(
@@ -97,6 +102,7 @@ def over_plans(
     beyond = float(fit.timeline.tokens[-1])
     end = _end_tokens(fit.timeline)
     rng = np.random.default_rng(seed + 2)
+    share = point_share(source)
     out = []
     for i, central in enumerate(found):
         plan_raw = tuple(v for raws, _ in per_plan for v in raws[i])
@@ -108,7 +114,6 @@ def over_plans(
         raw = pooled(np.array(central.raw, float), np.array(plan_raw, float), PLAN_SHARE)
         ends = pooled(np.full(len(central.raw), end), np.array(plan_ends, float), PLAN_SHARE)
         shifts = rng.standard_t(error_dof_of(error_dof), len(raw))
-        share = point_share(source)
         tokens = _point(central, plan_raw, share)
         values = _inflated(stretched(raw, shifts, error_scale, observed, beyond), tokens, observed, inflation)
         # Within the plan each draw was made on: an inferred plan's end is as unknown as its
@@ -143,7 +148,7 @@ def _point(central: TargetForecast, plan_raw: tuple[float, ...], share: float) -
     """The point forecast: the central plan's (``share`` 0), else the median raw crossing
     with ``share`` of the crossings from the plausible plans (inf: not reached)."""
     if share > 0:
-        return float(np.median(pooled(np.array(central.raw, float), np.array(plan_raw, float), share)))
+        return pooled_median(np.array(central.raw, float), np.array(plan_raw, float), share)
     return math.inf if central.tokens is None else central.tokens
 
 
@@ -167,3 +172,8 @@ def pooled(central: np.ndarray, plans: np.ndarray, share: float) -> np.ndarray:
     pick = np.linspace(0, len(central) - 1, n_central).round().astype(np.int64)
     take = np.linspace(0, len(plans) - 1, n_plans).round().astype(np.int64)
     return np.r_[central[pick], plans[take]]
+
+
+def pooled_median(central: np.ndarray, plans: np.ndarray, share: float) -> float:
+    """The median of the crossings :func:`pooled` gives (inf: past every plan's reach)."""
+    return float(np.median(pooled(central, plans, share)))
