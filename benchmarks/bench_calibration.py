@@ -44,6 +44,8 @@ SHARED = next((p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "d
               ROOT.parent / "shared" / "data")
 HERE = Path(__file__).resolve().parent
 PLANS_TABLE = HERE / "data" / "speedrun_plans.csv"
+# Runs no rule is chosen on: the GPT-2-medium records and the 2025 GPT-2-small records.
+HELD_OUT = (HERE / "data" / "heldout", HERE / "data" / "heldout-time")
 
 
 def speedrun_plans(path: Path = PLANS_TABLE) -> dict[str, LrSchedule]:
@@ -76,7 +78,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=Path, default=SHARED / "runs")
     parser.add_argument("--runs-time", type=Path, default=SHARED / "runs-time")
-    parser.add_argument("--held-out", type=Path, default=HERE / "data" / "heldout", help="runs of other families, scored only")
+    parser.add_argument("--held-out", type=Path, action="append",
+                        help="a folder of held-out runs, scored only (repeatable; default: data/heldout and data/heldout-time)")
     parser.add_argument("--speedrun-plans", choices=("given", "assumed"), default="given",
                         help="the speedrun logs' plan given: their records' schedules, or the constant lr assumed")
     parser.add_argument("--law-mixes", type=float, nargs="+", default=list(MIXES),
@@ -92,7 +95,7 @@ def main() -> None:
     plans = speedrun_plans() if args.speedrun_plans == "given" else {}
     start = time.perf_counter()
     results = cross_family_cases(members(files, plans), processes=args.workers, cache=args.cache)
-    held = csvs(args.held_out)
+    held = csvs(*(args.held_out or HELD_OUT))
     held_cache = None if args.cache is None else args.cache.with_name(args.cache.name + ".heldout")
     other = cross_family_cases(members(held, plans), processes=args.workers, cache=held_cache) if held else None
     print(f"cases in {time.perf_counter() - start:.0f} s; speedrun plans {args.speedrun_plans}\n")

@@ -1,10 +1,12 @@
-"""The val rows of a modded-nanogpt record log as a CSV (step,time,val_loss,train_loss).
+"""The val rows of a modded-nanogpt record log as a CSV (step,time,val_loss[,train_loss]).
 
     python extract.py LOG.txt > OUT.csv
 
 A row per line ``step:N/T val_loss:X train_time:Yms`` (time in seconds); ``train_loss``
-is filled where a line of that step also logs ``train_loss:X``, else left empty. The
-step-0 row is left out.
+is filled where a line of that step also logs ``train_loss:X``, else left empty, and
+there is no ``train_loss`` column when no line logs one (as in ``runs-time``'s
+validation-only logs: an empty column would be read as the loss). The step-0 row is
+left out.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ def main(path: str) -> None:
                 val[int(match[1])] = (int(match[3]) / 1000.0, float(match[2]))
             elif match := TRAIN.match(line):
                 train[int(match[1])] = float(match[2])
-    print("step,time,val_loss,train_loss")
-    for step in sorted(val):
-        if step == 0:  # the untrained model's loss: runs-time holds no step-0 row either
-            continue
+    steps = [s for s in sorted(val) if s != 0]  # step 0, the untrained model: runs-time holds none either
+    with_train = any(s in train for s in steps)
+    print("step,time,val_loss,train_loss" if with_train else "step,time,val_loss")
+    for step in steps:
         seconds, loss = val[step]
-        print(f"{step},{seconds},{loss},{train.get(step, '')}")
+        print(f"{step},{seconds},{loss},{train.get(step, '')}" if with_train else f"{step},{seconds},{loss}")
 
 
 if __name__ == "__main__":
