@@ -1,7 +1,7 @@
 """Leave-one-family-out cross-validation of the forecast's rules, beside today's rules.
 
     python benchmarks/bench_calibration.py [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
-                                           [--held-out benchmarks/data/heldout] [--speedrun-plans given|assumed]
+                                           [--held-out DIR ...] [--speedrun-plans given|assumed]
                                            [--law-mixes 0 0.03 0.1 0.3] [--workers 2] [--cache /tmp/calibration.pkl]
 
 The protocol is ``tracker-plugin backtest --cross-family`` (``tracker_plugin.core.cross_family``:
@@ -17,9 +17,13 @@ schedule from ``data/speedrun_plans.csv`` (warmup, constant, linear warmdown, fr
 training script at the top of its log), or with ``--speedrun-plans assumed`` the constant
 lr assumed; with the plan inferred they always get the constant lr assumed.
 
-Held-out families (``--held-out``, the CSV files of ``data/heldout/``: logs of other
-families, see its README) are scored with the rules chosen on all the visible families,
-nothing tuned on them; printed separately.
+Held-out runs (``--held-out DIR``, repeatable; by default the CSV files of ``data/heldout/``,
+eight GPT-2-medium speedrun records, family ``medium``, and of ``data/heldout-time/``, five
+2025 GPT-2-small speedrun records, family ``modded``: later runs of a visible family; see
+their READMEs) are scored with the rules chosen on all the visible families, nothing tuned
+on them, and printed separately, per family and pooled. Their plans come from the same
+table as the visible speedrun logs'. The visible cases are cached in ``--cache``, the
+held-out ones beside it (``.heldout``), one cache for all the held-out folders.
 """
 
 from __future__ import annotations
@@ -79,7 +83,8 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, default=SHARED / "runs")
     parser.add_argument("--runs-time", type=Path, default=SHARED / "runs-time")
     parser.add_argument("--held-out", type=Path, action="append",
-                        help="a folder of held-out runs, scored only (repeatable; default: data/heldout and data/heldout-time)")
+                        help="a folder of held-out runs, scored only (repeatable; default: data/heldout and "
+                             "data/heldout-time)")
     parser.add_argument("--speedrun-plans", choices=("given", "assumed"), default="given",
                         help="the speedrun logs' plan given: their records' schedules, or the constant lr assumed")
     parser.add_argument("--law-mixes", type=float, nargs="+", default=list(MIXES),

@@ -31,6 +31,7 @@ from tracker_plugin.core.cross_family import (
 )
 from tracker_plugin.core.status import Status
 from tracker_plugin.errors import ConfigError
+from tracker_plugin.report.cross_family import cross_family_text
 from tracker_plugin.testing import synthetic_run
 
 # Each family's forecast error (ln predicted/true) under each gain prior: families a and b
@@ -272,3 +273,13 @@ def test_a_reached_target_forecast_never_to_be_is_a_counted_miss():
     assert x["p90"] == math.inf
     assert x["signed"] == pytest.approx((0.1 - 0.2 + 0.3) / 3, abs=1e-12)
     assert x["cov80%"] == pytest.approx(3 / 4, abs=1e-12)
+
+
+def test_held_out_rows_of_a_visible_familys_name_say_they_are_held_out():
+    # later runs of visible family a, scored as held out: their rows must not read as a's own
+    result = cross_family(_results(ERRORS), held_out_results=_results({"a": ERRORS["a"]}))
+    visible, held = cross_family_text(result).split("\nHeld-out runs, scored only")
+    family_lines = [line for line in held.splitlines() if line.startswith("  plan ") and " Brier " in line]
+    assert family_lines and all("(held out)" in line or "all held out" in line for line in family_lines)
+    assert any(" a (held out) " in line for line in family_lines)
+    assert "held out)" not in visible and "all held out" not in visible

@@ -94,9 +94,12 @@ def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), word
     lines.append(f"  on all families:  {result.on_all}  (what the forecast's defaults should be)")
     if result.held_out is not None:
         rows, fams = held_out(result)
-        lines += ["", "Held-out families, rules from all visible families: " + _header(result.held_out), ""]
+        # A held-out family may share its name with a visible one (later runs of it): every
+        # held-out row says it is held out, so the two cannot be read for one another.
+        lines += ["", "Held-out runs, scored only (no rule chosen on them), with the rules from all visible families: "
+                  + _header(result.held_out), ""]
         lines += _figures_text(rows, ["today", "all"], "on all visible families (all)")
-        lines += _families_text(fams, "today -> all")
+        lines += _families_text(fams, "today -> all", held_out=True)
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in skipped]
     return "\n".join(lines)
 
@@ -134,17 +137,19 @@ def _figures_text(rows: list[FigureRow], names: list[str], chosen: str) -> list[
     return lines
 
 
-def _families_text(rows: list[FamilyRow], arrow: str) -> list[str]:
+def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) -> list[str]:
     f0, q0 = SETTINGS[0]
     cuts = " | ".join(f"f={f:g}" for f in sorted(FRACTIONS, reverse=True))
     lines = [f"\nMean signed ln(predicted/true) per family at f={f0:g} q={q0:g} (target within +-0.03), and the Brier score",
              f"of p_reach_within_plan ({cuts}; cases with a plan end), {arrow}:"]
     for x in rows:
         if x.pooled:
-            lines.append(f"  plan {x.plan:5} {'all':8} Brier " + " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier))
+            pooled = "all held out" if held_out else "all"
+            lines.append(f"  plan {x.plan:5} {pooled:8} Brier " + " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier))
             continue
         briers = " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier)
-        lines.append(f"  plan {x.plan:5} {x.family:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   Brier " + briers)
+        name = f"{x.family} (held out)" if held_out else x.family
+        lines.append(f"  plan {x.plan:5} {name:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   Brier " + briers)
     return lines
 
 
