@@ -18,10 +18,11 @@ training script at the top of its log), or with ``--speedrun-plans assumed`` the
 lr assumed; with the plan inferred they always get the constant lr assumed.
 
 Held-out runs (``--held-out DIR``, repeatable; by default the CSV files of ``data/heldout/``,
-eight GPT-2-medium speedrun records, family ``medium``, and of ``data/heldout-time/``, five
+ten GPT-2-medium speedrun records, family ``medium``, and of ``data/heldout-time/``, five
 2025 GPT-2-small speedrun records, family ``modded``: later runs of a visible family; see
 their READMEs) are scored with the rules chosen on all the visible families, nothing tuned
-on them, and printed separately, per family and pooled. Their plans come from the same
+on them, and printed separately (the figures pooled over them, the signed error and Brier
+score per family; for one family's figures pass its folder alone). Their plans come from the same
 table as the visible speedrun logs'. The visible cases are cached in ``--cache``, the
 held-out ones beside it (``.heldout``), one cache for all the held-out folders.
 """
