@@ -267,7 +267,7 @@ def test_a_reached_target_forecast_never_to_be_is_a_counted_miss():
     assert never.error == math.inf and never.covered(0.8) is False
     assert failed.error is None and failed.covered(0.8) is None
     x = figures([*hits, never, failed])
-    assert x["never"] == 1 and x["n"] == 5
+    assert x["never"] == 1 and x["failed"] == 1 and x["n"] == 5
     # |ln| 0.1, 0.2, 0.3, inf: the median between 0.2 and 0.3, the p90 among the misses
     assert x["median"] == pytest.approx(0.25, abs=1e-12)
     assert x["p90"] == math.inf

@@ -498,14 +498,16 @@ def lofo(replay: Replay, plan: str, rules: Mapping[str, Rule]) -> list[Scored]:
 
 
 def figures(scored: Sequence[Scored]) -> dict[str, float | None]:
-    """Cases reached, those forecast never to be, median and p90 |ln| (a forecast of never
-    counted as an infinite miss), mean signed ln of the finite ones, and the 50/80/95%
-    coverages."""
+    """Cases reached, those forecast never to be, those with no forecast (the cut's fit
+    failed: left out of every other figure, and counted so the table says so), median and
+    p90 |ln| (a forecast of never counted as an infinite miss), mean signed ln of the finite
+    ones, and the 50/80/95% coverages."""
     errors = np.array([e for s in scored if (e := s.error) is not None])
     finite = errors[np.isfinite(errors)]
     out: dict[str, float | None] = {
         "n": float(len([s for s in scored if s.case.reached_in_run])),
         "never": float(len(errors) - len(finite)),
+        "failed": float(sum(1 for s in scored if s.case.reached_in_run and s.case.status == Status.FAILED)),
         "median": _quantile_abs(errors, 50),
         "p90": _quantile_abs(errors, 90),
         "signed": float(np.mean(finite)) if len(finite) else None,
@@ -585,6 +587,7 @@ class FigureRow:
     group: str
     cases: int
     never: int  # reached targets forecast never to be reached (counted in median and p90 as misses)
+    failed: int  # reached targets of cuts whose fit failed (no forecast: in no other figure)
     median_abs: float | None
     p90_abs: float | None
     signed: float | None
@@ -630,8 +633,8 @@ def figure_rows(replay: Replay, sets: Sequence[tuple[str, Mapping[str, Rule]]]) 
 
 
 def _figure_row(plan: str, name: str, f: float, q: float, group: str, x: dict[str, float | None]) -> FigureRow:
-    return FigureRow(plan, name, f, q, group, int(x["n"] or 0), int(x["never"] or 0), x["median"], x["p90"], x["signed"], x["cov50%"],
-                     x["cov80%"], x["cov95%"])
+    return FigureRow(plan, name, f, q, group, int(x["n"] or 0), int(x["never"] or 0), int(x["failed"] or 0), x["median"], x["p90"],
+                     x["signed"], x["cov50%"], x["cov80%"], x["cov95%"])
 
 
 def family_rows(replay: Replay, today: Mapping[str, Rule], rules: Mapping[str, Rule]) -> list[FamilyRow]:

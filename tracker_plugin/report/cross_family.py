@@ -112,15 +112,15 @@ def _header(replay: Replay) -> str:
 
 
 def _figures_text(rows: list[FigureRow], names: list[str], chosen: str) -> list[str]:
-    header = ("plan", "f", "q", "runs", "rules", "cases", "never", "median", "p90", "signed", "cov50", "cov80", "cov95")
-    cells = [(x.plan, f"{x.fit_fraction:g}", f"{x.target_quantile:g}", x.group, x.rules, f"{x.cases}", f"{x.never}", _fmt(x.median_abs),
-              _fmt(x.p90_abs), _fmt(x.signed, "+.3f"), _fmt(x.coverage_50, ".2f"), _fmt(x.coverage_80, ".2f"),
+    header = ("plan", "f", "q", "runs", "rules", "cases", "never", "failed", "median", "p90", "signed", "cov50", "cov80", "cov95")
+    cells = [(x.plan, f"{x.fit_fraction:g}", f"{x.target_quantile:g}", x.group, x.rules, f"{x.cases}", f"{x.never}", f"{x.failed}",
+              _fmt(x.median_abs), _fmt(x.p90_abs), _fmt(x.signed, "+.3f"), _fmt(x.coverage_50, ".2f"), _fmt(x.coverage_80, ".2f"),
               _fmt(x.coverage_95, ".2f")) for x in rows if x.group != "pooled"]
     lines = [f"Forecasts of every family (\"all\": cuts with more than {SPARSE_ROWS} logged rows; \"sparse\": at most {SPARSE_ROWS}),",
              f"with today's rules and with the rules chosen {chosen} (never: reached targets forecast never to be,",
-             "counted in the median and p90 as infinite misses):\n"]
+             "counted in the median and p90 as infinite misses; failed: reached targets of cuts whose fit failed, in no other figure):\n"]
     left: list[Align] = ["<"] * 5
-    right: list[Align] = [">"] * 8
+    right: list[Align] = [">"] * 9
     lines += text_table(header, cells, align=left + right)
     settings = " | ".join(f"f={f:g} q={q:g}" for f, q in SETTINGS)
     lines.append(f"\nAll cuts pooled (sparse and not), {settings}: median / p90, cov50 / cov80 / cov95")
