@@ -146,6 +146,16 @@ def test_error_empty_or_one_row_file(capsys, tmp_path, text, problem):
     assert str(path) in line and problem in line
 
 
+def test_an_empty_loss_column_names_the_loss_columns_that_have_values(capsys, tmp_path):
+    # a trainer's CSV with its train_loss column left empty beside the val loss it logged:
+    # the error says where the values are, and takes nothing in their place
+    path = tmp_path / "val-only.csv"
+    path.write_text("step,val_loss,eval/loss,train_loss\n125,4.3,4.3,\n250,3.9,3.9,\n375,3.7,,\n")
+    line = _one_line_error(capsys, "analyze", path, "-t", "3.5", "--batch-size", "1")
+    assert "column 'train_loss': has no finite values" in line
+    assert "'val_loss', 'eval/loss' have values: choose with --loss-col" in line
+
+
 def test_error_decreasing_tokens(capsys, tmp_path):
     path = tmp_path / "tokens.csv"
     path.write_text("step,tokens,train_loss,global_batch\n0,0,5,10\n1,10,4,10\n2,5,3,10\n")

@@ -241,7 +241,8 @@ def build_history(
     lost = _kept_note(kept, logged_rows, resolved_away, int(bad.sum()))
     if kept < 2:
         what = "no finite values" if not keep.any() else "only one finite value"
-        raise DataError(f"has {what}; at least two logged steps are needed", run=run, column=loss_key)
+        raise DataError(f"has {what}; at least two logged steps are needed{_other_losses(data, columns, loss_key)}",
+                        run=run, column=loss_key)
     if kept < _MIN_ROWS and lost:
         raise DataError(f"{lost}, too few to analyse (at least {_MIN_ROWS} are needed)", run=run, column=loss_key)
     if bad.any():
@@ -289,6 +290,19 @@ def batch_stages(history: History) -> tuple[BatchStage, ...]:
         )
         for s, e in zip(starts, ends)
     )
+
+
+def _other_losses(data: pd.DataFrame, columns: Columns, chosen: str) -> str:
+    """The other loss columns (the loss names, and any column named like a loss) the data
+    has values in, as a hint for a loss column that has none (a CSV with an empty
+    ``train_loss`` beside a logged ``val_loss``, say): not taken in its place, since which
+    loss is meant is the user's to say."""
+    named = [c for c in dict.fromkeys(data.columns) if str(c) != chosen and (str(c) in columns.loss or "loss" in str(c).lower())]
+    others = [str(c) for c in named if isinstance(data[c], pd.Series) and int(pd.to_numeric(data[c], errors="coerce").notna().sum()) >= 2]
+    if not others:
+        return ""
+    listed = ", ".join(f"'{name}'" for name in others)
+    return f" ({listed} {'has' if len(others) == 1 else 'have'} values: choose with columns.loss)"
 
 
 def _find(data: pd.DataFrame, candidates: tuple[str, ...]) -> str | None:
