@@ -30,7 +30,6 @@ steps (inside the constant phase).
 from __future__ import annotations
 
 import argparse
-import csv
 import glob
 import math
 import os
@@ -51,7 +50,7 @@ from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.testing.synthetic import synthetic_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import PLANS_TABLE, SHARED, load, speedrun_plans  # noqa: E402
+from bench_calibration import SHARED, load, speedrun_plans  # noqa: E402
 
 CUTS = ((0.25, 0.6), (0.25, 0.8), (0.25, 0.95), (0.5, 0.6), (0.5, 0.8), (0.5, 0.95))
 
@@ -199,7 +198,7 @@ def main() -> None:
                           for m in ("lr-annealing", "multi-power"))
         print(f"  {os.path.basename(path):28} {held} | {shifted} | {ours}")
     print("speedruns a quarter of the way in, their records' plans given, train loss (target at 60% of the steps):")
-    plans, table = speedrun_plans(), _plan_rows()
+    plans = speedrun_plans()
     for path in sorted(glob.glob(str(args.runs_time / "*.csv"))):
         name = Path(path).stem
         if name not in plans:
@@ -208,14 +207,13 @@ def main() -> None:
         if int(np.searchsorted(history.step, 0.25 * history.last_step, side="right")) < 50:
             print(f"  {name:42} too few rows at the cut")
             continue
-        for line in floor_profile(history, window, plans[name], table[name]):
+        for line in floor_profile(history, window, plans[name], _constant_end(plans[name])):
             print(f"  {name:42} {line}")
 
 
-def _plan_rows() -> dict[str, float]:
-    """Each record's last step at constant lr (its planned total less its warmdown)."""
-    with PLANS_TABLE.open(newline="") as f:
-        return {row["run"]: float(int(row["num_iterations"]) - int(row["warmdown_iters"])) for row in csv.DictReader(f)}
+def _constant_end(plan: LrSchedule) -> float:
+    """The plan's last step at its peak lr (where its warmdown starts)."""
+    return max(step for step, lr in zip(plan.steps, plan.lr) if lr >= plan.peak)
 
 
 if __name__ == "__main__":
