@@ -16,6 +16,7 @@ from tracker_plugin.core.cross_family import (
     FRACTIONS,
     GAINS,
     LAWS,
+    MISS_SCORE,
     QUANTILES,
     TODAY,
     Cut,
@@ -28,6 +29,7 @@ from tracker_plugin.core.cross_family import (
     family_rows,
     figures,
     lofo,
+    point_loss,
 )
 from tracker_plugin.core.status import Status
 from tracker_plugin.errors import ConfigError
@@ -273,6 +275,21 @@ def test_a_reached_target_forecast_never_to_be_is_a_counted_miss():
     assert x["p90"] == math.inf
     assert x["signed"] == pytest.approx((0.1 - 0.2 + 0.3) / 3, abs=1e-12)
     assert x["cov80%"] == pytest.approx(3 / 4, abs=1e-12)
+
+
+def test_the_point_loss_holds_a_rule_to_its_tail():
+    """Per family, plan and setting the mean of the median and the p90 |ln|: run 0 exact, run
+    1 forecast never (a miss scored MISS_SCORE). The median alone, MISS_SCORE / 2, would not
+    tell this rule from one that is half as far off on both runs."""
+    def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
+        if run.endswith("-1"):
+            return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.UNREACHABLE, rows=100)
+        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.EXTRAPOLATED, tokens=_truth(q), rows=100,
+                            draws=(_truth(q),))
+
+    replay = Replay(_cases(["a", "b"], case))
+    # |ln| 0 and MISS_SCORE: median MISS_SCORE / 2, p90 0.9 MISS_SCORE
+    assert point_loss(replay, TODAY, ["a", "b"]) == pytest.approx(0.7 * MISS_SCORE, rel=1e-12)
 
 
 def test_held_out_rows_of_a_visible_familys_name_say_they_are_held_out():

@@ -20,8 +20,8 @@ each family of runs is held out in turn:
    or error prior from the bootstrap's raw draws, which every case carries, and the draws
    over the plausible plans from those draws, which every case with an unknown plan carries;
 3. for each held-out family the rule is chosen on the *other* families alone
-   (:func:`choose`): gain, margin and gate by the mean over families of the median
-   ``|ln(predicted/true)|`` (each family weighs the same) jointly with the point's shares
+   (:func:`choose`): gain, margin and gate by the mean over families of the median and
+   p90 ``|ln(predicted/true)|`` (each family weighs the same; :func:`point_loss`) jointly with the point's shares
    from the plausible plans, then by the same loss the laws' mixture, then the error prior and the inflations
    jointly, the t's degrees of freedom and the plausible plans' share, each by the squared
    miss of the 50/80/95% coverages of their cases pooled (cuts with no inner forecast apart);
@@ -92,6 +92,12 @@ UNDER_COVERAGE_WEIGHT = 3.0
 # auto scores a failed inner forecast (an infinite miss would make every median it lands on,
 # and so every rule, tie).
 MISS_SCORE = forecast.FAILED_SCORE
+# The point loss reads these percentiles of |ln| (their mean), as the figures are read: the
+# median alone let rules through that forecast the hard cases never to be (a miss past the
+# median moves nothing), where the p90 counts them. A stated objective, the median and the
+# p90 the figures are held to, not chosen by the validation it serves; with the median
+# alone the LOFO figures (plan inferred, f=0.25 q=0.8) had 10 such misses and 70% cover.
+POINT_PERCENTILES = (50.0, 90.0)
 # At most this many rounds of the interval rules' coordinate descent (see choose).
 _DESCENT_ROUNDS = 4
 # Stands for an infinite |ln| where a percentile is taken.
@@ -404,7 +410,9 @@ def in_setting(scored: Sequence[Scored], f: float, q: float) -> list[Scored]:
 
 
 def point_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
-    """Mean over families, plans and settings of the median |ln|: every family weighs the same."""
+    """Mean over families, plans and settings of the mean of the median and the p90 |ln|
+    (:data:`POINT_PERCENTILES`): every family weighs the same, and a rule is held to its
+    tail as well as its middle."""
     values = []
     for plan in PLANS:
         found = replay.errors(rule, plan, families)
@@ -412,7 +420,7 @@ def point_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> float:
             for f, q in SETTINGS:
                 errors = [min(abs(e), MISS_SCORE) for g, a, b, e in found if (g, a, b) == (fam, f, q) and e is not None]
                 if errors:
-                    values.append(float(np.median(errors)))
+                    values.append(float(np.mean(np.percentile(errors, POINT_PERCENTILES))))
     return float(np.mean(values)) if values else math.inf
 
 
