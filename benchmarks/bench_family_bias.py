@@ -1,6 +1,7 @@
 """Where each family's mean signed error comes from, run by run, at the headline setting.
 
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl [--plan log|infer] [--fraction 0.5] [--quantile 0.8]
+    python benchmarks/bench_family_bias.py --whole-run-gains
 
 Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
 replays ``auto`` with the rule chosen without each family (``cross_family``), as the
@@ -10,18 +11,29 @@ peak lr the log had shed by the cut (below the gate the multi-power law is no ca
 the gain is the prior's alone), the rows the forecast saw, its error, and each law's error
 under each gain (``lr-annealing / multi-power``), so a family's bias can be traced to the
 runs and the rule that make it.
+
+``--whole-run-gains`` prints instead what the gain prior speaks about, measured: the
+lr-annealing law fitted to each whole run (its decay logged or, for the speedruns, their
+records' plans given; no gain prior), its ``G`` and ``G`` over the loss at the run's end,
+beside the prior's share (``--anneal-gain``).
 """
 
 from __future__ import annotations
 
 import argparse
 import pickle
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+import tracker_plugin as tp
 from tracker_plugin.core.cross_family import GAINS, LAWS, Replay, Rule, cross_family, in_setting
+from tracker_plugin.core.models import ANNEAL_GAIN
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_calibration import SHARED, csvs, load, speedrun_plans  # noqa: E402
 
 
 def _error(value: float | None) -> str:
@@ -50,14 +62,33 @@ def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, 
     return lines
 
 
+def whole_run_gains() -> list[str]:
+    """Each visible run's whole-run ``G``, and its share of the loss at the run's end."""
+    plans = speedrun_plans()
+    lines = [f"the gain prior's share today: {ANNEAL_GAIN:g}", f"{'run':46s} {'G':>7s} {'G/loss':>7s}"]
+    for path in csvs(SHARED / "runs", SHARED / "runs-time"):
+        history, window = load(path)
+        plan = plans.get(Path(path).stem) if history.lr is None else None
+        analysis = tp.analyze(history, [0.5], ema_token_window=window, model="lr-annealing", lr_schedule=plan, anneal_gain=0.0)
+        if not isinstance(analysis.fit, tp.FitFailure) and analysis.fit is not None:
+            gain = analysis.fit.params["G"]
+            end = float(np.median(history.loss[-max(3, len(history.loss) // 20):]))
+            lines.append(f"{Path(path).stem[:46]:46s} {gain:7.3f} {gain / end:7.3f}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", type=Path, required=True, help="the cases bench_calibration.py --cache wrote")
+    parser.add_argument("--cache", type=Path, help="the cases bench_calibration.py --cache wrote")
     parser.add_argument("--plan", choices=("log", "infer"), default="log")
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--quantile", type=float, default=0.8)
+    parser.add_argument("--whole-run-gains", action="store_true", help="the gain each whole run shows, beside the prior's")
     args = parser.parse_args()
-    if not args.cache.exists():
+    if args.whole_run_gains:
+        print("\n".join(whole_run_gains()))
+        return
+    if args.cache is None or not args.cache.exists():
         raise SystemExit(f"no cases at {args.cache}: run benchmarks/bench_calibration.py --cache {args.cache} first")
     results = pickle.loads(args.cache.read_bytes())["results"]
     result = cross_family(results)

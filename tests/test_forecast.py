@@ -95,6 +95,20 @@ def test_the_planned_decay_is_what_brings_a_wsd_run_to_its_target():
     assert planned.plan.schedule.source == "spec"
 
 
+def test_a_forecast_past_a_decay_the_log_has_not_shown_says_it_rests_on_the_gain_prior():
+    spec = "wsd:warmup=100,total=3000,decay=0.25,final=0.05"
+    cut, target, _ = _protocol(_run(spec, gain=0.2), 0.5, 0.95)
+    before = tp.analyze(cut, [target], lr_schedule=spec, ema_token_window=WINDOW, anneal_gain=0.05)
+    [note] = [n for n in before.notes if "not in the log yet" in n]
+    # the plan sheds 95% of the peak, the log none of it; G is the prior's 5% of the loss
+    assert "the plan 95%" in note and "5% of the loss, anneal_gain" in note
+    assert f"G={before.fit.params['G']:.4g}" in note
+    # once the log holds the decay, its gain is measured, not the prior's
+    late, target, _ = _protocol(_run(spec, gain=0.2), 0.9, 0.95)
+    after = tp.analyze(late, [target * 0.98], lr_schedule=spec, ema_token_window=WINDOW)
+    assert not any("not in the log yet" in n for n in after.notes)
+
+
 def test_the_ema_lag_does_not_bias_the_forecast():
     """A window of 300 steps lags the loss by ~150 steps; fitting the raw loss does not."""
     history = _run(noise=0.002)

@@ -18,6 +18,7 @@ import pandas as pd
 from tracker_plugin.core.clock import CLOCKS, Timeline, TimelineBuilder, tokens_to_step
 from tracker_plugin.core.forecast import (
     AUTO,
+    MIN_SEEN_DECAY,
     UNKNOWN_PLAN_SOURCES,
     Selection,
     TargetForecast,
@@ -396,7 +397,23 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     results = _law_forecasts(
         fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan), spread
     )
-    return _Forecasts(results, fit, selection, plan, notes=(plan.note,))
+    gain = _prior_gain_note(fit, config.anneal_gain)
+    return _Forecasts(results, fit, selection, plan, notes=(plan.note, *([gain] if gain else [])))
+
+
+def _prior_gain_note(fit: LawFit | FitFailure, share: float) -> str | None:
+    """Say so when the planned decay lies past the log: the loss it removes is then the
+    anneal-gain prior's (the log holds nothing to measure it by), and so is every target
+    forecast past it, which a user reading ``G`` among the fitted parameters would not know."""
+    if not isinstance(fit, LawFit) or fit.prior is None:
+        return None
+    seen = fit.cells.before(float(fit.observations.clock[-1])).total
+    planned = fit.cells.total
+    if seen >= MIN_SEEN_DECAY or planned - seen < MIN_SEEN_DECAY:
+        return None
+    return (f"the planned lr decay is not in the log yet (the lr has shed {seen:.0%} of its peak by the last row, "
+            f"the plan {planned:.0%}): the loss it removes, G={fit.params['G']:.4g}, is the anneal-gain prior's "
+            f"({share * 100:g}% of the loss, anneal_gain), and a target past the decay is forecast on it")
 
 
 def _law_forecasts(
