@@ -106,6 +106,7 @@ def test_a_forecast_past_a_decay_the_log_has_not_shown_says_it_rests_on_the_gain
     # once the log holds the decay, its gain is measured, not the prior's
     late, target, _ = _protocol(_run(spec, gain=0.2), 0.9, 0.95)
     after = tp.analyze(late, [target * 0.98], lr_schedule=spec, ema_token_window=WINDOW)
+    assert after.targets[0].status == tp.Status.EXTRAPOLATED  # a forecast, which could have said it
     assert not any("not in the log yet" in n for n in after.notes)
 
 
