@@ -70,10 +70,13 @@ def whole_run_gains() -> list[str]:
         history, window = load(path)
         plan = plans.get(Path(path).stem) if history.lr is None else None
         analysis = tp.analyze(history, [0.5], ema_token_window=window, model="lr-annealing", lr_schedule=plan, anneal_gain=0.0)
-        if not isinstance(analysis.fit, tp.FitFailure) and analysis.fit is not None:
-            gain = analysis.fit.params["G"]
-            end = float(np.median(history.loss[-max(3, len(history.loss) // 20):]))
-            lines.append(f"{Path(path).stem[:46]:46s} {gain:7.3f} {gain / end:7.3f}")
+        name = Path(path).stem[:46]
+        if isinstance(analysis.fit, tp.FitFailure) or analysis.fit is None:
+            lines.append(f"{name:46s} no fit: {analysis.fit.reason if analysis.fit else 'no open target'}")
+            continue
+        gain = analysis.fit.params["G"]
+        end = float(np.median(history.loss[-max(3, len(history.loss) // 20):]))
+        lines.append(f"{name:46s} {gain:7.3f} {gain / end:7.3f}")
     return lines
 
 
