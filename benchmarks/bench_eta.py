@@ -1,6 +1,6 @@
 """Wall-clock forecasts on real speedrun logs, beside a naive baseline.
 
-    python benchmarks/bench_eta.py [--runs-time DIR ...] [--json]
+    python benchmarks/bench_eta.py [--runs-time DIR ...] [--plans none|given] [--json]
 
 Each set of logs (``--runs-time``, repeatable; by default the 18 visible ``runs-time``
 logs, the held-out 2025 ones in ``benchmarks/data/heldout-time`` and the held-out GPT-2
@@ -20,6 +20,15 @@ Printed: cases without a seconds answer (must be 0), the median over cases of
 (|ln| seconds - |ln| steps) (must be <= 0.01), the seconds-interval coverage (must be
 70-90%), and the same figures for the baseline: the step forecast converted with the mean
 seconds per step of the last 20% of the cut (no pauses told apart, no interval).
+
+Beside them, what the interval's width rests on: the median half-width of the 80% seconds
+interval (in ln seconds) against the 80th percentile of the errors, and the run's own track
+record, the inner forecasts of the selection (cuts at 60-80% of the log forecasting its
+end): how many cases had any, and their error per unit of log horizon, which the interval
+shrinks towards the error prior (``forecast.ERROR_PRIOR_SCALE``, worth
+``ERROR_PRIOR_WEIGHT`` forecasts). ``--plans given`` hands each log its record's planned lr
+(``data/speedrun_plans.csv``, as ``bench_calibration.py`` does; a log without one is left
+out), to tell the width the unknown ending adds from the rest.
 """
 
 from __future__ import annotations
@@ -33,9 +42,13 @@ from pathlib import Path
 import numpy as np
 
 import tracker_plugin as tp
+from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_calibration import speedrun_plans  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_RUNS = next(
@@ -49,8 +62,9 @@ HELDOUT_MEDIUM = ROOT / "benchmarks" / "data" / "heldout"
 COLUMNS = tp.Columns().with_overrides(loss="val_loss")
 
 
-def case(path: Path) -> dict[str, object]:
-    """One log: the forecast from the cut, the truth from the full log, the baseline."""
+def case(path: Path, plan: tp.LrSchedule | None = None) -> dict[str, object]:
+    """One log: the forecast from the cut (on ``plan`` when given), the truth from the full
+    log, the baseline."""
     full = tp.load_csv(path, columns=COLUMNS, batch_size=1)
     smoothed = token_window_ema(full.loss, full.step, full.batch, WINDOW)
     at = int(np.searchsorted(full.step, QUANTILE * full.last_step, side="right")) - 1
@@ -60,7 +74,8 @@ def case(path: Path) -> dict[str, object]:
     assert true_result.status == Status.REACHED and true_time.seconds is not None
     rows = int(np.searchsorted(full.step, CUT * full.last_step, side="right"))
     cut = full.head(rows)
-    found = run_analysis(cut, AnalysisConfig(targets=(target,), ema_token_window=WINDOW, interval=LEVEL))
+    config = AnalysisConfig(targets=(target,), ema_token_window=WINDOW, interval=LEVEL, lr_schedule=plan)
+    found = run_analysis(cut, config)
     result, when = found.targets[0], found.timing.targets[0]  # type: ignore[union-attr]
     row: dict[str, object] = {"run": path.stem, "status": str(result.status), "target": target}
     row["true_step"], row["true_seconds"] = true_result.step, true_time.seconds
@@ -70,7 +85,19 @@ def case(path: Path) -> dict[str, object]:
     row["baseline_seconds"] = _baseline(cut, result.step)
     throughput = found.timing.throughput  # type: ignore[union-attr]
     row["throughput_spread"] = None if throughput is None else throughput.spread
+    row["inner_forecasts"], row["inner_error"] = _own_record(found.selection)
     return row
+
+
+def _own_record(selection: object) -> tuple[int, float | None]:
+    """The selection's inner forecasts: how many, and their root-mean-square error per unit
+    of log horizon, undone from the scale shrunk towards the error prior."""
+    scale, count = getattr(selection, "error_scale", None), getattr(selection, "error_count", 0)
+    inner = count - int(forecast.ERROR_PRIOR_WEIGHT)
+    if scale is None or inner <= 0:
+        return 0, None
+    squares = scale**2 * count - forecast.ERROR_PRIOR_WEIGHT * forecast.ERROR_PRIOR_SCALE**2
+    return inner, math.sqrt(max(squares, 0.0) / inner)
 
 
 def _baseline(cut: tp.History, step: float | None) -> float | None:
@@ -108,6 +135,12 @@ def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
         for r in rows
         if r["step_interval"] is not None
     ]
+    half_widths = [
+        math.log(iv[1] / iv[0]) / 2  # type: ignore[index,operator]
+        for r in rows
+        if (iv := r["seconds_interval"]) is not None and iv[0] > 0 and iv[1] is not None  # type: ignore[index,operator]
+    ]
+    inner = [r["inner_error"] for r in rows if r["inner_error"] is not None]
     return {
         "cases": len(rows),
         "without_step": sum(1 for r in rows if r["step"] is None),
@@ -122,6 +155,10 @@ def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
         "median_throughput_spread": _median([r["throughput_spread"] for r in rows if r["throughput_spread"] is not None]),  # type: ignore[misc]
         "baseline_median_ln_seconds": _median([v for v in ln_base if v is not None]),
         "baseline_median_ln_seconds_minus_steps": _median(diff_base),
+        "median_half_width_80": _median(half_widths),
+        "p80_ln_seconds": float(np.quantile(known, 0.8)) if (known := [v for v in ln_sec if v is not None]) else None,
+        "with_track_record": len(inner),
+        "median_inner_error": _median(inner),  # type: ignore[arg-type]
     }
 
 
@@ -133,16 +170,19 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-time", "--runs", dest="sets", type=Path, action="append",
                         help="a directory of CSV logs with a clock (repeatable); default: the visible and the two held-out sets")
+    parser.add_argument("--plans", choices=("none", "given"), default="none",
+                        help="none: the issue's protocol (no plan); given: each log's record plan, a log without one left out")
     parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
     args = parser.parse_args()
     sets = args.sets or [DEFAULT_RUNS, HELDOUT, HELDOUT_MEDIUM]
+    plans = speedrun_plans() if args.plans == "given" else {}
     found = {}
     for folder in sets:
-        paths = sorted(folder.glob("*.csv"))
+        paths = sorted(p for p in folder.glob("*.csv") if args.plans == "none" or p.stem in plans)
         if not paths:
-            print(f"no CSV logs in {folder}", file=sys.stderr)
+            print(f"no CSV logs in {folder}" + (" with a record plan" if plans else ""), file=sys.stderr)
             return 2
-        rows = [case(p) for p in paths]
+        rows = [case(p, plans.get(p.stem)) for p in paths]
         found[str(folder)] = {"rows": rows, "summary": summary(rows)}
     if args.json:
         print(json.dumps(found, indent=2))
@@ -187,6 +227,15 @@ def _print(rows: list[dict[str, object]], figures: dict[str, float | int | None]
         f"step forecasts late: {figures['late_step_forecasts']} of {figures['cases'] - figures['without_step']}"  # type: ignore[operator]
     )
     print(f"median throughput spread (sd of ln s/token between blocks): {_fmt(figures['median_throughput_spread']).strip()}")
+    print(
+        f"median half-width of the 80% seconds intervals (ln): {_fmt(figures['median_half_width_80']).strip()}; "
+        f"80th percentile of |ln| seconds: {_fmt(figures['p80_ln_seconds']).strip()}"
+    )
+    print(
+        f"the runs' own track record: {figures['with_track_record']} of {figures['cases']} cases have inner forecasts, "
+        f"median error per unit log horizon {_fmt(figures['median_inner_error']).strip()} "
+        f"(the error prior: {forecast.ERROR_PRIOR_SCALE:g}, worth {forecast.ERROR_PRIOR_WEIGHT:g} forecasts)"
+    )
 
 
 def _fmt(value: object) -> str:
