@@ -244,10 +244,40 @@ def test_auto_text_names_the_model_interval_and_plan(capsys, data_dir, tmp_path)
     assert "80% interval: tokens=[" in line and "steps=[" in line and "P(reached within plan)=" in line
 
 
+def test_a_planned_total_alone_gives_a_plan_whose_cooldowns_end_there(capsys, data_dir, tmp_path):
+    # A speedrun log (no lr logged) cut at 900 of its 1,750 planned steps.
+    full = (data_dir / "modded-short-2024-11-24_WindowWarmup.csv").read_text().splitlines()
+    cut = tmp_path / "cut.csv"
+    cut.write_text("\n".join(line for line in full if not line[0].isdigit() or int(line.split(",")[0]) <= 900) + "\n")
+    args = ("analyze", cut, "--loss-col", "val_loss", "--batch-size", "1", "--ema-token-window", "250", "-t", "3.35", "--json")
+    code, out, _ = run_cli(capsys, *args, "--total-steps", "1750")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["lr_plan"]["source"] == "steps-only" and doc["lr_plan"]["total_steps"] == 1750
+    note = doc["lr_plan"]["note"]
+    assert "cooldowns that end at the planned step 1,750" in note and "no planned schedule" not in note
+    (target,) = doc["targets"]
+    assert 0 <= target["p_reach_within_plan"] <= 1
+    # Without the total nothing gives the plan or its end: no chance within it.
+    code, out, _ = run_cli(capsys, *args)
+    assert code == 0
+    unknown = json.loads(out)
+    assert unknown["lr_plan"]["source"] is None and unknown["lr_plan"]["total_steps"] is None
+    assert "no planned schedule" in unknown["lr_plan"]["note"] and unknown["targets"][0]["p_reach_within_plan"] is None
+
+
+def test_a_planned_total_must_be_a_step_above_zero():
+    with pytest.raises(tp.ConfigError, match="planned_total is the planned last step, a number above 0, got 0"):
+        tp.LrSchedule.steps_only(0)
+    assert tp.LrSchedule.steps_only(500).source == "steps-only"
+
+
 @pytest.mark.parametrize(
     ("args", "problem"),
     [
         (["--lr-spec", "cosine:total=10", "--lr-schedule", "plan.csv"], "give the planned lr once"),
+        (["--total-steps", "100", "--lr-spec", "cosine:total=10"], "--lr-spec SPEC or --total-steps STEPS, not more than one"),
+        (["--total-steps", "0"], "'--total-steps': 0.0 is not in the range x>0"),
         (["--lr-spec", "triangle:total=10"], "unknown shape 'triangle'"),
         (["--lr-schedule", "absent.csv"], "--lr-schedule absent.csv: no such file"),
         (["--interval", "80"], "interval is a coverage between 0 and 1"),

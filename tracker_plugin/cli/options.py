@@ -121,6 +121,14 @@ _TEXT_SETTINGS: dict[str, list[Decorator]] = {
             help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
             "(shapes: constant, cosine, linear, wsd, step; see the README).",
         ),
+        click.option(
+            "--total-steps",
+            "planned_total",
+            type=click.FloatRange(min=0, min_open=True),
+            metavar="STEPS",
+            help="The planned last step when the lr's shape is not known: the shape is inferred from "
+            "the logged lr, or drawn over the prior's cooldowns, ending there.",
+        ),
     ],
 }
 
@@ -181,17 +189,23 @@ def make_settings(options: dict[str, Any]) -> dict[str, Any]:
     settings = {name: options.pop(name) for name in SETTINGS if name not in _TEXT_SETTINGS}
     schedule = options.pop("batch_schedule", ())
     settings["batch_schedule"] = BatchSchedule.parse(schedule) if schedule else None
-    settings["lr_schedule"] = _lr_schedule(options.pop("lr_schedule_file", None), options.pop("lr_spec", None))
+    settings["lr_schedule"] = _lr_schedule(
+        options.pop("lr_schedule_file", None), options.pop("lr_spec", None), options.pop("planned_total", None)
+    )
     return settings
 
 
-def _lr_schedule(path: str | None, spec: str | None) -> LrSchedule | None:
-    if path and spec:
-        raise ConfigError("give the planned lr once: --lr-schedule FILE or --lr-spec SPEC, not both")
+def _lr_schedule(path: str | None, spec: str | None, total: float | None) -> LrSchedule | None:
+    if sum(given is not None for given in (path, spec, total)) > 1:
+        raise ConfigError(
+            "give the planned lr once: --lr-schedule FILE, --lr-spec SPEC or --total-steps STEPS, not more than one"
+        )
     if spec:
         return LrSchedule.parse_spec(spec)
     if path:
         return read_lr_schedule(path)
+    if total is not None:
+        return LrSchedule.steps_only(total)
     return None
 
 

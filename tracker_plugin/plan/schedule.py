@@ -154,6 +154,23 @@ class LrSchedule:
         return cls(tuple(s.tolist()), tuple(v.tolist()), float(s[-1]), source, description)
 
     @classmethod
+    def steps_only(cls, total: float, name: str = "planned_total") -> LrSchedule:
+        """A plan that knows only its last step, ``total``, and not its shape (``steps-only``):
+        the forecast infers the shape from the logged lr, ending at ``total``, or draws over
+        the cooldowns of the prior that end there, and widens its interval for it. ``name``
+        says where the total came from in the report.
+
+        Raises
+        ------
+        ConfigError
+            ``total`` is not a finite number of steps above 0.
+        """
+        if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total) or total <= 0:
+            raise ConfigError(f"{name} is the planned last step, a number above 0, got {total!r}")
+        last = float(total)
+        return cls((0.0, last), (1.0, 1.0), last, STEPS_ONLY, f"planned steps known ({name}={total:g}), schedule shape not")
+
+    @classmethod
     def parse_spec(cls, spec: str) -> LrSchedule:
         """A schedule from a spec such as ``cosine:warmup=2000,total=50000,final=0.1``.
 
@@ -581,25 +598,25 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedu
     """
     known = _known_total(planned, step)
     if lr is None or len(lr) < 2 or not np.isfinite(lr).any():
-        return _unknown_shape(planned, step, None, f"no lr logged and no planned schedule: {_UNKNOWN_END}")
+        return _unknown_shape(planned, step, None, "no lr logged")
     ok = np.isfinite(lr)
     s, v = np.asarray(step, float)[ok], np.asarray(lr, float)[ok]
     peak = float(v.max())
     if peak <= 0:
-        return _unknown_shape(planned, s, v, f"the logged lr is zero: {_UNKNOWN_END}")
+        return _unknown_shape(planned, s, v, "the logged lr is zero")
     last = float(v[-1])
     at_peak = np.flatnonzero(v >= _AT_PEAK * peak)
     if last >= _AT_PEAK * peak:
         return _unknown_shape(
             planned, s, v,
-            f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}: {_UNKNOWN_END}",
+            f"the lr has stayed at its peak ({peak:.3g}) since step {s[at_peak[0]]:,.0f}",
         )
     best = _inferred_decay(s, v, peak, known)
     if best is None:
         return _unknown_shape(
             planned, s, v,
             f"the planned lr after step {s[-1]:,.0f} is unknown (no decay fits the logged lr, last {last:.3g}, "
-            f"{last / peak:.2g}x the peak): {_UNKNOWN_END}",
+            f"{last / peak:.2g}x the peak)",
         )
     _, shape, total, final, start = best
     warmup = float(s[at_peak[0]])
@@ -648,18 +665,20 @@ def _known_total(planned: LrSchedule | None, step: np.ndarray) -> float | None:
     return planned.total_steps if planned.total_steps > last else None
 
 
-def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | None, note: str) -> Plan:
-    """No shape in the log: the held lr, to the planned total when params give one."""
+def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | None, why: str) -> Plan:
+    """No shape in the log (``why``; ``v`` None: no lr logged): the held lr, to the planned
+    total when one is known, and the note says what the forecast is taken over."""
     known = _known_total(planned, s)
     if planned is None or known is None:
-        return Plan(None, note)
+        return Plan(None, f"{why}{' and no planned schedule' if v is None else ''}: {_UNKNOWN_END}")
     if v is None or not len(v) or float(np.nanmax(v)) <= 0:
         knots: tuple[tuple[float, ...], tuple[float, ...]] = ((0.0, known), (1.0, 1.0))
     else:
         keep = np.unique(np.linspace(0, len(s) - 1, min(len(s), _DECAY_POINTS)).round().astype(np.int64))
         knots = (tuple(s[keep].tolist()) + (known,), tuple(v[keep].tolist()) + (float(v[-1]),))
     schedule = replace(planned, steps=knots[0], lr=knots[1], description=f"{planned.description}; the last logged lr held to it")
-    return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {note}")
+    ending = f"the forecast is taken over the cooldowns that end at the planned step {known:,.0f} (a prior), beside the lr held to it"
+    return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {why}: {ending}")
 
 
 def _decay_knots(
