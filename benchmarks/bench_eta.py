@@ -28,7 +28,9 @@ end): how many cases had any, and their error per unit of log horizon, which the
 shrinks towards the error prior (``forecast.ERROR_PRIOR_SCALE``, worth
 ``ERROR_PRIOR_WEIGHT`` forecasts). ``--plans given`` hands each log its record's planned lr
 (``data/speedrun_plans.csv``, as ``bench_calibration.py`` does; a log without one is left
-out), to tell the width the unknown ending adds from the rest.
+out), to tell the width the unknown ending adds from the rest; ``--plans total`` hands it
+the record's planned last step alone (``--total-steps``: what a log's ``step:N/T`` lines
+tell its reader).
 """
 
 from __future__ import annotations
@@ -170,12 +172,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs-time", "--runs", dest="sets", type=Path, action="append",
                         help="a directory of CSV logs with a clock (repeatable); default: the visible and the two held-out sets")
-    parser.add_argument("--plans", choices=("none", "given"), default="none",
-                        help="none: the issue's protocol (no plan); given: each log's record plan, a log without one left out")
+    parser.add_argument("--plans", choices=("none", "given", "total"), default="none",
+                        help="none: the issue's protocol (no plan); given: each log's record plan; total: its planned "
+                        "last step alone (--total-steps); a log without a record plan is left out of the last two")
     parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
     args = parser.parse_args()
     sets = args.sets or [DEFAULT_RUNS, HELDOUT, HELDOUT_MEDIUM]
-    plans = speedrun_plans() if args.plans == "given" else {}
+    plans = speedrun_plans() if args.plans != "none" else {}
+    if args.plans == "total":
+        plans = {name: tp.LrSchedule.steps_only(plan.total_steps or 0, "num_iterations") for name, plan in plans.items()}
     found = {}
     for folder in sets:
         paths = sorted(p for p in folder.glob("*.csv") if args.plans == "none" or p.stem in plans)
