@@ -154,17 +154,18 @@ class LrSchedule:
         return cls(tuple(s.tolist()), tuple(v.tolist()), float(s[-1]), source, description)
 
     @classmethod
-    def steps_only(cls, total: float, name: str = "planned_total") -> LrSchedule:
-        """A plan that knows only its last step, ``total``, and not its shape (``steps-only``):
-        the forecast infers the shape from the logged lr, ending at ``total``, or draws over
-        the cooldowns of the prior that end there, and widens its interval for it. ``name``
+    def steps_only(cls, planned_total: float, name: str = "planned_total") -> LrSchedule:
+        """A plan that knows only its last step, ``planned_total``, and not its shape (``steps-only``):
+        the forecast infers the shape from the logged lr, ending there, or draws over
+        the cooldowns of the prior that end at it, and widens its interval for it. ``name``
         says where the total came from in the report.
 
         Raises
         ------
         ConfigError
-            ``total`` is not a finite number of steps above 0.
+            ``planned_total`` is not a finite number of steps above 0.
         """
+        total = planned_total
         if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total) or total <= 0:
             raise ConfigError(f"{name} is the planned last step, a number above 0, got {total!r}")
         last = float(total)
