@@ -380,6 +380,22 @@ def test_a_steps_only_plan_takes_its_shape_from_the_log_ending_at_the_planned_to
     assert float(held.schedule.at(900.0)) == pytest.approx(1e-3)
 
 
+def test_a_planned_total_the_log_has_passed_is_set_aside_and_said_so():
+    from tracker_plugin.plan.schedule import infer_lr_schedule
+
+    step = np.arange(0, 601, 10.0)
+    passed = LrSchedule.steps_only(500)
+    said = "the planned last step (500) is behind the log's last (600) and is set aside"
+    unknown = infer_lr_schedule(step, None, planned=passed)
+    assert unknown.schedule is None and said in unknown.note and "no planned schedule" not in unknown.note
+    progress = np.clip((step - 50) / 950, 0, None)
+    lr = np.where(step < 50, 1e-3 * step / 50, 1e-4 + 0.5 * (1 + np.cos(np.pi * progress)) * 9e-4)
+    inferred = infer_lr_schedule(step, lr, planned=passed)
+    assert inferred.source == "inferred" and inferred.note.endswith(said)
+    # with no plan at all the note is as before
+    assert infer_lr_schedule(step, None).note.startswith("no lr logged and no planned schedule: ")
+
+
 def test_a_composer_schedule_in_durations_is_steps_only_with_its_planned_batches():
     # llm-foundry yaml: durations as "<N>ba"; the shape is not read, the total is
     yaml = {"scheduler": {"name": "cosine_with_warmup", "t_warmup": "100ba", "alpha_f": 0.1}, "max_duration": "4800ba",

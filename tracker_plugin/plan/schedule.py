@@ -631,7 +631,8 @@ def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedu
         schedule = replace(planned, steps=steps, lr=values, description=f"{planned.description}; {description}")
         return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {schedule.description}")
     schedule = LrSchedule(steps, values, total, "inferred", description)
-    return Plan(schedule, f"planned lr inferred from the log: {description}")
+    passed = _passed_total(planned, s)
+    return Plan(schedule, f"planned lr inferred from the log: {description}" + (f"; {passed}" if passed else ""))
 
 
 def _inferred_decay(
@@ -666,12 +667,23 @@ def _known_total(planned: LrSchedule | None, step: np.ndarray) -> float | None:
     return planned.total_steps if planned.total_steps > last else None
 
 
+def _passed_total(planned: LrSchedule | None, step: np.ndarray) -> str:
+    """The note's words for a steps-only plan whose total the log has already passed (a
+    total that cannot be the run's end is set aside, and the report says so), else ''."""
+    if planned is None or planned.source != STEPS_ONLY or planned.total_steps is None or _known_total(planned, step):
+        return ""
+    last = float(np.nanmax(np.asarray(step, float))) if len(step) else 0.0
+    return f"the planned last step ({planned.total_steps:,.0f}) is behind the log's last ({last:,.0f}) and is set aside"
+
+
 def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | None, why: str) -> Plan:
     """No shape in the log (``why``; ``v`` None: no lr logged): the held lr, to the planned
     total when one is known, and the note says what the forecast is taken over."""
     known = _known_total(planned, s)
     if planned is None or known is None:
-        return Plan(None, f"{why}{' and no planned schedule' if v is None else ''}: {_UNKNOWN_END}")
+        passed = _passed_total(planned, s)
+        given = f": {passed}" if passed else (" and no planned schedule" if v is None else "")
+        return Plan(None, f"{why}{given}: {_UNKNOWN_END}")
     if v is None or not len(v) or float(np.nanmax(v)) <= 0:
         knots: tuple[tuple[float, ...], tuple[float, ...]] = ((0.0, known), (1.0, 1.0))
     else:
