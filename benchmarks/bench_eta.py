@@ -1,6 +1,6 @@
 """Wall-clock forecasts on real speedrun logs, beside a naive baseline.
 
-    python benchmarks/bench_eta.py [--runs-time DIR ...] [--plans none|given] [--json]
+    python benchmarks/bench_eta.py [--runs-time DIR ...] [--plans none|given|total] [--json]
 
 Each set of logs (``--runs-time``, repeatable; by default the 18 visible ``runs-time``
 logs, the held-out 2025 ones in ``benchmarks/data/heldout-time`` and the held-out GPT-2
@@ -91,12 +91,14 @@ def case(path: Path, plan: tp.LrSchedule | None = None) -> dict[str, object]:
     return row
 
 
-def _own_record(selection: object) -> tuple[int, float | None]:
+def _own_record(selection: forecast.Selection | None) -> tuple[int, float | None]:
     """The selection's inner forecasts: how many, and their root-mean-square error per unit
-    of log horizon, undone from the scale shrunk towards the error prior."""
-    scale, count = getattr(selection, "error_scale", None), getattr(selection, "error_count", 0)
+    of log horizon, undone from the scale forecast._error_scale shrank towards the prior."""
+    if selection is None or selection.error_scale is None:
+        return 0, None
+    scale, count = selection.error_scale, selection.error_count
     inner = count - int(forecast.ERROR_PRIOR_WEIGHT)
-    if scale is None or inner <= 0:
+    if inner <= 0:
         return 0, None
     squares = scale**2 * count - forecast.ERROR_PRIOR_WEIGHT * forecast.ERROR_PRIOR_SCALE**2
     return inner, math.sqrt(max(squares, 0.0) / inner)

@@ -165,11 +165,11 @@ class LrSchedule:
         ConfigError
             ``planned_total`` is not a finite number of steps above 0.
         """
-        total = planned_total
-        if isinstance(total, bool) or not isinstance(total, (int, float)) or not math.isfinite(total) or total <= 0:
-            raise ConfigError(f"{name} is the planned last step, a number above 0, got {total!r}")
-        last = float(total)
-        return cls((0.0, last), (1.0, 1.0), last, STEPS_ONLY, f"planned steps known ({name}={total:g}), schedule shape not")
+        given = planned_total
+        if isinstance(given, bool) or not isinstance(given, (int, float)) or not math.isfinite(given) or given <= 0:
+            raise ConfigError(f"{name} is the planned last step, a number above 0, got {given!r}")
+        last = float(given)
+        return cls((0.0, last), (1.0, 1.0), last, STEPS_ONLY, f"planned steps known ({name}={given:g}), schedule shape not")
 
     @classmethod
     def parse_spec(cls, spec: str) -> LrSchedule:
@@ -670,7 +670,9 @@ def _known_total(planned: LrSchedule | None, step: np.ndarray) -> float | None:
 def _passed_total(planned: LrSchedule | None, step: np.ndarray) -> str:
     """The note's words for a steps-only plan whose total the log has already passed (a
     total that cannot be the run's end is set aside, and the report says so), else ''."""
-    if planned is None or planned.source != STEPS_ONLY or planned.total_steps is None or _known_total(planned, step):
+    if planned is None or planned.source != STEPS_ONLY or planned.total_steps is None:
+        return ""
+    if _known_total(planned, step) is not None:
         return ""
     last = float(np.nanmax(np.asarray(step, float))) if len(step) else 0.0
     return f"the planned last step ({planned.total_steps:,.0f}) is behind the log's last ({last:,.0f}) and is set aside"
@@ -682,8 +684,8 @@ def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | No
     known = _known_total(planned, s)
     if planned is None or known is None:
         passed = _passed_total(planned, s)
-        given = f": {passed}" if passed else (" and no planned schedule" if v is None else "")
-        return Plan(None, f"{why}{given}: {_UNKNOWN_END}")
+        plan_words = f": {passed}" if passed else (" and no planned schedule" if v is None else "")
+        return Plan(None, f"{why}{plan_words}: {_UNKNOWN_END}")
     if v is None or not len(v) or float(np.nanmax(v)) <= 0:
         knots: tuple[tuple[float, ...], tuple[float, ...]] = ((0.0, known), (1.0, 1.0))
     else:
