@@ -2,6 +2,7 @@
 
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl [--plan log|infer] [--fraction 0.5] [--quantile 0.8]
     python benchmarks/bench_family_bias.py --whole-run-gains
+    python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --gain-errors
 
 Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
 replays ``auto`` with the rule chosen without each family (``cross_family``), as the
@@ -16,6 +17,12 @@ runs and the rule that make it.
 lr-annealing law fitted to each whole run (its decay logged or, for the speedruns, their
 records' plans given; no gain prior), its ``G`` and ``G`` over the loss at the run's end,
 beside the prior's share (``--anneal-gain``).
+
+``--gain-errors`` puts the two together for the cuts whose gain is the prior's alone (the
+log had shed less of the peak lr than the rule's gate): each cut's signed error beside
+``ln(prior's share / the whole run's G over its loss)``, and their correlation, over all
+such cuts and per family. A negative correlation says the error is the gain prior's: a
+prior above the run's own gain forecasts early, one below it late.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 import tracker_plugin as tp
-from tracker_plugin.core.cross_family import GAINS, LAWS, Replay, Rule, cross_family, in_setting
+from tracker_plugin.core.cross_family import GAINS, LAWS, CrossFamily, Replay, Rule, cross_family, in_setting
 from tracker_plugin.core.models import ANNEAL_GAIN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,21 +69,55 @@ def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, 
     return lines
 
 
-def whole_run_gains() -> list[str]:
-    """Each visible run's whole-run ``G``, and its share of the loss at the run's end."""
+def fitted_gains() -> dict[str, tuple[float, float] | str]:
+    """Each visible run's whole-run ``G`` and its share of the loss at the run's end, by run
+    name (or why the law could not be fitted)."""
     plans = speedrun_plans()
-    lines = [f"the gain prior's share today: {ANNEAL_GAIN:g}", f"{'run':46s} {'G':>7s} {'G/loss':>7s}"]
+    out: dict[str, tuple[float, float] | str] = {}
     for path in csvs(SHARED / "runs", SHARED / "runs-time"):
         history, window = load(path)
         plan = plans.get(Path(path).stem) if history.lr is None else None
         analysis = tp.analyze(history, [0.5], ema_token_window=window, model="lr-annealing", lr_schedule=plan, anneal_gain=0.0)
-        name = Path(path).stem[:46]
         if isinstance(analysis.fit, tp.FitFailure) or analysis.fit is None:
-            lines.append(f"{name:46s} no fit: {analysis.fit.reason if analysis.fit else 'no open target'}")
+            out[Path(path).stem] = f"no fit: {analysis.fit.reason if analysis.fit else 'no open target'}"
             continue
         gain = analysis.fit.params["G"]
         end = float(np.median(history.loss[-max(3, len(history.loss) // 20):]))
-        lines.append(f"{name:46s} {gain:7.3f} {gain / end:7.3f}")
+        out[Path(path).stem] = (gain, gain / end)
+    return out
+
+
+def whole_run_gains() -> list[str]:
+    """Each visible run's whole-run ``G``, and its share of the loss at the run's end."""
+    lines = [f"the gain prior's share today: {ANNEAL_GAIN:g}", f"{'run':46s} {'G':>7s} {'G/loss':>7s}"]
+    for name, fitted in fitted_gains().items():
+        lines.append(f"{name[:46]:46s} {fitted}" if isinstance(fitted, str) else f"{name[:46]:46s} {fitted[0]:7.3f} {fitted[1]:7.3f}")
+    return lines
+
+
+def gain_errors(result: CrossFamily, plan: str, f: float, q: float) -> list[str]:
+    """The signed errors of the cuts whose gain is the prior's alone, beside how far the
+    prior's share (the rule's, chosen without the family) is from the run's own gain."""
+    gains = fitted_gains()
+    offsets, errors, families = [], [], []
+    lines = [f"cuts at f={f:g} q={q:g} (plan {plan}) whose gain is the prior's alone (shed below the gate)",
+             f"  {'run':46s} {'prior':>6s} {'own':>6s} {'ln p/o':>7s} {'error':>7s}"]
+    for family, rule in result.rules:
+        for s in in_setting(result.replay.scored(rule, plan, [family]), f, q):
+            name, error = Path(s.case.run).stem, s.error
+            own = gains.get(name)
+            if (error is None or not np.isfinite(error) or not isinstance(own, tuple) or own[1] <= 0
+                    or result.replay.cuts[(plan, s.case.run, f)].seen_decay >= rule.gate):
+                continue
+            offsets.append(float(np.log(rule.gain / own[1])))
+            errors.append(error)
+            families.append(family)
+            lines.append(f"  {name[:46]:46s} {rule.gain:6.3f} {own[1]:6.3f} {offsets[-1]:+7.2f} {error:+7.3f}")
+    x, y, fam = np.array(offsets), np.array(errors), np.array(families)
+    for label, mask in [("all", np.ones(len(x), bool))] + [(g, fam == g) for g in sorted(set(families))]:
+        if mask.sum() >= 3:
+            lines.append(f"  {label:8s} {int(mask.sum()):3d} cuts: corr(ln prior/own, signed error) {np.corrcoef(x[mask], y[mask])[0, 1]:+.2f}, "
+                         f"mean ln prior/own {x[mask].mean():+.2f}, mean signed {y[mask].mean():+.3f}")
     return lines
 
 
@@ -87,6 +128,8 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--quantile", type=float, default=0.8)
     parser.add_argument("--whole-run-gains", action="store_true", help="the gain each whole run shows, beside the prior's")
+    parser.add_argument("--gain-errors", action="store_true",
+                        help="the cuts whose gain is the prior's alone: their errors beside the prior's distance from the run's own gain")
     args = parser.parse_args()
     if args.whole_run_gains:
         print("\n".join(whole_run_gains()))
@@ -95,6 +138,9 @@ def main() -> None:
         raise SystemExit(f"no cases at {args.cache}: run benchmarks/bench_calibration.py --cache {args.cache} first")
     results = pickle.loads(args.cache.read_bytes())["results"]
     result = cross_family(results)
+    if args.gain_errors:
+        print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
+        return
     for family, rule in result.rules:
         print("\n".join(family_report(result.replay, family, rule, args.plan, args.fraction, args.quantile)), "\n", sep="")
 
