@@ -9,7 +9,10 @@ replays ``auto`` with the rule chosen without each family (``cross_family``), as
 calibration report does. Per family: the mean signed ``ln(predicted/true tokens)`` under
 that rule with each candidate gain prior; per run: the law ``auto`` chose, the share of the
 peak lr the log had shed by the cut (below the gate the multi-power law is no candidate and
-the gain is the prior's alone), the rows the forecast saw, its error, and each law's error
+the gain is the prior's alone), the rows the forecast saw, how much earlier than the
+tokens at the target's quantile the smoothed loss first reached the target (``early``,
+``ln(first crossing / q x the run's tokens)``: a dip to the target before the point it was
+read at is an error no forecast of the mean curve makes up), its error, and each law's error
 under each gain (``lr-annealing / multi-power``), so a family's bias can be traced to the
 runs and the rule that make it.
 
@@ -47,24 +50,28 @@ def _error(value: float | None) -> str:
     return "   -  " if value is None else f"{value:+.3f}"
 
 
-def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, q: float) -> list[str]:
+def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, q: float, ends: dict[str, float]) -> list[str]:
+    """``ends``: each run's last logged tokens, by its path."""
     lines = [f"{family} (rule without it: gain {rule.gain:g}, margin {rule.margin:g}, gate {rule.gate:g})"]
     for gain in GAINS:
         errors = [e for s in in_setting(replay.scored(replace(rule, gain=gain), plan, [family]), f, q)
                   if (e := s.error) is not None]
         mean = f"{np.mean(errors):+.3f}" if errors else "-"
         lines.append(f"  gain {gain:<6g} mean signed {mean} ({len(errors)} cases)")
-    lines.append(f"  {'run':46s} {'law':13s} {'shed':>5s} {'rows':>5s} {'error':>6s}  "
+    lines.append(f"  {'run':46s} {'law':13s} {'shed':>5s} {'rows':>5s} {'early':>6s} {'error':>6s}  "
                  + "  ".join(f"gain {g:g}: la / mp" for g in GAINS))
     for s in in_setting(replay.scored(rule, plan, [family]), f, q):
         run = s.case.run
         shed = replay.cuts[(plan, run, f)].seen_decay
+        # ln(the first crossing / the tokens at q of the run): below 0 where the smoothed
+        # loss dipped to the target before the point it was read at.
+        early = float(np.log(s.case.true_tokens / (q * ends[run])))
         per_gain = []
         for gain in GAINS:
             table = replay.cases[(plan, gain)]
             la, mp = (table[(run, f, q, law)].error for law in LAWS)
             per_gain.append(f"{_error(la)} / {_error(mp)}")
-        lines.append(f"  {Path(run).stem[:46]:46s} {s.case.model:13s} {shed:5.2f} {s.case.rows:5d} {_error(s.error)}  "
+        lines.append(f"  {Path(run).stem[:46]:46s} {s.case.model:13s} {shed:5.2f} {s.case.rows:5d} {early:+6.3f} {_error(s.error)}  "
                      + "  ".join(f"{x:>17s}" for x in per_gain))
     return lines
 
@@ -141,8 +148,9 @@ def main() -> None:
     if args.gain_errors:
         print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
         return
+    ends = {path: load(path)[0].last_tokens for path in csvs(SHARED / "runs", SHARED / "runs-time")}
     for family, rule in result.rules:
-        print("\n".join(family_report(result.replay, family, rule, args.plan, args.fraction, args.quantile)), "\n", sep="")
+        print("\n".join(family_report(result.replay, family, rule, args.plan, args.fraction, args.quantile, ends)), "\n", sep="")
 
 
 if __name__ == "__main__":
