@@ -3,6 +3,7 @@
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl [--plan log|infer] [--fraction 0.5] [--quantile 0.8]
     python benchmarks/bench_family_bias.py --whole-run-gains
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --gain-errors
+    python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --train-val-gap
 
 Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
 replays ``auto`` with the rule chosen without each family (``cross_family``), as the
@@ -26,6 +27,14 @@ log had shed less of the peak lr than the rule's gate): each cut's signed error 
 ``ln(prior's share / the whole run's G over its loss)``, and their correlation, over all
 such cuts and per family. A negative correlation says the error is the gain prior's: a
 prior above the run's own gain forecasts early, one below it late.
+
+``--train-val-gap`` does the same for the speedrun logs that log both losses (they are
+forecast on the train loss): the gap of the train loss (a centred mean of 101 rows) over the val loss, its mean
+over the first and the second half of the fit window (from 0.2 to 0.5 and from 0.5 to 1 of
+the cut), its drift between them, and after the cut (up to the target's quantile), beside
+the cut's signed error. The train loss is the batches' loss in data order: a gap that
+narrows over the fit window makes the train loss fall faster than the model improves, and
+the forecast of it is early; one that widens, late.
 """
 
 from __future__ import annotations
@@ -37,13 +46,18 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import tracker_plugin as tp
 from tracker_plugin.core.cross_family import GAINS, LAWS, CrossFamily, Replay, Rule, cross_family, in_setting
+from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
 from tracker_plugin.core.models import ANNEAL_GAIN
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_calibration import SHARED, csvs, load, speedrun_plans  # noqa: E402
+
+# Train-loss rows averaged around each val row (--train-val-gap).
+_GAP_ROWS = 101
 
 
 def _error(value: float | None) -> str:
@@ -128,6 +142,42 @@ def gain_errors(result: CrossFamily, plan: str, f: float, q: float) -> list[str]
     return lines
 
 
+def train_val_gaps(result: CrossFamily, plan: str, f: float, q: float) -> list[str]:
+    """The speedrun logs' train-over-val gap in and after the fit window, beside the cut's error."""
+    rule = dict(result.rules)["modded"]
+    scored = {Path(s.case.run).stem: s for s in in_setting(result.replay.scored(rule, plan, ["modded"]), f, q)}
+    lines = [f"speedrun logs with both losses, cut at f={f:g}, target at q={q:g} (plan {plan}): the train loss (centred mean) less the val loss",
+             f"  {'run':46s} {'fit 1st':>7s} {'fit 2nd':>7s} {'drift':>7s} {'after':>7s} {'error':>7s}  plan"]
+    drifts, signed = [], []
+    for path in csvs(SHARED / "runs-time"):
+        name = Path(path).stem
+        try:
+            train = tp.load_csv(path, columns=tp.Columns().with_overrides(loss="train_loss"), batch_size=1.0)
+        except tp.DataError:
+            continue  # a log with the val loss alone
+        val = tp.load_csv(path, columns=tp.Columns().with_overrides(loss="val_loss"), batch_size=1.0)
+        # The train loss averaged over the rows around each val row: centred, so it does not
+        # lag the val loss where both fall fast.
+        centred = pd.Series(train.loss).rolling(_GAP_ROWS, center=True, min_periods=_GAP_ROWS // 5).mean().to_numpy()
+        gap = np.interp(val.step, train.step, centred) - val.loss
+        end = float(val.last_step)
+        mean = {k: float(np.mean(gap[(val.step >= a * end) & (val.step <= b * end)]))
+                for k, (a, b) in {"first": (0.2 * f, 0.5 * f), "second": (0.5 * f, f), "after": (f, q)}.items()}
+        drift = mean["second"] - mean["first"]
+        case = scored.get(name)
+        error, source = (None, None) if case is None else (case.error, case.case.plan_source)
+        lines.append(f"  {name[:46]:46s} {mean['first']:+7.3f} {mean['second']:+7.3f} {drift:+7.3f} {mean['after']:+7.3f} "
+                     f"{_error(error):>7s}  {source}")
+        # A log whose plan was assumed errs by its unknown ending first.
+        if error is not None and np.isfinite(error) and source not in UNKNOWN_PLAN_SOURCES:
+            drifts.append(drift)
+            signed.append(error)
+    if len(drifts) >= 3:
+        lines.append(f"  {len(drifts)} logs with their plan given: corr(drift over the fit window, signed error) "
+                     f"{np.corrcoef(drifts, signed)[0, 1]:+.2f}")
+    return lines
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, help="the cases bench_calibration.py --cache wrote")
@@ -135,6 +185,8 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--quantile", type=float, default=0.8)
     parser.add_argument("--whole-run-gains", action="store_true", help="the gain each whole run shows, beside the prior's")
+    parser.add_argument("--train-val-gap", action="store_true",
+                        help="the speedrun logs' train-over-val gap in and after the fit window, beside each cut's error")
     parser.add_argument("--gain-errors", action="store_true",
                         help="the cuts whose gain is the prior's alone: their errors beside the prior's distance from the run's own gain")
     args = parser.parse_args()
@@ -147,6 +199,9 @@ def main() -> None:
     result = cross_family(results)
     if args.gain_errors:
         print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
+        return
+    if args.train_val_gap:
+        print("\n".join(train_val_gaps(result, args.plan, args.fraction, args.quantile)))
         return
     ends = {path: load(path)[0].last_tokens for path in csvs(SHARED / "runs", SHARED / "runs-time")}
     for family, rule in result.rules:
