@@ -92,6 +92,21 @@ def test_a_family_is_scored_with_the_rule_the_other_families_chose():
     assert rows[("log", "a")].signed_today == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_familys_own_coverage_is_reported_beside_its_signed_error():
+    # c held out gets the gain a and b choose (0.05), at which it misses by 0.9: past its
+    # draws' 80% interval (a factor of 2 either way); today's gain (0.1) hits it.
+    errors = {**ERRORS, "c": {0.025: 0.3, 0.05: 0.9, 0.1: 0.0}}
+    result = cross_family(_results(errors))
+    today = dict.fromkeys(result.families, replace(TODAY, gain=0.1))
+    rows = {(r.plan, r.family): r for r in family_rows(result.replay, today, dict(result.rules))}
+    assert dict(result.rules)["c"].gain == 0.05
+    assert rows[("log", "c")].coverage_80_lofo == 0.0
+    assert rows[("log", "c")].coverage_80_today == 1.0
+    assert rows[("log", "a")].coverage_80_lofo == 1.0
+    text = cross_family_text(result)
+    assert "cov80 1.00 -> 0.00" in text
+
+
 def test_choose_sees_only_the_families_it_is_given():
     replay = Replay(_results(ERRORS))
     assert choose(replay, ["c"]).gain == 0.1

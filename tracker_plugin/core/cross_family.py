@@ -606,8 +606,8 @@ class FigureRow:
 
 @dataclass(frozen=True)
 class FamilyRow:
-    """One family under one plan: the mean signed ln at the headline setting and the Brier
-    score per cut, with today's rules and with the rule chosen without it."""
+    """One family under one plan: the mean signed ln and the 80% coverage at the headline
+    setting and the Brier score per cut, with today's rules and with the rule chosen without it."""
 
     plan: str
     family: str
@@ -615,6 +615,10 @@ class FamilyRow:
     signed_lofo: float | None
     brier: tuple[tuple[float, float | None, float | None, int], ...]  # (cut, today, LOFO, cases)
     pooled: bool = False  # every family's cases (family is "all"; no signed figures)
+    # A family's own coverage: the pooled one can hide a family covered too much beside one
+    # covered too little.
+    coverage_80_today: float | None = None
+    coverage_80_lofo: float | None = None
 
 
 def rule_sets(result: CrossFamily) -> tuple[tuple[str, dict[str, Rule]], ...]:
@@ -646,7 +650,7 @@ def _figure_row(plan: str, name: str, f: float, q: float, group: str, x: dict[st
 
 
 def family_rows(replay: Replay, today: Mapping[str, Rule], rules: Mapping[str, Rule]) -> list[FamilyRow]:
-    """Per plan and family: the mean signed ln at the headline setting and the Brier score
+    """Per plan and family: the mean signed ln and 80% coverage at the headline setting and the Brier score
     at each cut (f=0.5, then f=0.25), under ``today`` and under ``rules``; then per plan the
     Brier score of every family's cases pooled."""
     f0, q0 = SETTINGS[0]
@@ -654,13 +658,14 @@ def family_rows(replay: Replay, today: Mapping[str, Rule], rules: Mapping[str, R
     for plan in PLANS:
         now, held = lofo(replay, plan, today), lofo(replay, plan, rules)
         for fam in replay.families:
-            a = figures([s for s in in_setting(now, f0, q0) if s.family == fam])["signed"]
-            b = figures([s for s in in_setting(held, f0, q0) if s.family == fam])["signed"]
+            a = figures([s for s in in_setting(now, f0, q0) if s.family == fam])
+            b = figures([s for s in in_setting(held, f0, q0) if s.family == fam])
             scores = []
             for f in sorted(FRACTIONS, reverse=True):
                 (x, n), (y, _) = brier([s for s in now if s.family == fam], f), brier([s for s in held if s.family == fam], f)
                 scores.append((f, x, y, n))
-            out.append(FamilyRow(plan, fam, a, b, tuple(scores)))
+            out.append(FamilyRow(plan, fam, a["signed"], b["signed"], tuple(scores),
+                                 coverage_80_today=a["cov80%"], coverage_80_lofo=b["cov80%"]))
         pooled = [(f, brier(now, f)[0], brier(held, f)[0], brier(now, f)[1]) for f in sorted(FRACTIONS, reverse=True)]
         out.append(FamilyRow(plan, "all", None, None, tuple(pooled), pooled=True))
     return out

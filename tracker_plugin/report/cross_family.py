@@ -78,6 +78,8 @@ def _family_json(row: FamilyRow) -> dict[str, Any]:
         "family": None if row.pooled else row.family,
         "signed_today": row.signed_today,
         "signed_lofo": row.signed_lofo,
+        "coverage_80_today": row.coverage_80_today,
+        "coverage_80_lofo": row.coverage_80_lofo,
         "brier": [{"fit_fraction": f, "today": a, "lofo": b, "cases": n} for f, a, b, n in row.brier],
     }
 
@@ -140,8 +142,8 @@ def _figures_text(rows: list[FigureRow], names: list[str], chosen: str) -> list[
 def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) -> list[str]:
     f0, q0 = SETTINGS[0]
     cuts = " | ".join(f"f={f:g}" for f in sorted(FRACTIONS, reverse=True))
-    lines = [f"\nMean signed ln(predicted/true) per family at f={f0:g} q={q0:g} (target within +-0.03), and the Brier score",
-             f"of p_reach_within_plan ({cuts}; cases with a plan end), {arrow}:"]
+    lines = [f"\nMean signed ln(predicted/true) and 80% coverage per family at f={f0:g} q={q0:g} (target within +-0.03),",
+             f"and the Brier score of p_reach_within_plan ({cuts}; cases with a plan end), {arrow}:"]
     for x in rows:
         if x.pooled:
             pooled = "all held out" if held_out else "all"
@@ -149,7 +151,8 @@ def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) ->
             continue
         briers = " | ".join(f"{_fmt(a)} -> {_fmt(b)} ({n})" for _, a, b, n in x.brier)
         name = f"{x.family} (held out)" if held_out else x.family
-        lines.append(f"  plan {x.plan:5} {name:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   Brier " + briers)
+        lines.append(f"  plan {x.plan:5} {name:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   "
+                     f"cov80 {_fmt(x.coverage_80_today, '.2f')} -> {_fmt(x.coverage_80_lofo, '.2f')}   Brier " + briers)
     return lines
 
 
