@@ -184,10 +184,12 @@ def main() -> None:
     parser.add_argument("--plan", choices=("log", "infer"), default="log")
     parser.add_argument("--fraction", type=float, default=0.5)
     parser.add_argument("--quantile", type=float, default=0.8)
-    parser.add_argument("--whole-run-gains", action="store_true", help="the gain each whole run shows, beside the prior's")
-    parser.add_argument("--train-val-gap", action="store_true",
+    # One report a run: the per-family tables unless one of these is asked for.
+    report = parser.add_mutually_exclusive_group()
+    report.add_argument("--whole-run-gains", action="store_true", help="the gain each whole run shows, beside the prior's")
+    report.add_argument("--train-val-gap", action="store_true",
                         help="the speedrun logs' train-over-val gap in and after the fit window, beside each cut's error")
-    parser.add_argument("--gain-errors", action="store_true",
+    report.add_argument("--gain-errors", action="store_true",
                         help="the cuts whose gain is the prior's alone: their errors beside the prior's distance from the run's own gain")
     args = parser.parse_args()
     if args.whole_run_gains:

@@ -142,7 +142,7 @@ def _figures_text(rows: list[FigureRow], names: list[str], chosen: str) -> list[
 def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) -> list[str]:
     f0, q0 = SETTINGS[0]
     cuts = " | ".join(f"f={f:g}" for f in sorted(FRACTIONS, reverse=True))
-    lines = [f"\nMean signed ln(predicted/true) and 80% coverage per family at f={f0:g} q={q0:g} (target within +-0.03),",
+    lines = [f"\nMean signed ln(predicted/true) (target within +-0.03) and 80% coverage per family at f={f0:g} q={q0:g},",
              f"and the Brier score of p_reach_within_plan ({cuts}; cases with a plan end), {arrow}:"]
     for x in rows:
         if x.pooled:
