@@ -4,6 +4,7 @@
     python benchmarks/bench_family_bias.py --whole-run-gains
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --gain-errors
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --train-val-gap
+    python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --in-sample
 
 Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
 replays ``auto`` with the rule chosen without each family (``cross_family``), as the
@@ -35,6 +36,11 @@ the cut), its drift between them, and after the cut (up to the target's quantile
 the cut's signed error. The train loss is the batches' loss in data order: a gap that
 narrows over the fit window makes the train loss fall faster than the model improves, and
 the forecast of it is early; one that widens, late.
+
+``--in-sample`` bounds what any choice of the rules could give: each family scored by the
+rule chosen on that family itself (``choose(replay, [family])``), which the validation
+forbids, beside the leave-one-family-out rule. A figure the in-sample rule does not reach
+is out of reach of the rules; it is the laws' (or what the logs carry) to move.
 """
 
 from __future__ import annotations
@@ -49,7 +55,20 @@ import numpy as np
 import pandas as pd
 
 import tracker_plugin as tp
-from tracker_plugin.core.cross_family import GAINS, LAWS, CrossFamily, Replay, Rule, cross_family, in_setting
+from tracker_plugin.core.cross_family import (
+    GAINS,
+    LAWS,
+    SETTINGS,
+    CrossFamily,
+    Replay,
+    Rule,
+    Scored,
+    choose,
+    cross_family,
+    figures,
+    in_setting,
+    lofo,
+)
 from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
 from tracker_plugin.core.models import ANNEAL_GAIN
 
@@ -178,6 +197,59 @@ def train_val_gaps(result: CrossFamily, plan: str, f: float, q: float) -> list[s
     return lines
 
 
+def in_sample(result: CrossFamily) -> list[str]:
+    """The figures with each family scored by the rule chosen on itself, beside LOFO's."""
+    replay = result.replay
+    rule_sets = {"LOFO": dict(result.rules), "in-sample": {fam: choose(replay, [fam]) for fam in replay.families}}
+    lines = ["each family scored by the rule chosen without it (LOFO) and on itself (in-sample, a bound):",
+             f"  {'plan':5s} {'f':>4s} {'q':>4s} {'rules':9s} {'median':>7s} {'p90':>7s} {'cov80':>6s}  per family at f=0.5 q=0.8: signed (median |ln|)"]
+    for plan in ("log", "infer"):
+        for name, rules in rule_sets.items():
+            scored = lofo(replay, plan, rules)
+            for f, q in SETTINGS:
+                x = figures(in_setting(scored, f, q))
+                per_family = ""
+                if (f, q) == SETTINGS[0]:
+                    per_family = "  " + ", ".join(_family_figure(fam, in_setting(scored, f, q)) for fam in replay.families)
+                lines.append(f"  {plan:5s} {f:4g} {q:4g} {name:9s} {_figure(x['median'])} {_figure(x['p90'])} {_figure(x['cov80%'], 6)}{per_family}")
+    lines += _best_gain_bound(result)
+    for name, rules in rule_sets.items():
+        lines.append(f"  {name} rules: " + "; ".join(f"{fam} gain {r.gain:g} margin {r.margin:g} gate {r.gate:g}" for fam, r in rules.items()))
+    return lines
+
+
+def _best_gain_bound(result: CrossFamily) -> list[str]:
+    """At the headline setting, each family with the gain prior of GAINS whose median |ln|
+    on that family itself is smallest (the LOFO rule otherwise): the median the gain alone
+    could give."""
+    f, q = SETTINGS[0]
+    lines = []
+    for plan in ("log", "infer"):
+        pooled, parts = [], []
+        for family, rule in result.rules:
+            by_gain = {g: [e for s in in_setting(result.replay.scored(replace(rule, gain=g), plan, [family]), f, q)
+                           if (e := s.error) is not None] for g in GAINS}
+            best = min(GAINS, key=lambda g: float(np.median(np.abs(by_gain[g]))) if by_gain[g] else np.inf)
+            pooled += by_gain[best]
+            parts.append(f"{family} {best:g}")
+        errors = np.abs(pooled)
+        lines.append(f"  {plan:5s} {f:4g} {q:4g} {'best gain':9s} {np.median(errors):7.3f} {np.percentile(errors, 90):7.3f}"
+                     f"          each family's own best gain by its median: {', '.join(parts)}")
+    return lines
+
+
+def _figure(value: float | None, width: int = 7) -> str:
+    return f"{'-':>{width}s}" if value is None else f"{value:{width}.3f}"
+
+
+def _family_figure(family: str, scored: list[Scored]) -> str:
+    errors = np.array([e for s in scored if s.family == family and (e := s.error) is not None])
+    finite = errors[np.isfinite(errors)]
+    if not len(finite):
+        return f"{family} -"
+    return f"{family} {np.mean(finite):+.3f} ({np.median(np.abs(errors)):.3f})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, help="the cases bench_calibration.py --cache wrote")
@@ -191,6 +263,8 @@ def main() -> None:
                         help="the speedrun logs' train-over-val gap in and after the fit window, beside each cut's error")
     report.add_argument("--gain-errors", action="store_true",
                         help="the cuts whose gain is the prior's alone: their errors beside the prior's distance from the run's own gain")
+    report.add_argument("--in-sample", action="store_true",
+                        help="each family scored by the rule chosen on itself, a bound on what any rule could give")
     args = parser.parse_args()
     if args.whole_run_gains:
         print("\n".join(whole_run_gains()))
@@ -201,6 +275,9 @@ def main() -> None:
     result = cross_family(results)
     if args.gain_errors:
         print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
+        return
+    if args.in_sample:
+        print("\n".join(in_sample(result)))
         return
     if args.train_val_gap:
         print("\n".join(train_val_gaps(result, args.plan, args.fraction, args.quantile)))
