@@ -5,6 +5,7 @@
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --gain-errors
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --train-val-gap
     python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --in-sample
+    python benchmarks/bench_family_bias.py --cache /tmp/calibration.pkl --sibling-gains [--earlier-siblings]
 
 Reads the cases ``bench_calibration.py --cache`` kept (run it first with the same code) and
 replays ``auto`` with the rule chosen without each family (``cross_family``), as the
@@ -48,6 +49,7 @@ from __future__ import annotations
 import argparse
 import pickle
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -55,12 +57,15 @@ import numpy as np
 import pandas as pd
 
 import tracker_plugin as tp
+from tracker_plugin.core.backtest import PLANS, BacktestCase
 from tracker_plugin.core.cross_family import (
     GAINS,
     LAWS,
     SETTINGS,
     CrossFamily,
+    Cut,
     Replay,
+    Results,
     Rule,
     Scored,
     choose,
@@ -68,12 +73,14 @@ from tracker_plugin.core.cross_family import (
     figures,
     in_setting,
     lofo,
+    run_cases,
 )
 from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
 from tracker_plugin.core.models import ANNEAL_GAIN
+from tracker_plugin.jobs.cross_family import Member
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import SHARED, csvs, load, speedrun_plans  # noqa: E402
+from bench_calibration import SHARED, csvs, load, members, speedrun_plans  # noqa: E402
 
 # Train-loss rows averaged around each val row (--train-val-gap).
 _GAP_ROWS = 101
@@ -238,6 +245,62 @@ def _best_gain_bound(result: CrossFamily) -> list[str]:
     return lines
 
 
+def sibling_gains(results: Results, earlier: bool, workers: int) -> list[str]:
+    """The figures with each run forecast on its siblings' whole-run gain, beside LOFO's."""
+    result = cross_family(results)
+    gains = {name: g[1] for name, g in fitted_gains().items() if isinstance(g, tuple) and g[1] > _NO_DECAY}
+    runs = members(csvs(SHARED / "runs", SHARED / "runs-time"), speedrun_plans())
+    own = {m.history.run: _siblings_gain(Path(m.history.run).stem, m.family, gains, earlier) for m in runs}
+    jobs = [(m, plan, own[m.history.run]) for plan in PLANS for m in runs]
+    with ProcessPoolExecutor(workers) as pool:
+        done = list(pool.map(_cases, jobs))
+    # The cases under a gain slot of their own, scored with each family's LOFO rule.
+    slot = -1.0
+    results = dict(results)
+    for plan in PLANS:
+        cases = [c for (_m, p, _g), (cs, _cu) in zip(jobs, done) if p == plan for c in cs]
+        cuts = [c for (_m, p, _g), (_cs, cu) in zip(jobs, done) if p == plan for c in cu]
+        results[(plan, slot)] = (cases, cuts)
+    replay = Replay(results)
+    rule_sets = {"LOFO": dict(result.rules), "siblings": {f: replace(r, gain=slot) for f, r in result.rules}}
+    per_family = {fam: sorted({round(own[m.history.run], 3) for m in runs if m.family == fam}) for fam in replay.families}
+    lines = [f"each run with its siblings' whole-run gain ({'earlier records only for the speedruns' if earlier else 'all the other runs of its family'}),"
+             " the LOFO rules otherwise:",
+             "  siblings' gains: " + "; ".join(f"{fam} {g[0]:g}-{g[-1]:g}" for fam, g in per_family.items()),
+             f"  {'plan':5s} {'f':>4s} {'q':>4s} {'gain':9s} {'median':>7s} {'p90':>7s} {'cov50':>6s} {'cov80':>6s} {'cov95':>6s}"
+             "  per family at f=0.5 q=0.8: signed (median |ln|)"]
+    for plan in PLANS:
+        for name, rules in rule_sets.items():
+            scored = lofo(replay, plan, rules)
+            for f, q in SETTINGS:
+                x = figures(in_setting(scored, f, q))
+                tail = ""
+                if (f, q) == SETTINGS[0]:
+                    tail = "  " + ", ".join(_family_figure(fam, in_setting(scored, f, q)) for fam in replay.families)
+                lines.append(f"  {plan:5s} {f:4g} {q:4g} {name:9s} {_figure(x['median'])} {_figure(x['p90'])} "
+                             f"{_figure(x['cov50%'], 6)} {_figure(x['cov80%'], 6)} {_figure(x['cov95%'], 6)}{tail}")
+    return lines
+
+
+# A whole-run G/loss below this is a run with no decay to fit the gain on (a constant lr).
+_NO_DECAY = 0.005
+# The prior's share where a run has no sibling with a decay.
+_NO_SIBLINGS = 0.1
+
+
+def _siblings_gain(name: str, family: str, gains: dict[str, float], earlier: bool) -> float:
+    """The median whole-run gain share of the run's siblings (by date for the speedruns
+    with ``earlier``: the record names begin with their date)."""
+    others = [g for n, g in gains.items() if n != name and n.split("-")[0] == family
+              and not (earlier and family == "modded" and n > name)]
+    return float(np.median(others)) if others else _NO_SIBLINGS
+
+
+def _cases(job: tuple[Member, str, float]) -> tuple[list[BacktestCase], list[Cut]]:
+    member, plan, gain = job
+    return run_cases(member.history, member.family, member.config, plan, gain, member.given)
+
+
 def _figure(value: float | None, width: int = 7) -> str:
     return f"{'-':>{width}s}" if value is None else f"{value:{width}.3f}"
 
@@ -263,6 +326,11 @@ def main() -> None:
                         help="the speedrun logs' train-over-val gap in and after the fit window, beside each cut's error")
     report.add_argument("--gain-errors", action="store_true",
                         help="the cuts whose gain is the prior's alone: their errors beside the prior's distance from the run's own gain")
+    report.add_argument("--sibling-gains", action="store_true",
+                        help="each run forecast with the gain its family's other runs show, beside LOFO")
+    parser.add_argument("--earlier-siblings", action="store_true",
+                        help="with --sibling-gains: the speedrun records take only the records before them")
+    parser.add_argument("--workers", type=int, default=2)
     report.add_argument("--in-sample", action="store_true",
                         help="each family scored by the rule chosen on itself, a bound on what any rule could give")
     args = parser.parse_args()
@@ -275,6 +343,9 @@ def main() -> None:
     result = cross_family(results)
     if args.gain_errors:
         print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
+        return
+    if args.sibling_gains:
+        print("\n".join(sibling_gains(results, args.earlier_siblings, args.workers)))
         return
     if args.in_sample:
         print("\n".join(in_sample(result)))
