@@ -40,8 +40,18 @@ the forecast of it is early; one that widens, late.
 
 ``--in-sample`` bounds what any choice of the rules could give: each family scored by the
 rule chosen on that family itself (``choose(replay, [family])``), which the validation
-forbids, beside the leave-one-family-out rule. A figure the in-sample rule does not reach
-is out of reach of the rules; it is the laws' (or what the logs carry) to move.
+forbids, beside the leave-one-family-out rule, and the pooled median and p90 with each
+family at the gain prior whose median on that family itself is smallest. A figure neither
+reaches is out of reach of the rules; it is the laws' (or what the logs carry) to move.
+
+``--sibling-gains`` measures the gain a project's own finished runs carry: every run
+backtested (about 2 min on 2 cores) with the gain prior its family's other runs show, the
+median of their whole-run ``G`` over the loss at their end (runs with no decay to fit it on
+left out; none left: the prior's default), the LOFO rules otherwise, beside the LOFO
+figures. A gain known from siblings is an input, as a given plan is, not a rule tuned on the
+family. With ``--earlier-siblings`` the speedrun records take only the records before them
+(their siblings by date, as a user would have them); the other families' runs are sweeps,
+finished together.
 """
 
 from __future__ import annotations
@@ -70,6 +80,7 @@ from tracker_plugin.core.cross_family import (
     Scored,
     choose,
     cross_family,
+    family_of,
     figures,
     in_setting,
     lofo,
@@ -208,17 +219,8 @@ def in_sample(result: CrossFamily) -> list[str]:
     """The figures with each family scored by the rule chosen on itself, beside LOFO's."""
     replay = result.replay
     rule_sets = {"LOFO": dict(result.rules), "in-sample": {fam: choose(replay, [fam]) for fam in replay.families}}
-    lines = ["each family scored by the rule chosen without it (LOFO) and on itself (in-sample, a bound):",
-             f"  {'plan':5s} {'f':>4s} {'q':>4s} {'rules':9s} {'median':>7s} {'p90':>7s} {'cov80':>6s}  per family at f=0.5 q=0.8: signed (median |ln|)"]
-    for plan in ("log", "infer"):
-        for name, rules in rule_sets.items():
-            scored = lofo(replay, plan, rules)
-            for f, q in SETTINGS:
-                x = figures(in_setting(scored, f, q))
-                per_family = ""
-                if (f, q) == SETTINGS[0]:
-                    per_family = "  " + ", ".join(_family_figure(fam, in_setting(scored, f, q)) for fam in replay.families)
-                lines.append(f"  {plan:5s} {f:4g} {q:4g} {name:9s} {_figure(x['median'])} {_figure(x['p90'])} {_figure(x['cov80%'], 6)}{per_family}")
+    lines = ["each family scored by the rule chosen without it (LOFO) and on itself (in-sample, a bound):"]
+    lines += _figure_table(replay, rule_sets)
     lines += _best_gain_bound(result)
     for name, rules in rule_sets.items():
         lines.append(f"  {name} rules: " + "; ".join(f"{fam} gain {r.gain:g} margin {r.margin:g} gate {r.gate:g}" for fam, r in rules.items()))
@@ -231,7 +233,7 @@ def _best_gain_bound(result: CrossFamily) -> list[str]:
     could give."""
     f, q = SETTINGS[0]
     lines = []
-    for plan in ("log", "infer"):
+    for plan in PLANS:
         pooled, parts = [], []
         for family, rule in result.rules:
             by_gain = {g: [e for s in in_setting(result.replay.scored(replace(rule, gain=g), plan, [family]), f, q)
@@ -245,9 +247,9 @@ def _best_gain_bound(result: CrossFamily) -> list[str]:
     return lines
 
 
-def sibling_gains(results: Results, earlier: bool, workers: int) -> list[str]:
-    """The figures with each run forecast on its siblings' whole-run gain, beside LOFO's."""
-    result = cross_family(results)
+def sibling_gains(result: CrossFamily, results: Results, earlier: bool, workers: int) -> list[str]:
+    """The figures with each run forecast on its siblings' whole-run gain, beside LOFO's
+    (``result`` is the cross-family validation of ``results``)."""
     gains = {name: g[1] for name, g in fitted_gains().items() if isinstance(g, tuple) and g[1] > _NO_DECAY}
     runs = members(csvs(SHARED / "runs", SHARED / "runs-time"), speedrun_plans())
     own = {m.history.run: _siblings_gain(Path(m.history.run).stem, m.family, gains, earlier) for m in runs}
@@ -266,9 +268,15 @@ def sibling_gains(results: Results, earlier: bool, workers: int) -> list[str]:
     per_family = {fam: sorted({round(own[m.history.run], 3) for m in runs if m.family == fam}) for fam in replay.families}
     lines = [f"each run with its siblings' whole-run gain ({'earlier records only for the speedruns' if earlier else 'all the other runs of its family'}),"
              " the LOFO rules otherwise:",
-             "  siblings' gains: " + "; ".join(f"{fam} {g[0]:g}-{g[-1]:g}" for fam, g in per_family.items()),
-             f"  {'plan':5s} {'f':>4s} {'q':>4s} {'gain':9s} {'median':>7s} {'p90':>7s} {'cov50':>6s} {'cov80':>6s} {'cov95':>6s}"
-             "  per family at f=0.5 q=0.8: signed (median |ln|)"]
+             "  siblings' gains: " + "; ".join(f"{fam} {g[0]:g}-{g[-1]:g}" for fam, g in per_family.items())]
+    return lines + _figure_table(replay, rule_sets)
+
+
+def _figure_table(replay: Replay, rule_sets: dict[str, dict[str, Rule]]) -> list[str]:
+    """Each plan and setting's figures under each set of rules (a rule per family), and at
+    the headline setting each family's signed error and median."""
+    lines = [f"  {'plan':5s} {'f':>4s} {'q':>4s} {'rules':9s} {'median':>7s} {'p90':>7s} {'cov50':>6s} {'cov80':>6s} {'cov95':>6s}"
+             f"  per family at f={SETTINGS[0][0]:g} q={SETTINGS[0][1]:g}: signed (median |ln|)"]
     for plan in PLANS:
         for name, rules in rule_sets.items():
             scored = lofo(replay, plan, rules)
@@ -284,16 +292,15 @@ def sibling_gains(results: Results, earlier: bool, workers: int) -> list[str]:
 
 # A whole-run G/loss below this is a run with no decay to fit the gain on (a constant lr).
 _NO_DECAY = 0.005
-# The prior's share where a run has no sibling with a decay.
-_NO_SIBLINGS = 0.1
 
 
 def _siblings_gain(name: str, family: str, gains: dict[str, float], earlier: bool) -> float:
     """The median whole-run gain share of the run's siblings (by date for the speedruns
     with ``earlier``: the record names begin with their date)."""
-    others = [g for n, g in gains.items() if n != name and n.split("-")[0] == family
+    others = [g for n, g in gains.items() if n != name and family_of(n) == family
               and not (earlier and family == "modded" and n > name)]
-    return float(np.median(others)) if others else _NO_SIBLINGS
+    # No sibling with a decay: the prior's default.
+    return float(np.median(others)) if others else ANNEAL_GAIN
 
 
 def _cases(job: tuple[Member, str, float]) -> tuple[list[BacktestCase], list[Cut]]:
@@ -334,6 +341,8 @@ def main() -> None:
     report.add_argument("--in-sample", action="store_true",
                         help="each family scored by the rule chosen on itself, a bound on what any rule could give")
     args = parser.parse_args()
+    if args.earlier_siblings and not args.sibling_gains:
+        parser.error("--earlier-siblings goes with --sibling-gains")
     if args.whole_run_gains:
         print("\n".join(whole_run_gains()))
         return
@@ -345,7 +354,7 @@ def main() -> None:
         print("\n".join(gain_errors(result, args.plan, args.fraction, args.quantile)))
         return
     if args.sibling_gains:
-        print("\n".join(sibling_gains(results, args.earlier_siblings, args.workers)))
+        print("\n".join(sibling_gains(result, results, args.earlier_siblings, args.workers)))
         return
     if args.in_sample:
         print("\n".join(in_sample(result)))
