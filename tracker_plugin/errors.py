@@ -13,9 +13,14 @@ caller can catch one class. The tree::
     └── MissingDependency      an optional extra is not installed (also an ImportError)
 
 The command line turns any of these into a one-line message and a non-zero exit code.
+Every message, and the run it names, is redacted when the error is made
+(:func:`tracker_plugin.redact.redact`): no credential in a tracking URI, an echoed
+request or a secret environment variable ever reaches one.
 """
 
 from __future__ import annotations
+
+from tracker_plugin.redact import redact
 
 __all__ = [
     "AuthError",
@@ -36,6 +41,8 @@ class TrackerPluginError(Exception):
     """
 
     def __init__(self, message: str, *, run: str | None = None) -> None:
+        message = redact(message)
+        run = redact(run) if run else run
         self.run = run
         self.problem = message
         super().__init__(f"{run}: {message}" if run else message)

@@ -14,6 +14,7 @@ import click
 
 from tracker_plugin.cli.argv import expand_multi_value
 from tracker_plugin.cli.commands import cli
+from tracker_plugin.cli.output import say
 from tracker_plugin.cli.words import in_flags
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 
@@ -30,16 +31,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.Abort:
-        click.echo("aborted", err=True)
+        say("aborted", err=True)
         return 130
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        click.echo(f"error: {exc.format_message()}{hint}", err=True)
+        say(f"error: {exc.format_message()}{hint}", err=True)
         return EXIT_BAD_INPUT
     except (TrackerPluginError, ConfigError) as exc:
         if os.environ.get("TRACKER_PLUGIN_DEBUG"):
             raise
-        click.echo(f"error: {_message(exc)}", err=True)
+        say(f"error: {_message(exc)}", err=True)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0

@@ -19,6 +19,7 @@ from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
 from tracker_plugin.keys import plot_digest, target_collision
+from tracker_plugin.redact import redact
 from tracker_plugin.report.runs import RunRow
 from tracker_plugin.trackers.base import RunInfo, Source
 
@@ -87,7 +88,7 @@ def process_runs(
         except TrackerPluginError as exc:
             return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
         except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
-            return Outcome(run, Action.FAILED, error=f"internal error: {type(exc).__name__}: {exc}")
+            return Outcome(run, Action.FAILED, error=redact(f"internal error: {type(exc).__name__}: {exc}"))
 
     results: dict[int, Outcome] = {}
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:

@@ -161,6 +161,7 @@ class Failure:
     run: str | None = None
     times: int | None = None  # None: forever
     body: str = "fake W&B server: injected failure"
+    echo: bool = False  # the body also echoes the request's headers, Authorization included
 
     def matches(self, operation: str | None, run: str | None) -> bool:
         if self.times is not None and self.times <= 0:
@@ -288,10 +289,13 @@ class WandbServer:
         run: str | None = None,
         times: int | None = None,
         body: str = "fake W&B server: injected failure",
+        echo: bool = False,
     ) -> Failure:
         """Answer matching requests with HTTP ``status``: every request, one GraphQL
-        ``operation``, and/or the requests about one run id; ``times`` times or forever."""
-        failure = Failure(status, operation, run, times, body)
+        ``operation``, and/or the requests about one run id; ``times`` times or forever.
+        With ``echo``, the error's message echoes the request's headers, as some proxies
+        and servers do (``Authorization`` included)."""
+        failure = Failure(status, operation, run, times, body, echo)
         with self._lock:
             self.failures.append(failure)
         return failure
@@ -602,7 +606,10 @@ class _Handler(BaseHTTPRequestHandler):
         failure = fake._failure(operation, _run_of(variables))
         if failure is not None:
             fake._record("POST", self.path, operation, variables, failure.status)
-            self._send(failure.status, json.dumps({"errors": [{"message": failure.body}]}).encode())
+            message = failure.body
+            if failure.echo:
+                message += f" (request headers: {json.dumps(dict(self.headers.items()))})"
+            self._send(failure.status, json.dumps({"errors": [{"message": message}]}).encode())
             return
         try:
             data = fake._graphql(operation or "", query, variables)

@@ -33,6 +33,7 @@ from tracker_plugin.keys import (
     is_own,
     report_digest,
 )
+from tracker_plugin.redact import redact
 from tracker_plugin.trackers.options import ReadOptions, SourceOptions
 
 __all__ = [
@@ -175,8 +176,8 @@ def png_text(data: bytes) -> dict[str, str]:
 
 
 def encode_report(report: Mapping[str, Any]) -> bytes:
-    """A report document as ``loss_eta.json`` holds it."""
-    return (json.dumps(report, indent=2, sort_keys=True) + "\n").encode()
+    """A report document as ``loss_eta.json`` holds it, with every credential cut."""
+    return (redact(json.dumps(report, indent=2, sort_keys=True)) + "\n").encode()
 
 
 # Normalised run states; a tracker's own states map onto these.

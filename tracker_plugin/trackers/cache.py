@@ -3,8 +3,13 @@
 Entries are sets of named numpy arrays (a source's raw table before validation), stored
 one ``.npz`` file per entry under ``cache_dir/histories``. The key is a tuple of strings
 that a source chooses so that anything that could change the data changes the key: for a
-finished MLflow run, the tracking URI, the run id, the keys read and each key's last step.
-A source should only cache runs that can no longer change (finished ones).
+finished MLflow run, the tracker's redacted URI (its host, never a credential: see
+:func:`tracker_plugin.redact.redact_uri`), the run id, the keys read and each key's last
+step. A source should only cache runs that can no longer change (finished ones). The key
+is stored in its entry too, so it is redacted here once more, whatever a source passes.
+
+Entries written by an earlier layout (``_FORMAT``) are never read, and the first store
+into a directory deletes them: a layout before 2 kept a tracking URI's credentials.
 
 Safe to share between processes: each entry is written to a temporary file and renamed
 into place, so a reader sees a whole entry or none; a file that cannot be read (cut
@@ -25,11 +30,13 @@ from typing import Any
 
 import numpy as np
 
+from tracker_plugin.redact import redact
 from tracker_plugin.trackers.atomic import replacing
 
 __all__ = ["HistoryCache", "default_cache_dir"]
 
-_FORMAT = "1"  # bump when the layout of an entry changes: old entries then miss
+_FORMAT = "2"  # bump when the layout of an entry changes: old entries then miss, and go
+_PREFIX = f"v{_FORMAT}-"
 _KEY_FIELD = "__key__"
 
 
@@ -50,9 +57,10 @@ class HistoryCache:
     def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
         root = Path(directory) if directory is not None else default_cache_dir()
         self.directory = root / "histories"
+        self._purged = False
 
     def path(self, key: Sequence[str]) -> Path:
-        return self.directory / f"{_digest(key)}.npz"
+        return self.directory / f"{_PREFIX}{_digest(key)}.npz"
 
     def load(self, key: Sequence[str]) -> dict[str, np.ndarray] | None:
         """The arrays stored under ``key``, or None (never stored, or unreadable)."""
@@ -78,6 +86,7 @@ class HistoryCache:
         """Store ``arrays`` under ``key``; a failure to write is not an error (just no cache)."""
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            self._purge_other_layouts()
             entry: dict[str, Any] = {_KEY_FIELD: np.array(_canonical(key)), **arrays}
             with replacing(self.path(key)) as out:
                 np.savez(out, **entry)
@@ -85,8 +94,22 @@ class HistoryCache:
             pass
 
 
+    def _purge_other_layouts(self) -> None:
+        """Delete the entries of other layouts (once per cache): they are never read, and
+        those of layout 1 may hold a credential."""
+        if self._purged:
+            return
+        self._purged = True
+        for path in self.directory.glob("*.npz"):
+            if not path.name.startswith(_PREFIX):
+                try:
+                    path.unlink()
+                except OSError:
+                    pass
+
+
 def _canonical(key: Sequence[str]) -> str:
-    return json.dumps([_FORMAT, *map(str, key)], separators=(",", ":"))
+    return json.dumps([_FORMAT, *(redact(str(part)) for part in key)], separators=(",", ":"))
 
 
 def _digest(key: Sequence[str]) -> str:

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from tracker_plugin.redact import redact, redact_uri
+
 __all__ = ["HISTORY_ENDPOINT", "RestError", "RestTarget", "Unreachable", "metric_history", "rest_target"]
 
 HISTORY_ENDPOINT = "/api/2.0/mlflow/metrics/get-history"
@@ -170,7 +172,7 @@ def metric_history(
 
 def network_reason(exc: BaseException) -> str:
     """A refused, reset or timed-out request as a few words."""
-    text = str(exc)
+    text = redact(str(exc))  # before it is cut short: a cut credential would survive
     for needle, reason in (
         ("Connection refused", "connection refused"),
         ("timed out", "timed out"),
@@ -198,9 +200,10 @@ def _answer(response: Any) -> dict[str, Any]:
         raise Unreachable("server errors")
     if isinstance(body, dict) and body.get("error_code"):
         raise RestError(str(body["error_code"]), str(body.get("message", "")))
-    text = " ".join(str(getattr(response, "text", "")).split())[:200]
+    text = " ".join(redact(str(getattr(response, "text", ""))).split())[:200]  # echoed credentials cut first
     code = _STATUS_CODES.get(status, "BAD_REQUEST" if status >= 400 else "INTERNAL_ERROR")
-    raise RestError(code, f"HTTP {status} from {response.url.split('?', 1)[0]}" + (f": {text}" if text else ""))
+    where = redact_uri(str(response.url).split("?", 1)[0])
+    raise RestError(code, f"HTTP {status} from {where}" + (f": {text}" if text else ""))
 
 
 def _credentials() -> tuple[str | None, str | None]:

@@ -16,7 +16,8 @@ Reading
     back as infinity, so the frame drops and counts it like a NaN.
 
     Finished runs are cached locally (:mod:`tracker_plugin.trackers.cache`), keyed by the tracking
-    URI, run id, keys read and each key's last step and time.
+    URI with its credentials cut (the host and path), run id, keys read and each key's last
+    step and time.
 
 Writing
     Through :class:`mlflow.MlflowClient` by run id, never ``mlflow.start_run`` (which would
@@ -84,6 +85,7 @@ from tracker_plugin.keys import (
     is_own,
 )
 from tracker_plugin.plan.params import flat_params
+from tracker_plugin.redact import redact_uri
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.cache import HistoryCache
 from tracker_plugin.trackers.mlflow_rest import (
@@ -298,7 +300,7 @@ class MlflowSource(Source):
         cache_key = None
         if self._cache is not None and run.state == "finished":
             marks = [f"{name}@{latest[name][0]}:{latest[name][1]}" for name in names]
-            cache_key = ("mlflow", self._client().tracking_uri, record.info.run_id, *marks)
+            cache_key = ("mlflow", redact_uri(self._client().tracking_uri), record.info.run_id, *marks)
             cached = _cached_histories(self._cache.load(cache_key), names)
             if cached is not None:
                 return cached

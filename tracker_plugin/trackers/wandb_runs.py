@@ -50,6 +50,7 @@ from tracker_plugin.errors import (
 from tracker_plugin.frame.history import History
 from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
 from tracker_plugin.plan.params import flat_params
+from tracker_plugin.redact import redact
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.options import ReadOptions, SourceOptions, WandbOptions
 from tracker_plugin.trackers.wandb_data import (
@@ -474,6 +475,6 @@ def _status(exc: BaseException, text: str) -> int | None:
 
 
 def _one_line(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return " ".join(text.split())[:300]
+    """The message on one line, every credential cut: the API key however it is encoded, and
+    the ``Authorization`` header a server may echo back with the request."""
+    return " ".join(redact(text, *secrets).split())[:300]
