@@ -218,7 +218,7 @@ def build_history(
     }
     nan_loss = _spelled_nan(data[loss_key])
     if logged_nan_loss is not None:
-        nan_loss |= np.asarray(logged_nan_loss, bool)
+        nan_loss = nan_loss | np.asarray(logged_nan_loss, bool)  # not in place: pandas hands out read-only arrays
     cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None}
     cols["nan_loss"] = nan_loss
     has_step = ~np.isnan(cols["step"])

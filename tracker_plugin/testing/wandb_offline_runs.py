@@ -20,12 +20,16 @@ __all__ = ["log_offline_runs"]
 
 _LOGGER = """
 import json, sys, wandb
+def media(value):
+    if isinstance(value, dict) and "__histogram__" in value:
+        return wandb.Histogram(value["__histogram__"])
+    return value
 for spec in json.load(open(sys.argv[1])):
     settings = wandb.Settings(x_history_value_encoding=spec.get("encoding", "json"))
     run = wandb.init(project=spec.get("project", "offline-tests"), mode="offline", name=spec["name"],
                      config=spec.get("config", {}), settings=settings)
     for row in spec["rows"]:
-        row = dict(row)
+        row = {k: media(v) for k, v in row.items()}
         step = row.pop("step")
         run.log(row, step=step)
     run.summary.update(spec.get("summary", {}))
@@ -36,7 +40,8 @@ for spec in json.load(open(sys.argv[1])):
 def log_offline_runs(home: str | os.PathLike[str], specs: Sequence[Mapping[str, Any]]) -> dict[str, Path]:
     """Log each run of ``specs`` offline under ``home``; return run name -> run directory.
 
-    Each spec has a ``name``, ``rows`` (dicts with a ``step`` and the keys logged at it)
+    Each spec has a ``name``, ``rows`` (dicts with a ``step`` and the keys logged at it; a
+    value ``{"__histogram__": [...]}`` is logged as a ``wandb.Histogram`` of those values)
     and optionally ``config``, ``summary``, ``project`` and ``encoding`` (the SDK's
     ``x_history_value_encoding``: ``json``, ``typed`` or ``json,typed``).
     """

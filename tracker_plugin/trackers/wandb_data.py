@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
+import numpy as np
 import pandas as pd
 
 from tracker_plugin.frame.align import KeyHistory, align_on_step
@@ -24,9 +26,11 @@ from tracker_plugin.trackers.options import ReadOptions
 __all__ = [
     "ROW_KEY",
     "KeyColumn",
+    "NumberColumn",
     "build_wandb_history",
     "chosen_keys",
     "decode",
+    "numbers_of",
     "wandb_progress",
     "wandb_reading",
     "whole",
@@ -127,10 +131,8 @@ def build_wandb_history(
         # build_history raises the error, naming the keys the run has.
         names = sorted(set(all_keys) | logged)
         return build_history(pd.DataFrame(columns=names), run=run, columns=columns, batch_size=batch_size)
-    aligned = align_on_step(
-        {key: KeyHistory(steps, [decode(v) for v in values]) for key, (steps, values) in data.items() if key != ROW_KEY},
-        step=ROW_KEY,
-    )
+    cleaned = {key: numbers_of(key, steps, values) for key, (steps, values) in data.items() if key != ROW_KEY}
+    aligned = align_on_step({key: column.history for key, column in cleaned.items()}, step=ROW_KEY)
     history = build_history(
         reading.prepare(aligned.frame),
         run=run,
@@ -138,6 +140,84 @@ def build_wandb_history(
         batch_size=batch_size,
         logged_nan_loss=aligned.logged_nan.get(loss_key),
     )
+    odd = tuple(note for column in cleaned.values() for note in column.notes)
+    if odd:
+        history = replace(history, notes=(*history.notes, *odd))
     if reading.batch_source is not None and reading.batch_source.startswith("param '"):
         history = with_config_batch(history, "config " + reading.batch_source.removeprefix("param "))
     return with_planned_lr(finish_reading(history, reading, finished=finished), config)
+
+
+class NumberColumn(NamedTuple):
+    """One key's history as numbers, and what was done to the values that were not."""
+
+    history: KeyHistory
+    notes: tuple[str, ...]
+
+
+def numbers_of(key: str, steps: Sequence[int], values: Sequence[Any]) -> NumberColumn:
+    """A key's logged values as floats, each row that holds no number left out.
+
+    A W&B history cell may hold anything ``run.log`` was given: ``None``, a bool, a
+    string, a list, a media or histogram object. None of them is a loss, so the row is
+    read as if the key was not logged there (a blank cell), and the read's notes count
+    them. A string that spells a number (``"3.1"``) is taken as that number, with a note;
+    W&B's own ``"NaN"`` and ``"Infinity"`` are the logged non-finite floats.
+    """
+    kept_steps: list[int] = []
+    kept: list[float] = []
+    blank: list[tuple[int, str]] = []
+    text: list[tuple[int, str]] = []
+    for step, raw in zip(steps, values):
+        value = decode(raw)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = float(value)
+        elif isinstance(value, str) and (parsed := _number_in(value)) is not None:
+            number = parsed
+            text.append((step, value))
+        else:
+            blank.append((step, _kind(value)))
+            continue
+        kept_steps.append(step)
+        kept.append(number)
+    notes = []
+    if blank:
+        first_step, first = blank[0]
+        notes.append(
+            f"key '{key}': {_count(len(blank), 'value')} that {'is' if len(blank) == 1 else 'are'} not a number "
+            f"({first} at {ROW_KEY} {first_step}{', ...' if len(blank) > 1 else ''}) read as blank"
+        )
+    if text:
+        first_step, first = text[0]
+        notes.append(
+            f"key '{key}': {_count(len(text), 'number')} logged as text ({first[:20]!r} at {ROW_KEY} {first_step}"
+            f"{', ...' if len(text) > 1 else ''}) read as {'a number' if len(text) == 1 else 'numbers'}"
+        )
+    return NumberColumn(KeyHistory(np.asarray(kept_steps, np.int64), np.asarray(kept, float)), tuple(notes))
+
+
+def _number_in(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except (ValueError, OverflowError):
+        return None
+
+
+def _kind(value: Any) -> str:
+    """What a value that is not a number is, in a few words."""
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, str):
+        return f"text {value[:20]!r}"
+    if isinstance(value, Mapping):
+        kind = value.get("_type")
+        return f"a {kind} object" if isinstance(kind, str) else "a dict"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"

@@ -167,6 +167,12 @@ def _history(run: OfflineRun, history: Any, wanted: set[str]) -> None:
         keys.add(key)
         if key in wanted:
             values[key] = _item_value(item)
+        elif len(nested) > 1 and nested[0] in wanted:
+            # A media object (a histogram) logged under a wanted key: the SDK writes its
+            # fields as nested keys. Kept as one object, so the read can say what it was.
+            fields = values.setdefault(nested[0], {})
+            if isinstance(fields, dict):
+                fields[".".join(nested[1:])] = _item_value(item)
     step = whole(values.pop(ROW_KEY, None))
     if not isinstance(step, int):
         step = int(history.step.num)
