@@ -113,7 +113,7 @@ def test_a_run_that_cannot_be_read_is_skipped_with_exit_code_1(capsys, data_dir,
 def test_bad_fractions_are_a_one_line_error(capsys, data_dir):
     code = main(["backtest", str(data_dir / "olmo-ladder-190M-1xC.csv"), "--fit-fractions", "1.5"])
     err = capsys.readouterr().err
-    assert code == 2 and "--fit-fractions takes shares of the final tokens" in err and len(err.strip().splitlines()) == 1
+    assert code == 2 and "'--fit-fractions': '1.5' is not in the range (0, 1)" in err and len(err.strip().splitlines()) == 1
 
 
 def test_multi_value_options_stop_at_the_next_flag():

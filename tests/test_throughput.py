@@ -230,7 +230,7 @@ def test_cli_text_says_the_eta_and_throughput(tmp_path, capsys):
     [
         (_log(np.array([f"12:00:0{i % 10}" for i in range(N)], dtype=object)), [], "column 'time'"),
         (_log(1.7e9 + steady()), ["--deadline", "2001-01-01T00:00"], "is in the past"),
-        (_log(steady()), ["--deadline", "+0"], "is in the past"),
+        (_log(steady()), ["--deadline", "+0"], "+HOURS must be a number above 0"),
         (_log(steady()), ["--deadline", "2030-01-01"], "no Unix clock"),
     ],
 )

@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from tracker_plugin import __version__
+from tracker_plugin.cli.numbers import NUMBERS
 from tracker_plugin.cli.options import (
     analysis_options,
     default_sources,
@@ -22,6 +23,7 @@ from tracker_plugin.cli.options import (
     source_options,
     tracker_options,
 )
+from tracker_plugin.cli.output import say
 from tracker_plugin.cli.words import in_flags
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig
 from tracker_plugin.core.backtest import PLANS
@@ -90,9 +92,9 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **op
         except NoClock as exc:
             raise DataError(f"--x time: {exc}; plot against tokens (--x tokens)", run=result.run) from None
     if as_json:
-        click.echo(json.dumps(to_json(result), indent=2))
+        say(json.dumps(to_json(result), indent=2))
     else:
-        click.echo(to_text(result, in_flags))
+        say(to_text(result, in_flags))
 
 
 @cli.command()
@@ -116,12 +118,12 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     outcomes = annotate_runs(default_sources(sources, reading), reading, config, force=force, dry_run=dry_run)
     rows = outcome_rows(outcomes)
     if as_json:
-        click.echo(json.dumps(runs_json(rows), indent=2))
+        say(json.dumps(runs_json(rows), indent=2))
     else:
         for outcome in outcomes:
             for line in outcome.planned:
-                click.echo(f"{outcome.run.ref}: would write {line}")
-        click.echo(runs_table(rows, in_flags))
+                say(f"{outcome.run.ref}: would write {line}")
+        say(runs_table(rows, in_flags))
     return 1 if any(o.failed for o in outcomes) else 0
 
 
@@ -129,7 +131,7 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
 @click.argument("sources", nargs=-1)
 @click.option(
     "--fit-fractions",
-    type=float,
+    type=NUMBERS["fit_fractions"],
     multiple=True,
     default=(0.25, 0.5),
     show_default=True,
@@ -138,7 +140,7 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
 )
 @click.option(
     "--target-quantiles",
-    type=float,
+    type=NUMBERS["target_quantiles"],
     multiple=True,
     default=(0.6, 0.8, 0.95),
     show_default=True,
@@ -239,7 +241,7 @@ def backtest(
         default_sources(sources, reading), reading, config,
         fit_fractions=fit_fractions, target_quantiles=target_quantiles, models=models, plan=plan,
     )
-    click.echo(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
+    say(json.dumps(backtest_json(result), indent=2) if as_json else backtest_text(result, in_flags))
     return 1 if result.skipped else 0
 
 
@@ -258,7 +260,7 @@ def _cross_family(
         default_sources(sources, reading), reading, config, family_rule=family_rule, processes=processes,
         cache=None if cache is None else Path(cache),
     )
-    click.echo(json.dumps(cross_family_json(result, skipped), indent=2) if as_json else cross_family_text(result, skipped, in_flags))
+    say(json.dumps(cross_family_json(result, skipped), indent=2) if as_json else cross_family_text(result, skipped, in_flags))
     return 1 if skipped else 0
 
 
@@ -343,13 +345,13 @@ def compare(
     if plot_path and plot_x == "time":
         _check_clocks(drawn)  # before the table: a refused plot is the whole answer
     if fmt == "json":
-        click.echo(json.dumps(render_json(rows), indent=2))
+        say(json.dumps(render_json(rows), indent=2))
     elif fmt == "csv":
-        click.echo(render_csv(rows), nl=False)
+        say(render_csv(rows), nl=False)
     elif fmt == "markdown":
-        click.echo(render_markdown(rows))
+        say(render_markdown(rows))
     else:
-        click.echo(render_text(rows))
+        say(render_text(rows))
     if plot_path:
         from tracker_plugin.report.plot_compare import plot_comparison
 
@@ -365,7 +367,7 @@ def compare(
 @tracker_options
 @click.option(
     "--every",
-    type=click.FloatRange(min=0, min_open=True),
+    type=NUMBERS["every"],
     default=30.0,
     show_default=True,
     metavar="MINUTES",
@@ -390,12 +392,12 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     reading = make_source_options(options)
     last: Pass | None = None
     for last in watch_runs(default_sources(sources, reading), reading, config, every=every, max_cycles=max_cycles):
-        click.echo(f"pass {last.number}: {last.summary()}", err=True)
+        say(f"pass {last.number}: {last.summary()}", err=True)
     assert last is not None  # a watch makes at least one pass
     if last.final:
-        click.echo("every run has finished and carries its final annotation", err=True)
+        say("every run has finished and carries its final annotation", err=True)
     else:
-        click.echo(f"stopping after {last.number} passes (--max-cycles)", err=True)
+        say(f"stopping after {last.number} passes (--max-cycles)", err=True)
     rows = outcome_rows(last.outcomes)
-    click.echo(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
+    say(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
     return 1 if last.failed else 0

@@ -15,6 +15,7 @@ from typing import Any, get_args, get_type_hints
 
 import click
 
+from tracker_plugin.cli.numbers import DEADLINE, NUMBERS
 from tracker_plugin.core.analysis import MODELS, AnalysisConfig
 from tracker_plugin.core.clock import CLOCKS
 from tracker_plugin.errors import ConfigError
@@ -88,9 +89,13 @@ def _default_of(name: str) -> Any:
 
 
 def _value_type(name: str) -> Any:
-    """The click type of a field: its choices, else its annotation without ``| None``."""
+    """The click type of a field: its choices, its range, else its annotation without ``| None``."""
     if name in _CHOICES:
         return click.Choice(_CHOICES[name])
+    if name in NUMBERS:
+        return NUMBERS[name]
+    if name == "deadline":
+        return DEADLINE
     hint = _HINTS[name]
     (kind,) = [t for t in get_args(hint) if t is not NoneType] or [hint]
     return kind
@@ -124,7 +129,7 @@ _TEXT_SETTINGS: dict[str, list[Decorator]] = {
         click.option(
             "--total-steps",
             "planned_total",
-            type=click.FloatRange(min=0, min_open=True),
+            type=NUMBERS["planned_total"],
             metavar="STEPS",
             help="The planned last step when the lr's shape is not known: the shape is inferred from "
             "the logged lr, or drawn over the prior's cooldowns, ending there.",
@@ -152,7 +157,7 @@ _TARGET_OPTION = click.option(
     "-t",
     "--target",
     "targets",
-    type=float,
+    type=NUMBERS["targets"],
     multiple=True,
     required=True,
     metavar="LOSS [LOSS ...]",
@@ -234,18 +239,18 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option(
             "--batch-size",
-            type=float,
+            type=NUMBERS["batch_size"],
             help="Tokens per step when the run logs no batch column; else read from the name (_1Mbs).",
         ),
         click.option(
             "--seq-len",
-            type=click.FloatRange(min=1),
+            type=NUMBERS["seq_len"],
             help="Tokens per sequence, for tokens per step composed from the run's config "
             "(per-device batch x accumulation x world size x sequence length).",
         ),
         click.option(
             "--world-size",
-            type=click.FloatRange(min=1),
+            type=NUMBERS["world_size"],
             help="Data-parallel devices, when the run's config does not say (scales per-device counts).",
         ),
     ]

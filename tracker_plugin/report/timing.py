@@ -37,17 +37,27 @@ def _num(value: float | None) -> float | None:
 
 
 def iso_utc(unix: float | None) -> str | None:
-    """Unix seconds as ISO 8601 UTC (``2026-12-02T14:20:00Z``)."""
-    if unix is None or not math.isfinite(unix):
-        return None
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Unix seconds as ISO 8601 UTC (``2026-12-02T14:20:00Z``); None past what a date holds."""
+    when = _utc(unix)
+    return None if when is None else when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def eta_text(unix: float | None) -> str:
-    """Unix seconds at a glance: ``2026-12-02 14:20 UTC``."""
+    """Unix seconds at a glance: ``2026-12-02 14:20 UTC`` (``after 9999`` past the calendar)."""
+    when = _utc(unix)
+    if when is None:
+        return "after 9999" if unix is not None and unix > 0 else "-"
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _utc(unix: float | None) -> datetime | None:
+    """The date of Unix seconds, or None when there is none a calendar holds (year 1-9999)."""
     if unix is None or not math.isfinite(unix):
-        return "-"
-    return datetime.fromtimestamp(unix, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return None
+    try:
+        return datetime.fromtimestamp(unix, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
 
 
 def duration(seconds: float | None) -> str:
