@@ -36,6 +36,7 @@ __all__ = [
     "CONVENTIONS",
     "Convention",
     "Reading",
+    "batch_from_tokens",
     "build_read_history",
     "detect",
     "finish_reading",
@@ -281,7 +282,7 @@ class Reading:
             (tokens_key,) = self.columns.tokens
             (step_key,) = self.columns.step
             if tokens_key in frame and step_key in frame:
-                frame = frame.assign(**{BATCH_FROM_TOKENS: _batch_from_tokens(frame[step_key], frame[tokens_key])})
+                frame = frame.assign(**{BATCH_FROM_TOKENS: batch_from_tokens(frame[step_key], frame[tokens_key])})
         return frame
 
 
@@ -715,7 +716,7 @@ def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool =
     return None
 
 
-def _batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
+def batch_from_tokens(step: pd.Series, tokens: pd.Series) -> np.ndarray:
     """Tokens per step between consecutive rows that logged the count (NaN elsewhere, so
     build_history fills them); the first row takes the second's."""
     s = pd.to_numeric(step, errors="coerce").to_numpy(float)

@@ -64,10 +64,7 @@ def build_annotation(
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
-    metrics: dict[str, float | None] = {
-        f"{NAMESPACE}/last_step": float(analysis.observed_step),
-        f"{NAMESPACE}/last_tokens": analysis.in_tokens(analysis.observed_tokens),
-    }
+    metrics = annotation_metrics(analysis)
     labels = {
         f"{NAMESPACE}/settings_hash": fingerprint,
         f"{NAMESPACE}/progress": progress,
@@ -75,19 +72,8 @@ def build_annotation(
         f"{NAMESPACE}/loss_key": analysis.loss_key,
         f"{NAMESPACE}/version": str(settings.get("version", "")),
     }
-    for k, result in enumerate(analysis.targets):
-        prefix = f"{NAMESPACE}/{target_slug(result.target)}"
-        metrics.update({f"{prefix}/{name}": value for name, value in time_metrics(analysis, k).items()})
-        labels[f"{prefix}/status"] = str(result.status)
-        # On the step axis the token keys are cleared (None): their values would be steps.
-        low, high = result.tokens_interval or (None, None)
-        step_low_high = result.step_interval or (None, None)
-        tokens = analysis.in_tokens
-        values = (
-            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor
-        )
-        for name, value in zip(TARGET_METRICS, values, strict=True):
-            metrics[f"{prefix}/{name}"] = _finite(value)
+    for result in analysis.targets:
+        labels[f"{NAMESPACE}/{target_slug(result.target)}/status"] = str(result.status)
     report = to_json(analysis)
     report["settings_hash"] = fingerprint
     report["progress"] = progress
@@ -104,6 +90,28 @@ def build_annotation(
         step=int(analysis.observed_step),
         plot=lambda: _plot_png(analysis, run_name, digest),
     )
+
+
+def annotation_metrics(analysis: Analysis) -> dict[str, float | None]:
+    """The numbers an annotation writes (:mod:`tracker_plugin.keys`): every key of every
+    target, None where there is no value; the live forecasts log the finite ones."""
+    metrics: dict[str, float | None] = {
+        f"{NAMESPACE}/last_step": float(analysis.observed_step),
+        f"{NAMESPACE}/last_tokens": analysis.in_tokens(analysis.observed_tokens),
+    }
+    for k, result in enumerate(analysis.targets):
+        prefix = f"{NAMESPACE}/{target_slug(result.target)}"
+        metrics.update({f"{prefix}/{name}": value for name, value in time_metrics(analysis, k).items()})
+        # On the step axis the token keys are cleared (None): their values would be steps.
+        low, high = result.tokens_interval or (None, None)
+        step_low_high = result.step_interval or (None, None)
+        tokens = analysis.in_tokens
+        values = (
+            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor
+        )
+        for name, value in zip(TARGET_METRICS, values, strict=True):
+            metrics[f"{prefix}/{name}"] = _finite(value)
+    return metrics
 
 
 def _finite(value: float | None) -> float | None:
