@@ -1,0 +1,204 @@
+"""The live forecast as a Hugging Face ``TrainerCallback`` (``Trainer``, and what builds on it).
+
+::
+
+    from tracker_plugin.live import LossEtaCallback
+
+    trainer = Trainer(model, args, train_dataset=data, callbacks=[LossEtaCallback(targets=[3.3], seq_len=1024)])
+    trainer.train()
+
+What it reads, at each ``on_log``: the loss the Trainer logs (``loss``; ``eval_loss`` from
+``on_evaluate`` with ``loss="eval"``), the optimizer step ``state.global_step``, tokens
+from ``state.num_input_tokens_seen`` when the Trainer counts them
+(``include_num_input_tokens_seen``), else per-device batch x accumulation x world size x
+``seq_len``, and the wall clock. The planned lr is read once from the live scheduler, up
+to ``state.max_steps``, without stepping it (:func:`~tracker_plugin.plan.scheduler.plan_from_scheduler`).
+
+What it writes: each forecast's ``loss_eta/...`` numbers, through the loggers the run
+reports to (``wandb.run.log`` with ``train/global_step``, ``mlflow.log_metrics`` at the
+step), so the trackers' own charts show each ETA converge; at the end of training, the
+annotation ``tracker-plugin annotate`` writes (see :func:`~tracker_plugin.live.sinks.annotate_at_end`).
+Rank 0 only. An exception inside the callback is warned about once; training goes on.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.errors import ConfigError, MissingDependency
+from tracker_plugin.live.sinks import TrackerSinks, should_stop
+from tracker_plugin.live.stream import (
+    DEFAULT_EVERY_LOGS,
+    DEFAULT_EVERY_SECONDS,
+    MIN_ROWS,
+    LiveForecast,
+    LiveResult,
+)
+from tracker_plugin.plan.schedule import LrSchedule
+
+try:
+    from transformers import TrainerCallback
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise MissingDependency("transformers", "hf") from exc
+
+__all__ = ["LossEtaCallback"]
+
+
+class LossEtaCallback(TrainerCallback):
+    """Forecast when the run reaches each target, while it trains.
+
+    Parameters
+    ----------
+    targets:
+        Target losses.
+    seq_len:
+        Tokens per sequence, for tokens per step when the Trainer does not count tokens.
+        With neither, the forecast is on steps.
+    loss:
+        ``"train"`` (the logged ``loss``) or ``"eval"`` (``eval_loss`` at each evaluation).
+    config:
+        Further analysis settings.
+    every_logs, every_seconds, min_rows:
+        The cadence and the rows needed first (see :class:`~tracker_plugin.live.LiveForecast`).
+    stop_when_unreachable:
+        Stop training when every target is out of reach within the plan with high
+        confidence, once ``min_fraction`` of the planned steps are done. Off by default.
+    annotate_at_end:
+        Write the full annotation to the run at the end of training.
+    """
+
+    def __init__(
+        self,
+        targets: Sequence[float],
+        *,
+        seq_len: int | None = None,
+        loss: str = "train",
+        config: AnalysisConfig | None = None,
+        every_logs: int = DEFAULT_EVERY_LOGS,
+        every_seconds: float = DEFAULT_EVERY_SECONDS,
+        min_rows: int = MIN_ROWS,
+        stop_when_unreachable: bool = False,
+        min_fraction: float = 0.5,
+        annotate_at_end: bool = True,
+    ) -> None:
+        if loss not in ("train", "eval"):
+            raise ConfigError(f"loss is 'train' or 'eval', got {loss!r}")
+        self.targets = tuple(targets)
+        self.seq_len, self.loss, self.config = seq_len, loss, config
+        self.cadence = {"every_logs": every_logs, "every_seconds": every_seconds, "min_rows": min_rows}
+        self.stop_when_unreachable, self.min_fraction = stop_when_unreachable, min_fraction
+        self.annotate_at_end = annotate_at_end
+        self.live: LiveForecast | None = None
+        self.plan_note = "no plan read yet"
+        self.sinks = TrackerSinks()
+        self._logged: LiveResult | None = None
+        self._warned: set[str] = set()
+
+    # -- the Trainer's events ------------------------------------------------------------
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._guarded(self._begin, args, state, kwargs.get("lr_scheduler"))
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.loss == "train" and logs and "loss" in logs:
+            self._guarded(self._row, args, state, logs["loss"], logs.get("learning_rate"))
+        self._guarded(self._emit, args, state, control)
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if self.loss == "eval" and metrics and "eval_loss" in metrics:
+            self._guarded(self._row, args, state, metrics["eval_loss"], None)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._guarded(self._end, args, state)
+
+    # -- what each does --------------------------------------------------------------------
+    def _begin(self, args: Any, state: Any, scheduler: Any) -> None:
+        from tracker_plugin.plan.scheduler import plan_from_scheduler
+
+        total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
+        schedule = None
+        if scheduler is not None and total is not None:
+            read = plan_from_scheduler(scheduler, total)
+            schedule, self.plan_note = _on_global_steps(read.schedule, total), read.how
+        elif total is None:
+            self.plan_note = "the Trainer has no max_steps: the plan is inferred from the log"
+        self.live = LiveForecast(
+            self.targets,
+            plan=schedule,
+            total_steps=total if schedule is None else None,
+            tokens_per_step=None if _counts_tokens(args) else _tokens_per_step(args, self.seq_len),
+            config=self.config,
+            rank=0 if state.is_world_process_zero else 1,
+            name=str(getattr(args, "run_name", None) or "live"),
+            **self.cadence,  # type: ignore[arg-type]
+        )
+        self._resume(state)
+
+    def _resume(self, state: Any) -> None:
+        """A run resumed from a checkpoint picks its logged losses back up from ``log_history``."""
+        assert self.live is not None
+        key = "loss" if self.loss == "train" else "eval_loss"
+        for entry in getattr(state, "log_history", None) or []:
+            if key in entry and "step" in entry:
+                self.live.update(int(entry["step"]), float(entry[key]), tokens=entry.get("num_input_tokens_seen"),
+                                 lr=entry.get("learning_rate"), time=math.nan)
+
+    def _row(self, args: Any, state: Any, loss: Any, lr: Any) -> None:
+        if self.live is None:
+            return
+        tokens = state.num_input_tokens_seen if _counts_tokens(args) else None
+        self.live.update(int(state.global_step), float(loss), tokens=tokens, lr=lr)
+
+    def _emit(self, args: Any, state: Any, control: Any) -> None:
+        latest = None if self.live is None else self.live.latest
+        if latest is None or latest is self._logged or not state.is_world_process_zero:
+            return
+        self._logged = latest
+        self.sinks.log(latest.metrics, int(state.global_step), args)
+        if self.stop_when_unreachable and should_stop(latest, state.global_step, state.max_steps, self.min_fraction):
+            control.should_training_stop = True
+
+    def _end(self, args: Any, state: Any) -> None:
+        if self.live is None or not state.is_world_process_zero:
+            return
+        result = self.live.forecast()
+        self.live.close()
+        if result is not None and result is not self._logged:
+            self._logged = result
+            self.sinks.log(result.metrics, int(state.global_step), args)
+        if self.annotate_at_end:
+            self.sinks.annotate(self.live.config, args, result=result, batch_size=self.live.tokens_per_step)
+
+    def _guarded(self, call: Any, *args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as exc:  # noqa: BLE001 - the trainer comes first
+            kind = type(exc).__name__
+            if kind not in self._warned:
+                self._warned.add(kind)
+                warnings.warn(f"tracker_plugin live forecast: {kind}: {exc} (training goes on)", RuntimeWarning, stacklevel=2)
+
+
+def _on_global_steps(schedule: LrSchedule | None, total: int) -> LrSchedule | None:
+    """The plan on the Trainer's ``global_step``: the lr logged at global step G (and used
+    for that step's update) is the one the scheduler held after G-1 of its steps."""
+    if schedule is None:
+        return None
+    return replace(schedule, steps=tuple(s + 1 for s in schedule.steps), total_steps=float(total))
+
+
+def _counts_tokens(args: Any) -> bool:
+    counting = getattr(args, "include_num_input_tokens_seen", "no")
+    return counting not in (False, None, "no")
+
+
+def _tokens_per_step(args: Any, seq_len: int | None) -> float | None:
+    """Per-device batch x accumulation x world size x sequence length, or None without ``seq_len``."""
+    if seq_len is None:
+        return None
+    world = int(getattr(args, "world_size", 1) or 1)
+    return float(args.per_device_train_batch_size * args.gradient_accumulation_steps * world * seq_len)
