@@ -7,13 +7,18 @@ queued), never raised into, and waits for its rows and the lr warmup.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from tests import readme_examples
 from tracker_plugin import build_history
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError
@@ -142,3 +147,36 @@ def test_other_ranks_do_nothing_and_plans_are_read_as_given(monkeypatch):
         LiveForecast([3.3], plan=lambda s: 1.0)
     ends_only = LiveForecast([3.3], total_steps=500, background=False)
     assert ends_only.config.lr_schedule is not None and ends_only.config.lr_schedule.total_steps == 500
+
+
+def test_the_readme_shows_what_the_live_loop_example_prints():
+    root = Path(__file__).resolve().parents[1]
+    block = re.search(r"```text\n\$ python examples/live_loop.py\n(.*?)```", (root / "README.md").read_text(), re.S)
+    assert block is not None
+    done = subprocess.run([sys.executable, "examples/live_loop.py"], cwd=root, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    why = readme_examples.mismatch(block.group(1), done.stdout)  # words exactly, numbers to a relative 1e-3
+    assert why is None, why
+
+
+def test_stopping_when_every_target_is_out_of_reach_within_the_plan():
+    from tracker_plugin.live.sinks import should_stop
+
+    steps = np.arange(0, 600, 2)
+    loss = 2.0 + 4.0 * (1 + steps) ** -0.3
+    live = LiveForecast([1.0, 5.0], plan="cosine:warmup=10,total=1000,final=0", tokens_per_step=4096,
+                        background=False, every_logs=10**6, every_seconds=0)
+    for s, value in zip(steps, loss):
+        live.update(int(s), float(value))
+    result = live.forecast()
+    assert result is not None
+    assert should_stop(result, 600, 1000, 0.5) is False  # 5.0 was reached: not every target is out of reach
+    out_of_reach = LiveForecast([1.0], plan="cosine:warmup=10,total=1000,final=0", tokens_per_step=4096,
+                                background=False, every_logs=10**6, every_seconds=0)
+    for s, value in zip(steps, loss):
+        out_of_reach.update(int(s), float(value))
+    unreachable = out_of_reach.forecast()
+    assert unreachable is not None and unreachable.analysis.targets[0].p_reach_within_plan < 0.05
+    assert should_stop(unreachable, 600, 1000, 0.5) is True
+    assert should_stop(unreachable, 400, 1000, 0.5) is False  # before min_fraction of the run: never

@@ -75,3 +75,99 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     live_steps, values = offline.data[KEY]
     assert len(values) >= 2 and all(isinstance(v, float) for v in values)
     assert offline.summary[MARKER] and offline.summary["loss_eta/target_2p50/status"] == "reached"
+
+
+def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    env.update(MLFLOW_TRACKING_URI=store, MLFLOW_EXPERIMENT_NAME="ddp", WANDB_MODE="offline",
+               WANDB_DIR=str(tmp_path), WANDB_SILENT="true", MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
+         "-m", "tracker_plugin.testing.tiny_trainers", "hf", "--steps", "100", "--out", str(tmp_path / "out"),
+         "--report-to", "mlflow", "wandb", "--targets", *TARGETS, "--every-logs", "10"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    by_rank = sorted(seen, key=lambda s: s["rank"])
+    assert [s["rank"] for s in by_rank] == [0, 1]
+    assert by_rank[0]["forecasts"] >= 1 and by_rank[0]["outcomes"] and by_rank[0]["world_size"] == 2
+    assert by_rank[1]["forecasts"] == 0 and by_rank[1]["outcomes"] == [] and by_rank[1]["status"] == "off: not rank 0"
+    client = MlflowClient(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("ddp").experiment_id])
+    steps = [p.step for p in client.get_metric_history(run.info.run_id, "loss_eta/last_step")]
+    assert steps and len(steps) == len(set(steps))  # each forecast logged once, not once per rank
+    assert len(list((tmp_path / "wandb").glob("offline-run-*"))) == 1
+
+
+def _free_port() -> int:
+    from tracker_plugin.testing.mlflow_server import free_port
+
+    return free_port()
+
+
+# -- in this process, reporting to no tracker: resumed runs, schedulers without a plan, failures
+def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None), save_steps: int | None = None):
+    from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
+
+    from tracker_plugin.testing.tiny_trainers import BATCH, _data, _Dataset, _model
+
+    args = TrainingArguments(
+        output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
+        lr_scheduler_type="cosine", warmup_steps=10, logging_steps=2, report_to=[], use_cpu=True, seed=0,
+        save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, disable_tqdm=True,
+    )
+    model = _model()
+    if optimizers[0] == "plateau":
+        import torch
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        optimizers = (optimizer, torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer))
+    trainer = Trainer(model, args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=[live], optimizers=optimizers)
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def test_a_resumed_hf_run_picks_its_history_back_up(tmp_path):
+    from tracker_plugin.live import LossEtaCallback
+
+    first = LossEtaCallback([2.0], every_logs=10**6, min_rows=5, annotate_at_end=False)
+    hf_trainer(tmp_path, first, steps=60, save_steps=60).train()
+    assert len(first.live.snapshot()["step"]) == 30
+    resumed = LossEtaCallback([2.0], every_logs=10**6, min_rows=5, annotate_at_end=False)
+    hf_trainer(tmp_path, resumed, steps=120).train(resume_from_checkpoint=str(tmp_path / "out" / "checkpoint-60"))
+    steps = resumed.live.snapshot()["step"]
+    assert steps[:30] == [float(s) for s in range(2, 61, 2)]  # the checkpoint's log history, then the new rows
+    assert steps[30:] == [float(s) for s in range(62, 121, 2)]
+    assert resumed.live.latest is not None and resumed.live.latest.rows == 60, resumed.live.status
+
+
+def test_a_scheduler_without_a_plan_infers_it_and_the_status_says_so(tmp_path):
+    from tracker_plugin.live import LossEtaCallback
+
+    live = LossEtaCallback([2.0], every_logs=10, every_seconds=0, min_rows=10, annotate_at_end=False)
+    hf_trainer(tmp_path, live, optimizers=("plateau", None)).train()
+    assert live.live.config.lr_schedule is not None and live.live.config.lr_schedule.source == "steps-only"
+    assert live.live.status.endswith(
+        "plan: ReduceLROnPlateau follows the loss, not the step: the plan is inferred from the log"
+    ), live.live.status
+
+
+def test_a_tracker_that_is_down_is_said_once_and_training_goes_on(tmp_path, monkeypatch):
+    from tracker_plugin.live import LossEtaCallback
+    from tracker_plugin.live.sinks import TrackerSinks
+
+    def down(self, metrics, step, args=None):
+        raise ConnectionError("the tracking server is not answering")
+
+    monkeypatch.setattr(TrackerSinks, "log", down)
+    live = LossEtaCallback([2.0], every_logs=5, every_seconds=0, min_rows=10, annotate_at_end=False)
+    trainer = hf_trainer(tmp_path, live)
+    with pytest.warns(RuntimeWarning, match="ConnectionError: the tracking server is not answering") as caught:
+        trainer.train()
+    assert trainer.state.global_step == 120
+    assert len([w for w in caught if "live forecast" in str(w.message)]) == 1

@@ -119,6 +119,9 @@ class LossEtaCallback(TrainerCallback):
     def _begin(self, args: Any, state: Any, scheduler: Any) -> None:
         from tracker_plugin.plan.scheduler import plan_from_scheduler
 
+        if not state.is_world_process_zero:
+            self.live = LiveForecast(self.targets, rank=1, background=False)  # rank 0 forecasts for all
+            return
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
         schedule = None
         if scheduler is not None and total is not None:
@@ -132,10 +135,11 @@ class LossEtaCallback(TrainerCallback):
             total_steps=total if schedule is None else None,
             tokens_per_step=None if _counts_tokens(args) else _tokens_per_step(args, self.seq_len),
             config=self.config,
-            rank=0 if state.is_world_process_zero else 1,
+            rank=0,
             name=str(getattr(args, "run_name", None) or "live"),
             **self.cadence,  # type: ignore[arg-type]
         )
+        self.live.plan_note = self.plan_note
         self._resume(state)
 
     def _resume(self, state: Any) -> None:

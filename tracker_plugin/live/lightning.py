@@ -78,6 +78,7 @@ class LossEtaLightningCallback(Callback):
         self.plan_note = "no plan read yet"
         self.sinks = TrackerSinks()
         self._last_step = -1
+        self._restored: dict[str, list[float]] | None = None  # rows from a checkpoint
         self._logged: LiveResult | None = None
         self._warned: set[str] = set()
 
@@ -91,10 +92,20 @@ class LossEtaLightningCallback(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._guarded(self._end, trainer)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The rows so far, kept in Lightning's checkpoints so a resumed run picks them up."""
+        return {"rows": self.live.snapshot()} if self.live is not None and self.live.enabled else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._restored = state_dict.get("rows")
+
     # -- what each does --------------------------------------------------------------------
     def _begin(self, trainer: Any) -> None:
         from tracker_plugin.plan.scheduler import plan_from_scheduler
 
+        if not trainer.is_global_zero:
+            self.live = LiveForecast(self.targets, rank=1, background=False)  # rank 0 forecasts for all
+            return
         total = _total_steps(trainer)
         scheduler = _step_scheduler(trainer)
         schedule = None
@@ -109,10 +120,13 @@ class LossEtaLightningCallback(Callback):
             total_steps=total if schedule is None else None,
             tokens_per_step=self.tokens_per_step or _tokens_per_step(trainer, self.seq_len),
             config=self.config,
-            rank=0 if trainer.is_global_zero else 1,
+            rank=0,
             name=_run_name(trainer),
             **self.cadence,  # type: ignore[arg-type]
         )
+        self.live.plan_note = self.plan_note
+        if self._restored:
+            self.live.restore(self._restored)
 
     def _row(self, trainer: Any) -> None:
         step = int(trainer.global_step)

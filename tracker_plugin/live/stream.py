@@ -33,9 +33,10 @@ import pandas as pd
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.conventions import batch_from_tokens
-from tracker_plugin.frame.history import Columns, build_history
+from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.jobs.annotation import annotation_metrics
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule
+from tracker_plugin.report.timing import duration
 
 __all__ = ["DEFAULT_EVERY_LOGS", "DEFAULT_EVERY_SECONDS", "MIN_ROWS", "LiveForecast", "LiveResult", "PlanLike"]
 
@@ -64,6 +65,11 @@ class LiveResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
     seconds: float = 0.0  # how long the forecast took
 
+    def lines(self) -> list[str]:
+        """One line per target for a console or a progress bar:
+        ``3.30 at step 15,490 (80%: 8,855-19,460), in 52 min (19-72 min)``."""
+        return [_line(self.analysis, k) for k in range(len(self.analysis.targets))]
+
 
 class LiveForecast:
     """Forecast a target loss while the run trains.
@@ -80,7 +86,7 @@ class LiveForecast:
         The planned last optimizer step, when known.
     tokens_per_step:
         Tokens per optimizer step, when ``update`` is not given ``tokens``. With neither,
-        the analysis runs on steps.
+        the analysis runs on steps (its EMA window is ``config.ema_steps``).
     config:
         Further analysis settings (:class:`AnalysisConfig`); its targets and plan are
         replaced by those given here.
@@ -138,7 +144,10 @@ class LiveForecast:
         self._latest: LiveResult | None = None
         self._error: str | None = None
         self._warned: set[str] = set()
+        self.plan_note: str | None = None  # how a callback read the plan (or why it could not)
         self.skipped = 0  # forecasts that were due while one was still running
+        self.forecasts = 0  # forecasts made
+        self.forecast_seconds = 0.0  # their wall time, in all
 
     # -- the trainer's side ------------------------------------------------------------
     def update(
@@ -179,7 +188,12 @@ class LiveForecast:
 
     @property
     def status(self) -> str:
-        """What the live forecast is doing, in a few words."""
+        """What the live forecast is doing, in a few words (and how the plan was read, when a
+        callback read it)."""
+        said = self._doing()
+        return said if self.plan_note is None or not self.enabled else f"{said}; plan: {self.plan_note}"
+
+    def _doing(self) -> str:
         if not self.enabled:
             return "off: not rank 0"
         waiting = self._waiting()
@@ -191,6 +205,22 @@ class LiveForecast:
         if latest is None:
             return "no forecast yet"
         return f"forecast at step {latest.step} ({latest.rows} rows)"
+
+    def snapshot(self) -> dict[str, list[float]]:
+        """The rows so far, to keep in a checkpoint (:meth:`restore` puts them back)."""
+        with self._lock:
+            return {key: list(values) for key, values in self._rows.items()}
+
+    def restore(self, rows: Mapping[str, Sequence[float]]) -> None:
+        """Put back rows a checkpoint kept, before the rows this run logs from here on: a run
+        resumed from a checkpoint picks its history back up, and its smoothing does not
+        restart from nothing. Rows at steps the resumed run logs again are replaced then."""
+        columns = [list(rows.get(key, ())) for key in self._rows]
+        if len({len(c) for c in columns}) != 1:
+            raise ConfigError("the rows to restore differ in length between columns")
+        with self._lock:
+            for key, values in zip(self._rows, columns):
+                self._rows[key][:0] = [float(v) for v in values]
 
     def close(self) -> None:
         """Wait for a forecast in flight and stop the background thread."""
@@ -225,16 +255,23 @@ class LiveForecast:
         try:
             started = clock.perf_counter()
             frame = self._frame()
-            # Every row was logged with a loss: a NaN there is a logged NaN, dropped and counted.
-            history = build_history(frame, run=self.name, columns=_COLUMNS, batch_size=self.tokens_per_step,
-                                    logged_nan_loss=np.isnan(frame["loss"].to_numpy(float)))
+            history = self._history(frame)
             analysis = run_analysis(history, self.config)
-            self._latest = LiveResult(
-                int(history.step[-1]), len(frame), analysis, live_metrics(analysis), clock.perf_counter() - started
-            )
+            took = clock.perf_counter() - started
+            self._latest = LiveResult(int(history.step[-1]), len(frame), analysis, live_metrics(analysis), took)
+            self.forecasts += 1
+            self.forecast_seconds += took
             self._error = None
         except Exception as exc:  # noqa: BLE001 - reported in the status, warned about once
             self._fail(exc)
+
+    def _history(self, frame: pd.DataFrame) -> History:
+        """The frame as a validated history; with no tokens and no tokens per step, on steps."""
+        on_steps = "tokens" not in frame and self.tokens_per_step is None
+        # Every row was logged with a loss: a NaN there is a logged NaN, dropped and counted.
+        history = build_history(frame, run=self.name, columns=_COLUMNS, batch_size=1.0 if on_steps else self.tokens_per_step,
+                                logged_nan_loss=np.isnan(frame["loss"].to_numpy(float)))
+        return replace(history, on_steps=True, batch_source="none: the analysis is on steps") if on_steps else history
 
     def _frame(self) -> pd.DataFrame:
         with self._lock:
@@ -265,6 +302,24 @@ class LiveForecast:
 
 
 _COLUMNS = Columns(step=("step",), loss=("loss",), tokens=("tokens",), batch=("batch",), lr=("lr",), time=("time",))
+
+
+def _line(analysis: Analysis, k: int) -> str:
+    result = analysis.targets[k]
+    head = f"{result.target:.2f} {result.status}"
+    if result.step is None or not math.isfinite(result.step):
+        return head
+    text = f"{head} at step {result.step:,.0f}"
+    if result.step_interval is not None:
+        low, high = result.step_interval
+        level = f"{analysis.config.interval:.0%}"
+        text += f" ({level}: {low:,.0f}-{'inf' if not math.isfinite(high) else f'{high:,.0f}'})"
+    when = None if analysis.timing is None else analysis.timing.targets[k]
+    if when is not None and when.seconds_left is not None and when.seconds_left > 0:
+        text += f", in {duration(when.seconds_left)}"
+        if when.seconds_left_interval is not None:
+            text += f" ({duration(when.seconds_left_interval[0])}-{duration(when.seconds_left_interval[1])})"
+    return text
 
 
 def plan_schedule(plan: PlanLike | None, total_steps: int | None) -> LrSchedule | None:

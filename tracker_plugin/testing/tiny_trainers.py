@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,11 @@ class _Dataset:
 
 
 def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], targets: Sequence[float],
-             every_logs: int = 5, every_seconds: float = 0.0, callback: bool = True) -> dict[str, Any]:
+             every_logs: int = 5, every_seconds: float = 0.0, callback: bool = True,
+             logging_steps: int = 2) -> dict[str, Any]:
     """Train with ``transformers.Trainer``; return what the callback saw."""
     from transformers import Trainer, TrainingArguments
+    from transformers.trainer_callback import PrinterCallback
 
     from tracker_plugin.live import LossEtaCallback
 
@@ -71,27 +74,57 @@ def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], 
     kind, extra = kinds[schedule]
     args = TrainingArguments(
         output_dir=str(out), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
-        lr_scheduler_type=kind, lr_scheduler_kwargs=extra, warmup_steps=steps // 10, logging_steps=2,
+        lr_scheduler_type=kind, lr_scheduler_kwargs=extra, warmup_steps=steps // 10, logging_steps=logging_steps,
         report_to=list(report_to), save_strategy="no", use_cpu=True, run_name=f"hf-{schedule}",
         disable_tqdm=True, seed=0, include_num_input_tokens_seen="all",
     )
     live = LossEtaCallback(targets, every_logs=every_logs, every_seconds=every_seconds, min_rows=10)
-    trainer = Trainer(_model(), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=[live] if callback else [])
+    timer = _step_timer()
+    callbacks = [timer, live] if callback else [timer]
+    trainer = Trainer(_model(), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=callbacks)
+    trainer.remove_callback(PrinterCallback)  # the logs go to the trackers, not to stdout
+    started = time.perf_counter()
     trainer.train()
+    seconds = time.perf_counter() - started
     logged = [(e["step"], e["learning_rate"]) for e in trainer.state.log_history if "learning_rate" in e]
-    return _seen(live, logged)
+    return {**_seen(live if callback else None, logged), "train_seconds": seconds, "step_seconds": timer.mean()}
+
+
+def _step_timer() -> Any:
+    from transformers import TrainerCallback
+
+    class StepTimer(TrainerCallback):
+        """The wall time between consecutive optimizer steps' ends, the first 10 left out (warm-up)."""
+
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            self.ends.append(time.perf_counter())
+
+        def mean(self) -> float:
+            ends = self.ends[10:]
+            return (ends[-1] - ends[0]) / (len(ends) - 1) if len(ends) > 1 else float("nan")
+
+    return StepTimer()
 
 
 def _seen(live: Any, logged: Sequence[tuple[float, float]]) -> dict[str, Any]:
     """What the callback saw, and how far its plan is from the lr the trainer logged at each step."""
+    if live is None:
+        return {}
     plan = None if live.live is None else live.live.config.lr_schedule
     error = None
     if plan is not None and logged:
         error = max(abs(float(plan.at(step)) - lr) / max(abs(lr), 1e-30) for step, lr in logged if lr > 0)
     latest = live.live.latest if live.live is not None else None
-    return {"plan": live.plan_note, "status": None if live.live is None else live.live.status,
+    import os
+
+    return {"rank": int(os.environ.get("RANK", "0")), "world_size": int(os.environ.get("WORLD_SIZE", "1")),
+            "plan": live.plan_note, "status": None if live.live is None else live.live.status,
             "final_step": None if latest is None else latest.step, "outcomes": live.sinks.outcomes,
-            "plan_error": error}
+            "plan_error": error, "forecasts": 0 if live.live is None else live.live.forecasts,
+            "forecast_seconds": 0.0 if live.live is None else live.live.forecast_seconds}
 
 
 def train_lightning(out: Path, *, schedule: str, steps: int, report_to: Sequence[str],
@@ -141,8 +174,10 @@ def train_lightning(out: Path, *, schedule: str, steps: int, report_to: Sequence
     )
     loader: Any = DataLoader(_Dataset(_data(steps * 2 * BATCH)), batch_size=BATCH)  # type: ignore[arg-type]
     module = Tiny()
+    started = time.perf_counter()
     trainer.fit(module, loader)
-    return _seen(live, module.lrs)
+    seconds = time.perf_counter() - started
+    return {**_seen(live if callback else None, module.lrs), "train_seconds": seconds}
 
 
 def _lr_shape(schedule: str, steps: int) -> Any:
