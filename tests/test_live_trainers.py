@@ -110,7 +110,8 @@ def _free_port() -> int:
 
 
 # -- in this process, reporting to no tracker: resumed runs, schedulers without a plan, failures
-def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None), save_steps: int | None = None):
+def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None), save_steps: int | None = None,
+               eval_steps: int | None = None):
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
@@ -120,6 +121,7 @@ def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None
         output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
         lr_scheduler_type="cosine", warmup_steps=10, logging_steps=2, report_to=[], use_cpu=True, seed=0,
         save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500, disable_tqdm=True,
+        eval_strategy="steps" if eval_steps else "no", eval_steps=eval_steps,
     )
     model = _model()
     if optimizers[0] == "plateau":
@@ -127,7 +129,9 @@ def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None
 
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
         optimizers = (optimizer, torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer))
-    trainer = Trainer(model, args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=[live], optimizers=optimizers)
+    evaluation = _Dataset(_data(4 * BATCH)) if eval_steps else None
+    trainer = Trainer(model, args, train_dataset=_Dataset(_data(steps * BATCH)), eval_dataset=evaluation,
+                      callbacks=[live], optimizers=optimizers)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -171,3 +175,56 @@ def test_a_tracker_that_is_down_is_said_once_and_training_goes_on(tmp_path, monk
         trainer.train()
     assert trainer.state.global_step == 120
     assert len([w for w in caught if "live forecast" in str(w.message)]) == 1
+
+
+def test_progress_lines_show_each_targets_eta_above_the_bar(tmp_path, capfd):
+    from tracker_plugin.live import LossEtaCallback
+
+    live = LossEtaCallback([2.0], every_logs=10, every_seconds=0, min_rows=10, progress=True, annotate_at_end=False)
+    hf_trainer(tmp_path, live).train()
+    lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("loss_eta step ")]
+    assert lines and all(": 2.00 " in line for line in lines), lines
+
+
+def test_a_lightning_run_planned_in_epochs_reads_its_plan_to_the_estimated_steps(tmp_path):
+    import lightning as L
+    import torch
+    from torch.utils.data import DataLoader
+
+    from tracker_plugin.live import LossEtaLightningCallback
+    from tracker_plugin.testing.tiny_trainers import BATCH, _data, _Dataset, _lr_shape, _model
+
+    class Tiny(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = _model()
+
+        def training_step(self, batch, batch_idx):
+            loss = self.model(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+            self.log("train_loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            optimizer = torch.optim.AdamW(self.parameters(), lr=3e-3)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_shape("cosine", 60))
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    live = LossEtaLightningCallback([2.0], seq_len=16, every_logs=10**6, min_rows=5, annotate_at_end=False)
+    trainer = L.Trainer(max_epochs=2, log_every_n_steps=2, logger=False, callbacks=[live], enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, accelerator="cpu", devices=1,
+                        default_root_dir=str(tmp_path))
+    trainer.fit(Tiny(), DataLoader(_Dataset(_data(30 * BATCH)), batch_size=BATCH))
+    assert trainer.estimated_stepping_batches == 60 and trainer.global_step == 60
+    plan = live.live.config.lr_schedule
+    assert plan is not None and plan.total_steps == 60 and live.plan_note.startswith("read from the scheduler")
+    assert live.live.latest is not None and live.live.latest.step == 60
+
+
+def test_the_eval_loss_when_asked(tmp_path):
+    from tracker_plugin.live import LossEtaCallback
+
+    live = LossEtaCallback([2.0], loss="eval", every_logs=10**6, min_rows=5, annotate_at_end=False)
+    hf_trainer(tmp_path, live, eval_steps=10).train()
+    rows = live.live.snapshot()
+    assert rows["step"] == [float(s) for s in range(10, 121, 10)]  # one row per evaluation, at its step
+    assert live.live.latest is not None and live.live.latest.analysis.loss_key == "loss"

@@ -31,7 +31,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import ConfigError, MissingDependency
-from tracker_plugin.live.sinks import TrackerSinks, should_stop
+from tracker_plugin.live.sinks import TrackerSinks, say_progress, should_stop
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
@@ -68,6 +68,8 @@ class LossEtaCallback(TrainerCallback):
     stop_when_unreachable:
         Stop training when every target is out of reach within the plan with high
         confidence, once ``min_fraction`` of the planned steps are done. Off by default.
+    progress:
+        Write each new forecast's short ETA per target above the progress bar. Off by default.
     annotate_at_end:
         Write the full annotation to the run at the end of training.
     """
@@ -84,6 +86,7 @@ class LossEtaCallback(TrainerCallback):
         min_rows: int = MIN_ROWS,
         stop_when_unreachable: bool = False,
         min_fraction: float = 0.5,
+        progress: bool = False,
         annotate_at_end: bool = True,
     ) -> None:
         if loss not in ("train", "eval"):
@@ -93,6 +96,7 @@ class LossEtaCallback(TrainerCallback):
         self.cadence = {"every_logs": every_logs, "every_seconds": every_seconds, "min_rows": min_rows}
         self.stop_when_unreachable, self.min_fraction = stop_when_unreachable, min_fraction
         self.annotate_at_end = annotate_at_end
+        self.progress = progress
         self.live: LiveForecast | None = None
         self.plan_note = "no plan read yet"
         self.sinks = TrackerSinks()
@@ -163,6 +167,8 @@ class LossEtaCallback(TrainerCallback):
             return
         self._logged = latest
         self.sinks.log(latest.metrics, int(state.global_step), args)
+        if self.progress:
+            say_progress(latest)
         if self.stop_when_unreachable and should_stop(latest, state.global_step, state.max_steps, self.min_fraction):
             control.should_training_stop = True
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import MissingDependency
-from tracker_plugin.live.sinks import TrackerSinks, should_stop
+from tracker_plugin.live.sinks import TrackerSinks, say_progress, should_stop
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
@@ -67,6 +67,7 @@ class LossEtaLightningCallback(Callback):
         min_rows: int = MIN_ROWS,
         stop_when_unreachable: bool = False,
         min_fraction: float = 0.5,
+        progress: bool = False,
         annotate_at_end: bool = True,
     ) -> None:
         self.targets = tuple(targets)
@@ -74,6 +75,7 @@ class LossEtaLightningCallback(Callback):
         self.cadence = {"every_logs": every_logs, "every_seconds": every_seconds, "min_rows": min_rows}
         self.stop_when_unreachable, self.min_fraction = stop_when_unreachable, min_fraction
         self.annotate_at_end = annotate_at_end
+        self.progress = progress
         self.live: LiveForecast | None = None
         self.plan_note = "no plan read yet"
         self.sinks = TrackerSinks()
@@ -147,6 +149,8 @@ class LossEtaLightningCallback(Callback):
         self._logged = latest
         for logger in trainer.loggers:
             logger.log_metrics(dict(latest.metrics), step=int(trainer.global_step))
+        if self.progress:
+            say_progress(latest)
         if self.stop_when_unreachable and should_stop(latest, trainer.global_step, _total_steps(trainer), self.min_fraction):
             trainer.should_stop = True
 

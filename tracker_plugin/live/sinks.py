@@ -28,7 +28,7 @@ from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER
 from tracker_plugin.live.stream import LiveResult
 
-__all__ = ["TrackerSinks", "should_stop"]
+__all__ = ["TrackerSinks", "say_progress", "should_stop"]
 
 _P_UNREACHABLE = 0.05  # P(reach within the plan) below this counts as out of reach
 
@@ -83,6 +83,20 @@ class TrackerSinks:
         for wandb_run in wandb_runs:
             if result is not None:
                 self.outcomes.append(_annotate_wandb_run(wandb_run, result, config, batch_size))
+
+
+def say_progress(result: LiveResult) -> None:
+    """Each target's short ETA as a line above the trainer's progress bar (``tqdm.write``,
+    which both trainers' bars use), else on stderr:
+    ``loss_eta step 1,200: 3.30 extrapolated at step 7,163 (80%: 6,035-9,020), in 2.2 h (1.8-2.7 h)``."""
+    lines = [f"loss_eta step {result.step:,}: {line}" for line in result.lines()]
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - both trainers install tqdm
+        print(*lines, sep="\n", file=sys.stderr)
+        return
+    for line in lines:
+        tqdm.write(line, file=sys.stderr)
 
 
 def should_stop(result: LiveResult, step: int, max_steps: int | None, min_fraction: float) -> bool:
