@@ -36,7 +36,7 @@ def train(tmp_path: Path, trainer: str, schedule: str) -> tuple[dict, str]:
     done = subprocess.run(
         [sys.executable, "-m", "tracker_plugin.testing.tiny_trainers", trainer, "--schedule", schedule,
          "--steps", str(STEPS), "--out", str(tmp_path / "out"), "--report-to", "mlflow", "wandb",
-         "--targets", *TARGETS, "--every-logs", "10"],
+         "--targets", *TARGETS, "--every-logs", "10", "--inline"],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -59,9 +59,12 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id])
     points = client.get_metric_history(run.info.run_id, KEY)
     steps = [p.step for p in points]
-    # a series over the run, at the trainer's logged steps (each forecast takes longer than many of
-    # these tiny steps, so few land before the last; a real run's chart has one per cadence)
-    assert len(set(steps)) >= 2 and steps == sorted(steps) and steps[-1] == STEPS and all(0 < s <= STEPS for s in steps)
+    # a series over the run, a point per forecast that had a number for the target (every 10 logged rows
+    # once the warmup is over), at the trainer's logged steps; forecasts run inline here, so the series
+    # does not depend on the machine's speed (the background thread is tested in test_live.py). The
+    # final annotation writes its own value at the last step too, when it differs from the live one.
+    assert len(set(steps)) >= 5 and steps == sorted(steps) and steps[-1] == STEPS, str(steps)
+    assert all(0 < s <= STEPS for s in steps) and len(steps) - len(set(steps)) <= 1
     assert set(run.data.metrics) >= {KEY, "loss_eta/target_2p50/step", "loss_eta/last_step"}
     assert run.data.tags[MARKER] and run.data.tags["loss_eta/target_2p50/status"] == "reached"
 
@@ -73,7 +76,7 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     offline = read_offline_run(wandb_file, {KEY, "train/global_step"}, ref="w")
     live_steps, values = offline.data[KEY]
-    assert len(values) >= 2 and all(isinstance(v, float) for v in values)
+    assert len(values) >= 5 and all(isinstance(v, float) for v in values)
     assert offline.summary[MARKER] and offline.summary["loss_eta/target_2p50/status"] == "reached"
 
 

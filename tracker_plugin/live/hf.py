@@ -24,14 +24,13 @@ Rank 0 only. An exception inside the callback is warned about once; training goe
 from __future__ import annotations
 
 import math
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import ConfigError, MissingDependency
-from tracker_plugin.live.sinks import TrackerSinks, say_progress, should_stop
+from tracker_plugin.live.session import LiveSession, SessionView, settings_of
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
@@ -49,7 +48,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 __all__ = ["LossEtaCallback"]
 
 
-class LossEtaCallback(TrainerCallback):
+class LossEtaCallback(TrainerCallback, SessionView):
     """Forecast when the run reaches each target, while it trains.
 
     Parameters
@@ -72,6 +71,14 @@ class LossEtaCallback(TrainerCallback):
         Write each new forecast's short ETA per target above the progress bar. Off by default.
     annotate_at_end:
         Write the full annotation to the run at the end of training.
+    background:
+        Forecast on a thread of its own (the default); False forecasts inside the
+        logging call, for tests and replays.
+
+    Raises
+    ------
+    ConfigError
+        ``loss`` is neither ``"train"`` nor ``"eval"``.
     """
 
     def __init__(
@@ -88,109 +95,67 @@ class LossEtaCallback(TrainerCallback):
         min_fraction: float = 0.5,
         progress: bool = False,
         annotate_at_end: bool = True,
+        background: bool = True,
     ) -> None:
         if loss not in ("train", "eval"):
             raise ConfigError(f"loss is 'train' or 'eval', got {loss!r}")
-        self.targets = tuple(targets)
-        self.seq_len, self.loss, self.config = seq_len, loss, config
-        self.cadence = {"every_logs": every_logs, "every_seconds": every_seconds, "min_rows": min_rows}
-        self.stop_when_unreachable, self.min_fraction = stop_when_unreachable, min_fraction
-        self.annotate_at_end = annotate_at_end
-        self.progress = progress
-        self.live: LiveForecast | None = None
-        self.plan_note = "no plan read yet"
-        self.sinks = TrackerSinks()
-        self._logged: LiveResult | None = None
-        self._warned: set[str] = set()
+        self.seq_len, self.loss = seq_len, loss
+        self.session = LiveSession(settings_of(
+            targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
+            stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
+            annotate_at_end=annotate_at_end, background=background,
+        ))
 
     # -- the Trainer's events ------------------------------------------------------------
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._guarded(self._begin, args, state, kwargs.get("lr_scheduler"))
+        self.session.guarded(self._begin, args, state, kwargs.get("lr_scheduler"))
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.loss == "train" and logs and "loss" in logs:
-            self._guarded(self._row, args, state, logs["loss"], logs.get("learning_rate"))
-        self._guarded(self._emit, args, state, control)
+            self.session.guarded(self._row, args, state, logs["loss"], logs.get("learning_rate"))
+        if self.session.guarded(self.session.emit, int(state.global_step), state.max_steps, self._logger(args)):
+            control.should_training_stop = True
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.loss == "eval" and metrics and "eval_loss" in metrics:
-            self._guarded(self._row, args, state, metrics["eval_loss"], None)
+            self.session.guarded(self._row, args, state, metrics["eval_loss"], None)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._guarded(self._end, args, state)
+        sinks = self.session.sinks
+
+        def annotate(config: AnalysisConfig, result: LiveResult | None, batch_size: float | None) -> None:
+            sinks.annotate(config, args, result=result, batch_size=batch_size)
+
+        self.session.guarded(self.session.finish, int(state.global_step), self._logger(args), annotate)
 
     # -- what each does --------------------------------------------------------------------
     def _begin(self, args: Any, state: Any, scheduler: Any) -> None:
-        from tracker_plugin.plan.scheduler import plan_from_scheduler
-
-        if not state.is_world_process_zero:
-            self.live = LiveForecast(self.targets, rank=1, background=False)  # rank 0 forecasts for all
-            return
         total = int(state.max_steps) if state.max_steps and state.max_steps > 0 else None
-        schedule = None
-        if scheduler is not None and total is not None:
-            read = plan_from_scheduler(scheduler, total)
-            schedule, self.plan_note = _on_global_steps(read.schedule, total), read.how
-        elif total is None:
-            self.plan_note = "the Trainer has no max_steps: the plan is inferred from the log"
-        self.live = LiveForecast(
-            self.targets,
-            plan=schedule,
-            total_steps=total if schedule is None else None,
+        live = self.session.start(
+            rank_zero=bool(state.is_world_process_zero), scheduler=scheduler, total_steps=total,
             tokens_per_step=None if _counts_tokens(args) else _tokens_per_step(args, self.seq_len),
-            config=self.config,
-            rank=0,
-            name=str(getattr(args, "run_name", None) or "live"),
-            **self.cadence,  # type: ignore[arg-type]
+            name=str(getattr(args, "run_name", None) or "live"), on_trainer_steps=_on_global_steps,
         )
-        self.live.plan_note = self.plan_note
-        self._resume(state)
+        if live.enabled:
+            self._resume(live, state)
 
-    def _resume(self, state: Any) -> None:
+    def _resume(self, live: LiveForecast, state: Any) -> None:
         """A run resumed from a checkpoint picks its logged losses back up from ``log_history``."""
-        assert self.live is not None
         key = "loss" if self.loss == "train" else "eval_loss"
         for entry in getattr(state, "log_history", None) or []:
             if key in entry and "step" in entry:
-                self.live.update(int(entry["step"]), float(entry[key]), tokens=entry.get("num_input_tokens_seen"),
-                                 lr=entry.get("learning_rate"), time=math.nan)
+                live.update(int(entry["step"]), float(entry[key]), tokens=entry.get("num_input_tokens_seen"),
+                            lr=entry.get("learning_rate"), time=math.nan)
 
     def _row(self, args: Any, state: Any, loss: Any, lr: Any) -> None:
-        if self.live is None:
-            return
-        tokens = state.num_input_tokens_seen if _counts_tokens(args) else None
-        self.live.update(int(state.global_step), float(loss), tokens=tokens, lr=lr)
+        live = self.session.live
+        if live is not None:
+            tokens = state.num_input_tokens_seen if _counts_tokens(args) else None
+            live.update(int(state.global_step), float(loss), tokens=tokens, lr=lr)
 
-    def _emit(self, args: Any, state: Any, control: Any) -> None:
-        latest = None if self.live is None else self.live.latest
-        if latest is None or latest is self._logged or not state.is_world_process_zero:
-            return
-        self._logged = latest
-        self.sinks.log(latest.metrics, int(state.global_step), args)
-        if self.progress:
-            say_progress(latest)
-        if self.stop_when_unreachable and should_stop(latest, state.global_step, state.max_steps, self.min_fraction):
-            control.should_training_stop = True
-
-    def _end(self, args: Any, state: Any) -> None:
-        if self.live is None or not state.is_world_process_zero:
-            return
-        result = self.live.forecast()
-        self.live.close()
-        if result is not None and result is not self._logged:
-            self._logged = result
-            self.sinks.log(result.metrics, int(state.global_step), args)
-        if self.annotate_at_end:
-            self.sinks.annotate(self.live.config, args, result=result, batch_size=self.live.tokens_per_step)
-
-    def _guarded(self, call: Any, *args: Any) -> None:
-        try:
-            call(*args)
-        except Exception as exc:  # noqa: BLE001 - the trainer comes first
-            kind = type(exc).__name__
-            if kind not in self._warned:
-                self._warned.add(kind)
-                warnings.warn(f"tracker_plugin live forecast: {kind}: {exc} (training goes on)", RuntimeWarning, stacklevel=2)
+    def _logger(self, args: Any) -> Callable[[dict[str, float], int], None]:
+        sinks = self.session.sinks
+        return lambda metrics, step: sinks.log(metrics, step, args)
 
 
 def _on_global_steps(schedule: LrSchedule | None, total: int) -> LrSchedule | None:

@@ -23,18 +23,16 @@ callback is warned about once, and training goes on.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import MissingDependency
-from tracker_plugin.live.sinks import TrackerSinks, say_progress, should_stop
+from tracker_plugin.live.session import LiveSession, SessionView, settings_of
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
     MIN_ROWS,
-    LiveForecast,
     LiveResult,
 )
 
@@ -46,7 +44,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 __all__ = ["LossEtaLightningCallback"]
 
 
-class LossEtaLightningCallback(Callback):
+class LossEtaLightningCallback(Callback, SessionView):
     """Forecast when the run reaches each target, while it trains (see the module docstring).
 
     Parameters are those of :class:`~tracker_plugin.live.hf.LossEtaCallback`, with
@@ -69,115 +67,72 @@ class LossEtaLightningCallback(Callback):
         min_fraction: float = 0.5,
         progress: bool = False,
         annotate_at_end: bool = True,
+        background: bool = True,
     ) -> None:
-        self.targets = tuple(targets)
-        self.seq_len, self.tokens_per_step, self.monitor, self.config = seq_len, tokens_per_step, monitor, config
-        self.cadence = {"every_logs": every_logs, "every_seconds": every_seconds, "min_rows": min_rows}
-        self.stop_when_unreachable, self.min_fraction = stop_when_unreachable, min_fraction
-        self.annotate_at_end = annotate_at_end
-        self.progress = progress
-        self.live: LiveForecast | None = None
-        self.plan_note = "no plan read yet"
-        self.sinks = TrackerSinks()
+        self.seq_len, self.tokens_per_step, self.monitor = seq_len, tokens_per_step, monitor
+        self.session = LiveSession(settings_of(
+            targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
+            stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
+            annotate_at_end=annotate_at_end, background=background,
+        ))
         self._last_step = -1
         self._restored: dict[str, list[float]] | None = None  # rows from a checkpoint
-        self._logged: LiveResult | None = None
-        self._warned: set[str] = set()
 
     # -- Lightning's hooks ---------------------------------------------------------------
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._guarded(self._begin, trainer)
+        self.session.guarded(self._begin, trainer)
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self._guarded(self._row, trainer)
+        if self.session.guarded(self._row, trainer):
+            trainer.should_stop = True
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        self._guarded(self._end, trainer)
+        sinks = self.session.sinks
+
+        def annotate(config: AnalysisConfig, result: LiveResult | None, batch_size: float | None) -> None:
+            for logger in trainer.loggers:
+                logger.finalize("success")  # our annotation must come after the run's last write
+            sinks.annotate_runs(config, _mlflow_runs(trainer), _wandb_runs(trainer), result, batch_size)
+
+        self.session.guarded(self.session.finish, int(trainer.global_step), _logger(trainer), annotate)
 
     def state_dict(self) -> dict[str, Any]:
         """The rows so far, kept in Lightning's checkpoints so a resumed run picks them up."""
-        return {"rows": self.live.snapshot()} if self.live is not None and self.live.enabled else {}
+        live = self.session.live
+        return {"rows": live.snapshot()} if live is not None and live.enabled else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._restored = state_dict.get("rows")
 
     # -- what each does --------------------------------------------------------------------
     def _begin(self, trainer: Any) -> None:
-        from tracker_plugin.plan.scheduler import plan_from_scheduler
-
-        if not trainer.is_global_zero:
-            self.live = LiveForecast(self.targets, rank=1, background=False)  # rank 0 forecasts for all
-            return
-        total = _total_steps(trainer)
-        scheduler = _step_scheduler(trainer)
-        schedule = None
-        if scheduler is not None and total is not None:
-            read = plan_from_scheduler(scheduler, total)
-            schedule, self.plan_note = read.schedule, read.how
-        else:
-            self.plan_note = "no step-interval scheduler and planned steps: the plan is inferred from the log"
-        self.live = LiveForecast(
-            self.targets,
-            plan=schedule,
-            total_steps=total if schedule is None else None,
-            tokens_per_step=self.tokens_per_step or _tokens_per_step(trainer, self.seq_len),
-            config=self.config,
-            rank=0,
-            name=_run_name(trainer),
-            **self.cadence,  # type: ignore[arg-type]
+        live = self.session.start(
+            rank_zero=bool(trainer.is_global_zero), scheduler=_step_scheduler(trainer), total_steps=_total_steps(trainer),
+            tokens_per_step=self.tokens_per_step or _tokens_per_step(trainer, self.seq_len), name=_run_name(trainer),
         )
-        self.live.plan_note = self.plan_note
-        if self._restored:
-            self.live.restore(self._restored)
+        if live.enabled and self._restored:
+            live.restore(self._restored)
 
-    def _row(self, trainer: Any) -> None:
-        step = int(trainer.global_step)
-        if self.live is None or step == self._last_step or step % max(1, int(trainer.log_every_n_steps)):
-            return  # a micro-batch inside an accumulation, or a step the loggers skip
+    def _row(self, trainer: Any) -> bool:
+        """Take the row of an optimizer step the loggers log; True when the run should stop."""
+        step, live = int(trainer.global_step), self.session.live
+        if live is None or step == self._last_step or step % max(1, int(trainer.log_every_n_steps)):
+            return False  # a micro-batch inside an accumulation, or a step the loggers skip
         loss = trainer.callback_metrics.get(self.monitor)
         if loss is None:
-            return
+            return False
         self._last_step = step
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
-        self.live.update(step, float(loss), lr=None if lr is None else float(lr))
-        self._emit(trainer)
+        live.update(step, float(loss), lr=None if lr is None else float(lr))
+        return bool(self.session.emit(step, _total_steps(trainer), _logger(trainer)))
 
-    def _emit(self, trainer: Any) -> None:
-        latest = None if self.live is None else self.live.latest
-        if latest is None or latest is self._logged or not trainer.is_global_zero:
-            return
-        self._logged = latest
+
+def _logger(trainer: Any) -> Callable[[dict[str, float], int], None]:
+    def log(metrics: dict[str, float], step: int) -> None:
         for logger in trainer.loggers:
-            logger.log_metrics(dict(latest.metrics), step=int(trainer.global_step))
-        if self.progress:
-            say_progress(latest)
-        if self.stop_when_unreachable and should_stop(latest, trainer.global_step, _total_steps(trainer), self.min_fraction):
-            trainer.should_stop = True
+            logger.log_metrics(metrics, step=step)
 
-    def _end(self, trainer: Any) -> None:
-        if self.live is None or not trainer.is_global_zero:
-            return
-        result = self.live.forecast()
-        self.live.close()
-        if result is not None and result is not self._logged:
-            self._logged = result
-            for logger in trainer.loggers:
-                logger.log_metrics(dict(result.metrics), step=int(trainer.global_step))
-        if self.annotate_at_end:
-            for logger in trainer.loggers:
-                logger.finalize("success")  # our annotation must come after the run's last write
-            self.sinks.annotate_runs(
-                self.live.config, _mlflow_runs(trainer), _wandb_runs(trainer), result, self.live.tokens_per_step
-            )
-
-    def _guarded(self, call: Any, *args: Any) -> None:
-        try:
-            call(*args)
-        except Exception as exc:  # noqa: BLE001 - the trainer comes first
-            kind = type(exc).__name__
-            if kind not in self._warned:
-                self._warned.add(kind)
-                warnings.warn(f"tracker_plugin live forecast: {kind}: {exc} (training goes on)", RuntimeWarning, stacklevel=2)
+    return log
 
 
 def _total_steps(trainer: Any) -> int | None:

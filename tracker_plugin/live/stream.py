@@ -182,6 +182,11 @@ class LiveForecast:
         return self._latest
 
     @property
+    def rows(self) -> int:
+        """Rows logged so far."""
+        return len(self._rows["step"])
+
+    @property
     def latest(self) -> LiveResult | None:
         """The last forecast that finished, or None."""
         return self._latest

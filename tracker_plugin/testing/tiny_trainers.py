@@ -63,7 +63,7 @@ class _Dataset:
 
 def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], targets: Sequence[float],
              every_logs: int = 5, every_seconds: float = 0.0, callback: bool = True,
-             logging_steps: int = 2) -> dict[str, Any]:
+             logging_steps: int = 2, background: bool = True) -> dict[str, Any]:
     """Train with ``transformers.Trainer``; return what the callback saw."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
@@ -78,7 +78,8 @@ def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], 
         report_to=list(report_to), save_strategy="no", use_cpu=True, run_name=f"hf-{schedule}",
         disable_tqdm=True, seed=0, include_num_input_tokens_seen="all",
     )
-    live = LossEtaCallback(targets, every_logs=every_logs, every_seconds=every_seconds, min_rows=10)
+    live = LossEtaCallback(targets, every_logs=every_logs, every_seconds=every_seconds, min_rows=10,
+                           background=background)
     timer = _step_timer()
     callbacks = [timer, live] if callback else [timer]
     trainer = Trainer(_model(), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=callbacks)
@@ -129,7 +130,7 @@ def _seen(live: Any, logged: Sequence[tuple[float, float]]) -> dict[str, Any]:
 
 def train_lightning(out: Path, *, schedule: str, steps: int, report_to: Sequence[str],
                     targets: Sequence[float], every_logs: int = 5, every_seconds: float = 0.0,
-                    callback: bool = True) -> dict[str, Any]:
+                    callback: bool = True, background: bool = True) -> dict[str, Any]:
     """Train with Lightning's ``Trainer`` (accumulating two micro-batches per step, a cosine
     or a WSD ``LambdaLR`` stepped every step); return what the callback saw."""
     import os
@@ -166,7 +167,7 @@ def train_lightning(out: Path, *, schedule: str, steps: int, report_to: Sequence
         loggers.append(L.pytorch.loggers.WandbLogger(name=f"lightning-{schedule}", offline=True,
                                                     save_dir=os.environ.get("WANDB_DIR", str(out))))
     live = LossEtaLightningCallback(targets, seq_len=SEQ_LEN, every_logs=every_logs, every_seconds=every_seconds,
-                                    min_rows=10)
+                                    min_rows=10, background=background)
     trainer = L.Trainer(
         max_steps=steps, accumulate_grad_batches=2, log_every_n_steps=2, logger=loggers or False,
         callbacks=[live] if callback else [], enable_checkpointing=False, enable_progress_bar=False,
@@ -210,10 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--targets", nargs="+", type=float, default=[3.0])
     parser.add_argument("--every-logs", type=int, default=5)
     parser.add_argument("--no-callback", action="store_true")
+    parser.add_argument("--inline", action="store_true", help="forecast inside the logging call (a fixed series)")
     parsed = parser.parse_args(argv)
     train = train_hf if parsed.trainer == "hf" else train_lightning
     seen = train(parsed.out, schedule=parsed.schedule, steps=parsed.steps, report_to=parsed.report_to,
-                 targets=parsed.targets, every_logs=parsed.every_logs, callback=not parsed.no_callback)
+                 targets=parsed.targets, every_logs=parsed.every_logs, callback=not parsed.no_callback,
+                 background=not parsed.inline)
     print(json.dumps(seen))
     return 0
 
