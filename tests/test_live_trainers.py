@@ -78,6 +78,10 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     live_steps, values = offline.data[KEY]
     assert len(values) >= 5 and all(isinstance(v, float) for v in values)
     assert offline.summary[MARKER] and offline.summary["loss_eta/target_2p50/status"] == "reached"
+    # annotated while open, the W&B run is annotated again once closed, and annotate says why
+    assert main(["annotate", f"wandb-offline:{wandb_file.parent}", "-t", *TARGETS, "--json", *extra]) == 0
+    (row, *_) = json.loads(capsys.readouterr().out)
+    assert row["action"] == "annotated" and row["note"].startswith("redone: the history moved on"), row
 
 
 def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):

@@ -16,8 +16,9 @@ the wall clock. The plan is read from the first step-interval scheduler in
 ``trainer.lr_scheduler_configs`` up to ``max_steps`` (else ``estimated_stepping_batches``).
 
 What it writes: each forecast's ``loss_eta/...`` numbers through ``trainer.loggers`` at the
-trainer's step, and at the end of training the annotation (MLflow's run by id, W&B's open
-run; see :mod:`tracker_plugin.live.sinks`). Global rank 0 only; an exception inside the
+trainer's step, at the start of the next batch (after Lightning has logged the step's own
+row, so the tracker's rows stay in order), and at the end of training the annotation
+(MLflow's run by id, W&B's open run; see :mod:`tracker_plugin.live.sinks`). Global rank 0 only; an exception inside the
 callback is warned about once, and training goes on.
 """
 
@@ -82,9 +83,14 @@ class LossEtaLightningCallback(Callback, SessionView):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self.session.guarded(self._begin, trainer)
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.session.guarded(self._row, trainer):
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        # Logged here, after Lightning has logged the last step's own row: a row of ours ahead
+        # of it, at a later step, would put the run's clock out of order in the tracker.
+        if self.session.guarded(self.session.emit, int(trainer.global_step), _total_steps(trainer), _logger(trainer)):
             trainer.should_stop = True
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.session.guarded(self._row, trainer)
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         sinks = self.session.sinks
@@ -113,21 +119,21 @@ class LossEtaLightningCallback(Callback, SessionView):
         if live.enabled and self._restored:
             live.restore(self._restored)
 
-    def _row(self, trainer: Any) -> bool:
-        """Take the row of an optimizer step the loggers log; True when the run should stop."""
+    def _row(self, trainer: Any) -> None:
+        """Take the row of an optimizer step the loggers log."""
         step, live = int(trainer.global_step), self.session.live
         if live is None or step == self._last_step or step % max(1, int(trainer.log_every_n_steps)):
-            return False  # a micro-batch inside an accumulation, or a step the loggers skip
+            return  # a micro-batch inside an accumulation, or a step the loggers skip
         loss = trainer.callback_metrics.get(self.monitor)
         if loss is None:
-            return False
+            return
         self._last_step = step
         lr = trainer.optimizers[0].param_groups[0]["lr"] if trainer.optimizers else None
         live.update(step, float(loss), lr=None if lr is None else float(lr))
-        return bool(self.session.emit(step, _total_steps(trainer), _logger(trainer)))
 
 
 def _logger(trainer: Any) -> Callable[[dict[str, float], int], None]:
+    """Log to every logger of the trainer at ``step``."""
     def log(metrics: dict[str, float], step: int) -> None:
         for logger in trainer.loggers:
             logger.log_metrics(metrics, step=step)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER
+from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
 from tracker_plugin.live.stream import LiveResult
 
 __all__ = ["TrackerSinks", "say_progress", "should_stop"]
@@ -128,7 +128,14 @@ def _annotate_wandb_run(run: Any, result: LiveResult, config: AnalysisConfig, ba
     annotation = build_annotation(
         result.analysis, settings_of(config, options.columns, options.batch_size), run_name=run.name
     )
+    # The live forecasts left their last values in the summary: keys of ours this annotation has
+    # no value for are removed, as annotate removes them, so the marker matches what the run holds.
+    held = {key: run.summary[key] for key in list(run.summary.keys()) if is_own(key)}
+    annotation = annotation.clearing(held)
     values = {**annotation.metrics, **annotation.labels}
+    for key, value in values.items():
+        if key != MARKER and _missing(value) and key in held:
+            del run.summary[key]
     run.summary.update({k: v for k, v in values.items() if k != MARKER and not _missing(v)})
     folder = Path(tempfile.mkdtemp(prefix="loss_eta_"))
     (folder / ARTIFACT_DIR).mkdir()

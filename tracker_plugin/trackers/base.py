@@ -89,6 +89,18 @@ class Previous:
             and (self.settings_hash, self.progress, self.plot) == (settings_hash, progress, plot)
         )  # fmt: skip
 
+    def why_redone(self, settings_hash: str, progress: str | None, plot: str) -> str | None:
+        """Why an annotation with these settings, progress and plot is not this one (None: it is)."""
+        if not self.complete:
+            return "redone: the last annotation was cut short or mixed with another job's"
+        if self.settings_hash != settings_hash:
+            return "redone: the last annotation was made with other settings"
+        if progress is None or self.progress != progress:
+            return f"redone: the history moved on since the last annotation ({self.progress} -> {progress})"
+        if self.plot != plot:
+            return "redone: the run was renamed since the last annotation"
+        return None
+
 
 def previous_of(held: Mapping[str, Any]) -> Previous | None:
     """What the keys of ours a run holds say of its last annotation (None: never annotated)."""
