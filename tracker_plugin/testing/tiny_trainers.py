@@ -29,12 +29,13 @@ VOCAB = 32
 BATCH = 8
 
 
-def _model() -> Any:
+def _model(size: int = 1) -> Any:
+    """A GPT-2 of ``size`` layers of width 16 x ``size`` (size 1: about 10k parameters)."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ_LEN, n_embd=16, n_layer=1, n_head=2,
+    config = GPT2Config(vocab_size=VOCAB, n_positions=SEQ_LEN, n_embd=16 * size, n_layer=size, n_head=2,
                         bos_token_id=0, eos_token_id=0)
     return GPT2LMHeadModel(config)
 
@@ -63,7 +64,7 @@ class _Dataset:
 
 def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], targets: Sequence[float],
              every_logs: int = 5, every_seconds: float = 0.0, callback: bool = True,
-             logging_steps: int = 2, background: bool = True) -> dict[str, Any]:
+             logging_steps: int = 2, background: bool = True, size: int = 1) -> dict[str, Any]:
     """Train with ``transformers.Trainer``; return what the callback saw."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
@@ -82,7 +83,7 @@ def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], 
                            background=background)
     timer = _step_timer()
     callbacks = [timer, live] if callback else [timer]
-    trainer = Trainer(_model(), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=callbacks)
+    trainer = Trainer(_model(size), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=callbacks)
     trainer.remove_callback(PrinterCallback)  # the logs go to the trackers, not to stdout
     started = time.perf_counter()
     trainer.train()
