@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -118,10 +119,12 @@ def test_error_missing_file(capsys, tmp_path):
     assert "absent.csv" in line and "no such file" in line
 
 
-def test_error_missing_loss_column_lists_the_columns(capsys, olmo):
-    line = _one_line_error(capsys, "analyze", olmo, "-t", "3")
-    assert str(olmo) in line and "no loss column" in line
-    assert "'val_loss'" in line and "'global_batch'" in line
+def test_error_missing_loss_column_lists_the_columns(capsys, tmp_path):
+    path = tmp_path / "no-loss.csv"  # no training loss and no eval loss either
+    path.write_text("step,tokens,global_batch,accuracy\n0,0,10,0.1\n1,10,10,0.2\n2,20,10,0.3\n")
+    line = _one_line_error(capsys, "analyze", path, "-t", "3")
+    assert str(path) in line and "no loss column" in line and "(choose one with --loss-col)" in line
+    assert "'accuracy'" in line and "'global_batch'" in line
 
 
 def test_error_non_numeric_values(capsys, tmp_path):
@@ -335,3 +338,16 @@ def test_the_package_exports_every_name_it_loads_on_first_use():
     assert sorted(tracker_plugin.__all__) == sorted([*tracker_plugin._EXPORTS, "__version__"])
     for name in tracker_plugin.__all__:
         assert getattr(tracker_plugin, name) is not None
+
+
+def test_the_bundled_runs_read_with_no_flags_an_eval_loss_alone_said(capsys):
+    root = Path(__file__).resolve().parents[1]
+    runs = sorted((root / "examples" / "runs").glob("*.csv"))
+    for path in runs:
+        capsys.readouterr()
+        assert main(["analyze", str(path), "-t", "3.3"]) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        said = "note: the only loss logged is the eval loss 'val_loss': it is the loss read (name another with --loss-col)"
+        assert (said in out) == ("train_loss" not in path.read_text().splitlines()[0].split(","))
+    assert main(["compare", *map(str, runs), "-t", "3.3"]) == 0
+    assert "failed" not in capsys.readouterr().out

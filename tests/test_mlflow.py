@@ -680,3 +680,14 @@ def test_a_plot_another_job_drew_is_redrawn(local, capsys, tmp_path):
 
     assert png_text(redrawn)["loss_eta/report_sha256"] == png_text(ours)["loss_eta/report_sha256"]
     assert png_text(other)["loss_eta/report_sha256"] != png_text(ours)["loss_eta/report_sha256"]
+
+
+def test_a_run_whose_only_loss_is_an_eval_loss_is_read_on_it_and_says_so(local, capsys):
+    run_id = local.log(training_log().rename(columns={"train_loss": "eval_loss"}), name="eval-only")
+    code, out, err = local.cli(capsys, "analyze", f"mlflow:{run_id}", "-t", *TARGETS)
+    assert code == 0, err
+    assert "note: the only loss logged is the eval loss 'eval_loss': it is the loss read (name another with --loss-col)" in out
+    # a run that logs a training loss too keeps it, the eval loss left aside
+    both = local.log(training_log().assign(eval_loss=lambda f: f.train_loss + 0.1), name="both")
+    code, out, _ = local.cli(capsys, "analyze", f"mlflow:{both}", "-t", *TARGETS)
+    assert code == 0 and "only loss logged" not in out

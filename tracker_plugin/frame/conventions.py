@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import DataError
-from tracker_plugin.frame.history import Columns, History, build_history
+from tracker_plugin.frame.history import Columns, History, build_history, eval_loss_alone, eval_loss_note
 from tracker_plugin.plan.params import as_float
 from tracker_plugin.plan.params import planned_steps as _planned_steps
 
@@ -327,8 +327,14 @@ def read_as(
     loss = _choose(pinned("loss"), _loss_keys(convention, logged), logged)
     if loss is None:
         loss = _first(default.loss, logged)
+    alone = None if loss is not None else eval_loss_alone(sorted(logged), columns)
+    if alone is None and loss is None and pinned("loss") is None and convention is not None:
+        alone = _first(convention.eval_loss, logged)
+    if alone is not None:
+        loss = alone
+        notes.append(eval_loss_note(alone))
     lr = _choose(pinned("lr"), convention.lr if convention else (), logged) or _lr_key(logged, default.lr)
-    eval_loss = _first(convention.eval_loss, logged) if convention else None
+    eval_loss = _first(convention.eval_loss, logged) if convention and alone is None else None
     step = step or native_step
     own = {"_mlflow_step": "MLflow's metric step", "_step": "_step (W&B's row step)"}
     described.update(step=own.get(step, step), loss=loss or "(none)", lr=lr or "(none)")

@@ -23,7 +23,11 @@ from tracker_plugin.frame.time import read_clock
 if TYPE_CHECKING:
     from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history"]
+__all__ = ["EVAL_LOSSES", "BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history",
+           "eval_loss_alone", "eval_loss_note"]
+
+# Eval losses as trainers and people name them: read as the loss when a log has no other.
+EVAL_LOSSES = ("val_loss", "eval_loss", "eval/loss", "val/loss", "validation/loss", "valid/loss", "validation_loss")
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,19 @@ class History:
 
 
 _BATCH_IN_NAME = re.compile(r"_([\d.]+)([MK])bs", re.IGNORECASE)
+
+
+def eval_loss_alone(names: Sequence[str], columns: Columns) -> str | None:
+    """The eval loss to read as the loss, when ``names`` hold none of the loss candidates and
+    the user named none (a log whose only loss is ``val_loss``); else None."""
+    present = set(map(str, names))
+    if columns.loss != Columns().loss or any(name in present for name in columns.loss):
+        return None
+    return next((name for name in EVAL_LOSSES if name in present), None)
+
+
+def eval_loss_note(name: str) -> str:
+    return f"the only loss logged is the eval loss '{name}': it is the loss read (name another with columns.loss)"
 
 
 def batch_from_name(name: str) -> float | None:

@@ -12,7 +12,14 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import ConfigError, DataError, RunNotFound
-from tracker_plugin.frame.history import Columns, History, batch_from_name, build_history
+from tracker_plugin.frame.history import (
+    Columns,
+    History,
+    batch_from_name,
+    build_history,
+    eval_loss_alone,
+    eval_loss_note,
+)
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
@@ -64,6 +71,11 @@ def read_csv(
     try:
         header = pd.read_csv(run, nrows=0).columns
         _no_duplicate_columns(run, header, columns)
+        alone = eval_loss_alone(list(map(str, header)), columns)
+        if alone is not None:  # the only loss logged is an eval loss: read it, and say so
+            pinned = None if options is None else replace(options, columns=options.columns.with_overrides(loss=alone))
+            history = read_csv(path, columns=columns.with_overrides(loss=alone), batch_size=batch_size, options=pinned)
+            return replace(history, notes=(*history.notes, eval_loss_note(alone)))
         if trainer_detected(header):
             options = options or ReadOptions(columns=columns, batch_size=batch_size)
             data = pd.read_csv(run, keep_default_na=False, na_values=_MISSING)
