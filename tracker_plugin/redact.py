@@ -36,16 +36,14 @@ SECRET_ENV_VARS = (
     "DATABRICKS_TOKEN",
 )
 # Query parameters whose values are credentials (presigned URLs, token-in-URL servers).
-_SECRET_PARAMS = re.compile(
-    r"(?i)^(token|access_token|api_key|apikey|key|password|passwd|secret|signature|sig|x-amz-signature|"
-    r"x-amz-credential|x-amz-security-token|auth)$"
+_SECRET_PARAM_NAMES = (
+    "token|access_token|api_key|apikey|key|password|passwd|secret|signature|sig|auth|"
+    "x-amz-signature|x-amz-credential|x-amz-security-token"
 )
+_SECRET_PARAMS = re.compile(rf"(?i)^({_SECRET_PARAM_NAMES})$")
 # scheme://userinfo@ : userinfo runs to the last '@' before the authority ends.
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/?#'\"<>@]*(?:@[^\s/?#'\"<>@]*)*@")
-_QUERY_SECRET = re.compile(
-    r"(?i)([?&](?:token|access_token|api_key|apikey|password|passwd|secret|signature|sig|"
-    r"x-amz-signature|x-amz-credential|x-amz-security-token)=)[^&\s'\"#]+"
-)
+_QUERY_SECRET = re.compile(rf"(?i)([?&](?:{_SECRET_PARAM_NAMES})=)[^&\s'\"#]+")
 _AUTH_HEADER = re.compile(r"(?i)(\bauthorization\b[\"']?\s*[:=]\s*[\"']?)[^\"'\r\n,}\]]+")
 # A credential after its scheme: a dozen or more token characters with a digit among them
 # (base64 and generated tokens have them; "basic schedule" does not).

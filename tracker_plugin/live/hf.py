@@ -30,7 +30,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import ConfigError, MissingDependency
-from tracker_plugin.live.session import LiveSession, SessionView, settings_of
+from tracker_plugin.live.session import LiveSession, SessionView, callback_settings
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
@@ -100,7 +100,7 @@ class LossEtaCallback(TrainerCallback, SessionView):
         if loss not in ("train", "eval"):
             raise ConfigError(f"loss is 'train' or 'eval', got {loss!r}")
         self.seq_len, self.loss = seq_len, loss
-        self.session = LiveSession(settings_of(
+        self.session = LiveSession(callback_settings(
             targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
             stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
             annotate_at_end=annotate_at_end, background=background,

@@ -29,7 +29,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import MissingDependency
-from tracker_plugin.live.session import LiveSession, SessionView, settings_of
+from tracker_plugin.live.session import LiveSession, SessionView, callback_settings
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
     DEFAULT_EVERY_SECONDS,
@@ -71,7 +71,7 @@ class LossEtaLightningCallback(Callback, SessionView):
         background: bool = True,
     ) -> None:
         self.seq_len, self.tokens_per_step, self.monitor = seq_len, tokens_per_step, monitor
-        self.session = LiveSession(settings_of(
+        self.session = LiveSession(callback_settings(
             targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
             stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
             annotate_at_end=annotate_at_end, background=background,

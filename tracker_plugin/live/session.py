@@ -9,7 +9,6 @@ and Lightning callbacks only translate their trainer's events into these calls.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +21,11 @@ from tracker_plugin.live.stream import (
     MIN_ROWS,
     LiveForecast,
     LiveResult,
+    warn_once,
 )
 from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["LiveSession", "SessionView", "Settings", "settings_of"]
+__all__ = ["LiveSession", "SessionView", "Settings", "callback_settings"]
 
 # Log a forecast's metrics at a step, to whatever the trainer logs to.
 LogMetrics = Callable[[dict[str, float], int], None]
@@ -120,15 +120,11 @@ class LiveSession:
         try:
             return call(*args)
         except Exception as exc:  # noqa: BLE001 - the trainer comes first
-            kind = type(exc).__name__
-            if kind not in self._warned:
-                self._warned.add(kind)
-                warnings.warn(f"tracker_plugin live forecast: {kind}: {exc} (training goes on)", RuntimeWarning,
-                              stacklevel=3)
+            warn_once(exc, self._warned)
             return None
 
 
-def settings_of(targets: Sequence[float], **given: Any) -> Settings:
+def callback_settings(targets: Sequence[float], **given: Any) -> Settings:
     """The settings of a callback made with ``targets`` and its keyword arguments."""
     return Settings(targets=tuple(float(t) for t in targets), **given)
 

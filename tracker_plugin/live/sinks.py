@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
 from tracker_plugin.live.stream import LiveResult
+from tracker_plugin.trackers.atomic import write_atomic
 
 __all__ = ["TrackerSinks", "say_progress", "should_stop"]
 
@@ -137,11 +137,13 @@ def _annotate_wandb_run(run: Any, result: LiveResult, config: AnalysisConfig, ba
         if key != MARKER and _missing(value) and key in held:
             del run.summary[key]
     run.summary.update({k: v for k, v in values.items() if k != MARKER and not _missing(v)})
-    folder = Path(tempfile.mkdtemp(prefix="loss_eta_"))
-    (folder / ARTIFACT_DIR).mkdir()
+    # Into the run's own files folder, where the SDK keeps what it uploads (and an offline
+    # run keeps its files): saved as loss_eta/loss_eta.json and loss_eta/loss_eta.png.
+    folder = Path(run.dir)
+    (folder / ARTIFACT_DIR).mkdir(exist_ok=True)
     for name, data in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
         path = folder / ARTIFACT_DIR / name
-        path.write_bytes(data)
+        write_atomic(path, data)
         run.save(str(path), base_path=str(folder), policy="now")
     run.summary[MARKER] = annotation.marker()
     return f"wandb:{run.id}: annotated"

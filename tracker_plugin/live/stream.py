@@ -38,7 +38,9 @@ from tracker_plugin.jobs.annotation import annotation_metrics
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule
 from tracker_plugin.report.timing import duration
 
-__all__ = ["DEFAULT_EVERY_LOGS", "DEFAULT_EVERY_SECONDS", "MIN_ROWS", "LiveForecast", "LiveResult", "PlanLike"]
+__all__ = [
+    "DEFAULT_EVERY_LOGS", "DEFAULT_EVERY_SECONDS", "MIN_ROWS", "LiveForecast", "LiveResult", "PlanLike", "warn_once",
+]
 
 DEFAULT_EVERY_LOGS = 10
 DEFAULT_EVERY_SECONDS = 300.0
@@ -298,12 +300,17 @@ class LiveForecast:
         return None
 
     def _fail(self, exc: BaseException) -> None:
-        message = str(exc) if isinstance(exc, TrackerPluginError) else f"{type(exc).__name__}: {exc}"
-        self._error = message
-        kind = type(exc).__name__
-        if kind not in self._warned:
-            self._warned.add(kind)
-            warnings.warn(f"tracker_plugin live forecast: {message} (training goes on)", RuntimeWarning, stacklevel=2)
+        self._error = warn_once(exc, self._warned)
+
+
+def warn_once(exc: BaseException, warned: set[str]) -> str:
+    """Warn about ``exc`` once per kind of exception (``warned`` keeps the kinds); the message."""
+    message = str(exc) if isinstance(exc, TrackerPluginError) else f"{type(exc).__name__}: {exc}"
+    kind = type(exc).__name__
+    if kind not in warned:
+        warned.add(kind)
+        warnings.warn(f"tracker_plugin live forecast: {message} (training goes on)", RuntimeWarning, stacklevel=3)
+    return message
 
 
 _COLUMNS = Columns(step=("step",), loss=("loss",), tokens=("tokens",), batch=("batch",), lr=("lr",), time=("time",))

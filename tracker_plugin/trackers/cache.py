@@ -93,7 +93,6 @@ class HistoryCache:
         except OSError:
             pass
 
-
     def _purge_other_layouts(self) -> None:
         """Delete the entries of other layouts (once per cache): they are never read, and
         those of layout 1 may hold a credential."""
