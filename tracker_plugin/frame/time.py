@@ -2,9 +2,10 @@
 
 A source's time column may be Unix time (W&B ``_timestamp``, MLflow's point timestamps)
 or seconds since the run's own start (``_runtime``, a trainer's ``train_time``), and
-either may be in milliseconds. :func:`read_clock` settles which, and checks that the clock
-only moves forward: a relative clock that falls back towards zero is a restarted logger
-and is stitched onto the time before it; any other fall is an error.
+either may be in milliseconds (Unix time also in µs or ns). :func:`read_clock` settles
+which, and checks that the clock only moves forward: a relative clock that falls back
+towards zero is a restarted logger and is stitched onto the time before it; any other
+fall is an error.
 """
 
 from __future__ import annotations
@@ -18,11 +19,15 @@ from tracker_plugin.errors import DataError
 
 __all__ = ["Clock", "read_clock"]
 
-# Unix seconds from 2001 to 5138; the same in milliseconds from 2001 on.
+# Unix time from 2001 to 5138 in seconds; the same span in ms, µs or ns is 1e3, 1e6 or 1e9
+# times larger, and the spans do not overlap: the magnitude alone says the unit.
 _UNIX_SECONDS = (1e9, 1e11)
-_UNIX_MILLIS = 1e12
-# A column named like ``train_time_ms`` or ``time (ms)`` holds milliseconds.
-_MS_NAME = re.compile(r"(^|[^a-z])ms([^a-z]|$)", re.IGNORECASE)
+_UNITS = {"seconds": 1.0, "milliseconds": 1e3, "microseconds": 1e6, "nanoseconds": 1e9}
+# A column named like ``train_time_ms``, ``time (us)`` or ``elapsed_ns`` holds that unit.
+_UNIT_NAME = re.compile(r"(?:^|[^a-z])(ms|us|µs|ns)(?:[^a-z]|$)", re.IGNORECASE)
+_NAMED = {"ms": "milliseconds", "us": "microseconds", "µs": "microseconds", "ns": "nanoseconds"}
+# Seconds since a run's start beyond this (about 31 years) are no run's clock.
+_LONGEST_RUN = 1e9
 # A relative clock that falls below this share of its previous value restarted.
 _RESTART_SHARE = 0.5
 
@@ -51,6 +56,8 @@ def read_clock(logged: np.ndarray | None, step: np.ndarray, keep: np.ndarray, co
     if known.sum() < 2:  # one time (a trainer's end-of-run runtime) is no rate
         return Clock(None, notes=(f"'{column}' is logged on one row only: no clock read from it",))
     values, absolute, notes = _in_seconds(logged[known], column)
+    if values is None:
+        return Clock(None, notes=tuple(notes))
     values, stitched = _forward(values, step[known], absolute, column, run)
     notes += stitched
     if known.sum() < len(logged):
@@ -61,15 +68,24 @@ def read_clock(logged: np.ndarray | None, step: np.ndarray, keep: np.ndarray, co
     return Clock(values[keep], absolute, f"column '{column}' ({kind})", tuple(notes), float(values[0]))
 
 
-def _in_seconds(values: np.ndarray, column: str) -> tuple[np.ndarray, bool, list[str]]:
-    """The values in seconds, whether they are Unix time, and a note when they were not seconds."""
-    biggest = float(np.max(np.abs(values)))
-    if biggest >= _UNIX_MILLIS:
-        return values / 1000.0, True, [f"time column '{column}' read as Unix milliseconds"]
-    if _UNIX_SECONDS[0] <= float(np.min(values)) and biggest < _UNIX_SECONDS[1]:
-        return values, True, []
-    if _MS_NAME.search(column):
-        return values / 1000.0, False, [f"time column '{column}' read as milliseconds (its name says ms)"]
+def _in_seconds(values: np.ndarray, column: str) -> tuple[np.ndarray | None, bool, list[str]]:
+    """The values in seconds (None: they are no clock), whether they are Unix time, and a
+    note when they were not seconds."""
+    low, high = float(np.min(values)), float(np.max(np.abs(values)))
+    for unit, scale in _UNITS.items():
+        if _UNIX_SECONDS[0] * scale <= low and high < _UNIX_SECONDS[1] * scale:
+            return values / scale, True, [] if scale == 1 else [f"time column '{column}' read as Unix {unit}"]
+    named = _UNIT_NAME.search(column)
+    unit = _NAMED[named.group(1).lower()] if named else "seconds"
+    if high / _UNITS[unit] > _LONGEST_RUN:
+        # No date in any unit, and longer than any run: any reading of it would be a guess.
+        return None, False, [
+            f"time column '{column}' holds values up to {high:.4g}, no Unix time (from 2001) in seconds, ms, "
+            "µs or ns, nor seconds since the run's start: no clock read from it (name the clock column with "
+            "columns.time)"
+        ]
+    if named:
+        return values / _UNITS[unit], False, [f"time column '{column}' read as {unit} (its name says {named.group(1)})"]
     return values, False, []
 
 
