@@ -1,4 +1,5 @@
-"""The README stays true: every option is documented and the quick start runs as shown."""
+"""The README and docs/ stay true: every option is documented, every example prints what
+the page shows, the README stays a front door, and every relative link leads somewhere."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from tracker_plugin.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+PAGES = readme_examples.pages()
+MANUAL = "\n".join(page.read_text() for page in PAGES)
+README_MAX_LINES = 250
 
 
 def _commands(group: click.Group):
@@ -27,18 +31,98 @@ def _commands(group: click.Group):
 
 
 @pytest.mark.parametrize(("name", "command"), list(_commands(cli)))
-def test_every_option_is_in_the_readme(name, command):
+def test_every_option_is_documented(name, command):
     for param in command.params:
         if isinstance(param, click.Option):
             for flag in param.opts:
-                assert f"`{flag}" in README or f"{flag} " in README, f"{name} {flag} is not documented"
+                assert f"`{flag}" in MANUAL or f"{flag} " in MANUAL, f"{name} {flag} is not in the README or docs/"
 
 
-@pytest.mark.parametrize("example", readme_examples.examples(README), ids=lambda e: e.command[:60])
-def test_console_example_prints_what_the_readme_shows(example):
+def _example_id(item):
+    page, example = item
+    return f"{page.relative_to(ROOT)}: {example.command[:60]}"
+
+
+@pytest.mark.parametrize("item", readme_examples.all_examples(), ids=_example_id)
+def test_example_prints_what_its_page_shows(item):
     """Words exactly, numbers to a relative 1e-3: the last digits of a fit may vary by CPU."""
+    page, example = item
     why = readme_examples.mismatch(example.expected, readme_examples.run(example.command))
-    assert why is None, why
+    assert why is None, f"{page.relative_to(ROOT)}: {why}"
+
+
+def test_examples_are_found_on_every_kind_of_page():
+    found = {page.name for page, _ in readme_examples.all_examples()}
+    assert {"README.md", "reading.md", "hours.md", "live.md"} <= found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_sample_output_goes_unchecked(page):
+    """A fence that shows a command and what it prints is an example the tests run: one the
+    extraction would not recognise (another spelling of the command, say) fails here."""
+    checked = {e.span for e in readme_examples.examples(page.read_text())}
+    for m in re.finditer(r"```(\w*)\n(\$ [^\n]*)\n(.*?)```", page.read_text(), re.S):
+        if m.group(3).strip():
+            assert m.span(3) in checked, f"{page.name}: {m.group(2)!r} shows output that no test checks"
+
+
+def test_readme_is_a_front_door():
+    lines = README.count("\n")
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the manual's pages are in docs/"
+
+
+_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+_CODE = re.compile(r"`[^`\n]*`")
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, spaces as
+    hyphens, a repeated heading numbered."""
+    anchors: set[str] = set()
+    counts: dict[str, int] = {}
+    for line in _FENCE.sub("", text).splitlines():
+        if m := re.match(r"#{1,6} +(.*?) *#* *$", line):
+            words = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1)).replace("`", "").strip().lower()
+            slug = re.sub(r"[^\w\- ]", "", words).replace(" ", "-")
+            n = counts.get(slug, 0)
+            counts[slug] = n + 1
+            anchors.add(slug if n == 0 else f"{slug}-{n}")
+    return anchors
+
+
+def _links(text: str) -> list[str]:
+    return _LINK.findall(_CODE.sub("", _FENCE.sub("", text)))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_leads_to_a_file_and_heading(page):
+    broken = []
+    for link in _links(page.read_text()):
+        if re.match(r"[a-z][a-z0-9+.-]*:", link):  # https:, mailto:
+            continue
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        if not target.exists():
+            broken.append(f"{link}: no file {target.relative_to(ROOT) if target.is_relative_to(ROOT) else target}")
+        elif anchor and target.suffix == ".md" and anchor not in _anchors(target.read_text()):
+            broken.append(f"{link}: no heading with the anchor #{anchor} in {target.name}")
+    assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
+
+
+def test_link_check_catches_a_missing_file_and_anchor():
+    text = "# Reading runs: sources\n## Weights & Biases\n## CSV logs\n## CSV logs\n```\n# not a heading\n```\n"
+    assert _anchors(text) == {"reading-runs-sources", "weights--biases", "csv-logs", "csv-logs-1"}
+    assert _links("[a](x.md#y) `[b](z.md)` [c](https://e.org)") == ["x.md#y", "https://e.org"]
+
+
+def test_every_docs_page_is_in_the_index_and_the_readme():
+    index = set(_links((ROOT / "docs" / "index.md").read_text()))
+    readme = set(_links(README))
+    for page in PAGES[1:]:
+        if page.name != "index.md":
+            assert any(link.split("#")[0] == page.name for link in index), f"docs/index.md does not list {page.name}"
+            assert any(link.split("#")[0] == f"docs/{page.name}" for link in readme), f"README.md does not link {page.name}"
 
 
 def test_example_check_catches_a_changed_number():
