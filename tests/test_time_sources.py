@@ -113,8 +113,15 @@ def test_wandb_offline_timestamps_give_the_csv_seconds(frame, expected, tmp_path
 
 def test_wandb_offline_run_without_timestamps_gets_the_sdks_clock(frame, tmp_path):
     rows = [{"step": r["step"], "train_loss": r["train_loss"]} for r in _wandb_rows(frame)[:200]]
-    (run_dir,) = log_offline_runs(tmp_path, [{"name": "plain", "rows": rows}]).values()
-    source = open_source(f"wandb-offline:{run_dir}", SourceOptions(READ))
+    runs = log_offline_runs(
+        tmp_path, [{"name": "plain", "rows": rows, "seconds_per_row": 0.005}, {"name": "burst", "rows": rows}]
+    )
+    source = open_source(f"wandb-offline:{runs['burst']}", SourceOptions(READ))
+    (run,) = source.runs()
+    # Rows logged back to back carry the times they were written at: no clock, and a note.
+    burst = source.read(run)
+    assert burst.time is None and any("bulk log" in note for note in burst.notes)
+    source = open_source(f"wandb-offline:{runs['plain']}", SourceOptions(READ))
     (run,) = source.runs()
     history = source.read(run)
     # The SDK stamped each row with the wall clock as it logged it: now, and in order.

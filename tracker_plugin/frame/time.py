@@ -6,6 +6,11 @@ either may be in milliseconds (Unix time also in µs or ns). :func:`read_clock` 
 which, and checks that the clock only moves forward: a relative clock that falls back
 towards zero is a restarted logger and is stitched onto the time before it; any other
 fall is an error.
+
+A clock must also be the training's. A log written after the fact (a backfill, an import
+from a CSV, ``mlflow.log_metrics`` in one burst) carries the times it was written at, not
+the times the steps ran at: many steps share one timestamp, or the steps go faster than
+any training does. Such a clock gives no hours, and a note says why.
 """
 
 from __future__ import annotations
@@ -30,6 +35,13 @@ _NAMED = {"ms": "milliseconds", "us": "microseconds", "µs": "microseconds", "ns
 _LONGEST_RUN = 1e9
 # A relative clock that falls below this share of its previous value restarted.
 _RESTART_SHARE = 0.5
+# A bulk log, not a training clock: at least this share of the logged steps share the
+# timestamp of the step before, or the steps go faster than any training does. The
+# largest public runs take about 3e6 tokens/s and 50+ ms per step; tiny models on one
+# device take a few ms per step. The ceilings leave 1-2 orders of magnitude of room.
+_SHARED_STAMPS = 0.5
+_FASTEST_STEP_SECONDS = 1e-3
+_MOST_TOKENS_PER_SECOND = 2e8
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,10 +55,18 @@ class Clock:
     start: float | None = None  # the first logged time, on any row (the run's start)
 
 
-def read_clock(logged: np.ndarray | None, step: np.ndarray, keep: np.ndarray, column: str | None, run: str) -> Clock:
+def read_clock(
+    logged: np.ndarray | None,
+    step: np.ndarray,
+    keep: np.ndarray,
+    column: str | None,
+    run: str,
+    tokens: np.ndarray | None = None,
+) -> Clock:
     """Seconds at each kept row from a numeric time column (NaN where not logged).
 
-    Rows without a time take it interpolated on step between the rows that have one.
+    Rows without a time take it interpolated on step between the rows that have one. A
+    column that holds a bulk log's times (see the module's docstring) is no clock.
     """
     if logged is None or column is None:
         return Clock(None)
@@ -60,6 +80,9 @@ def read_clock(logged: np.ndarray | None, step: np.ndarray, keep: np.ndarray, co
         return Clock(None, notes=tuple(notes))
     values, stitched = _forward(values, step[known], absolute, column, run)
     notes += stitched
+    bulk = _bulk_log(values, step[known], None if tokens is None else tokens[known], column)
+    if bulk:
+        return Clock(None, notes=(bulk,))
     if known.sum() < len(logged):
         values = np.interp(step, step[known], values)
     else:
@@ -116,6 +139,31 @@ def _forward(
         restarts.append(int(step[i + 1]))
     where = ", ".join(f"{s:,}" for s in restarts)
     return values, [f"the clock in '{column}' restarted at step {where} (a logger restart): stitched on"]
+
+
+def _bulk_log(seconds: np.ndarray, step: np.ndarray, tokens: np.ndarray | None, column: str) -> str | None:
+    """Why the times in ``column`` are a bulk log's rather than the training's, or None."""
+    moved = np.diff(step) > 0
+    pairs = int(moved.sum())
+    if pairs < 2:
+        return None
+    why = ""
+    shared = int(np.count_nonzero(np.diff(seconds)[moved] <= 0))
+    span, steps = float(seconds[-1] - seconds[0]), float(step[-1] - step[0])
+    if shared >= _SHARED_STAMPS * pairs:
+        why = f"{shared:,} of {pairs + 1:,} logged steps share the timestamp of the step before"
+    elif span < _FASTEST_STEP_SECONDS * steps:
+        why = f"{steps:,.0f} steps in {span:.3g} s ({1e3 * span / steps:.2g} ms per step)"
+    elif tokens is not None and np.isfinite(tokens[[0, -1]]).all():
+        rate = float(tokens[-1] - tokens[0]) / span if span > 0 else np.inf
+        if rate > _MOST_TOKENS_PER_SECOND:
+            why = f"{tokens[-1] - tokens[0]:,.0f} tokens in {span:.3g} s ({rate:.2g} tokens per second)"
+    if not why:
+        return None
+    return (
+        f"'{column}' holds the times the log was written, not the training's ({why}: a bulk log, "
+        "such as a backfill or an import): no hours (give step_time (seconds per step) or throughput)"
+    )
 
 
 def _typical_seconds_per_step(values: np.ndarray, step: np.ndarray) -> float:

@@ -30,18 +30,26 @@ def log_frame(
     step: str = "step",
     keys: Sequence[str] | None = None,
     start_ms: int | None = None,
+    stamps_ms: Sequence[int] | None = None,
     workers: int = 4,
 ) -> int:
     """Log ``frame``'s ``keys`` (default: every column but ``step``); return the points logged.
 
-    Row ``i`` is logged at time ``start_ms + i`` milliseconds, so later rows are later in
-    MLflow too (a resumed run re-logging steps wins over the first attempt).
+    Row ``i`` is logged at time ``stamps_ms[i]`` when given (a training loop's own times),
+    else at ``start_ms + i`` milliseconds, so later rows are later in MLflow too (a resumed
+    run re-logging steps wins over the first attempt).
     """
     from mlflow.entities import Metric
 
     start_ms = int(time.time() * 1000) if start_ms is None else start_ms
     steps = frame[step].to_numpy(dtype=np.int64)
-    stamps = start_ms + np.arange(len(frame), dtype=np.int64)
+    if stamps_ms is not None and len(stamps_ms) != len(frame):
+        raise ValueError(f"stamps_ms has {len(stamps_ms)} values for {len(frame)} rows")
+    stamps = (
+        np.asarray(stamps_ms, dtype=np.int64)
+        if stamps_ms is not None
+        else start_ms + np.arange(len(frame), dtype=np.int64)
+    )
     metrics = []
     for key in keys if keys is not None else [c for c in frame.columns if c != step]:
         values = pd.to_numeric(frame[key], errors="coerce").to_numpy(dtype=float)
@@ -68,6 +76,7 @@ def log_run(
     params: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     status: str = "FINISHED",
+    stamps_ms: Sequence[int] | None = None,
     workers: int = 4,
 ) -> str:
     """Create a run named ``name``, log ``params``, ``tags`` and ``frame``; end it with ``status``.
@@ -80,7 +89,7 @@ def log_run(
     run_id = run.info.run_id
     if params:
         client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()])
-    log_frame(client, run_id, frame, step=step, keys=keys, workers=workers)
+    log_frame(client, run_id, frame, step=step, keys=keys, stamps_ms=stamps_ms, workers=workers)
     if status != "RUNNING":
         client.set_terminated(run_id, status=status)
     return run_id

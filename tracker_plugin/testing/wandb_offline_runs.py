@@ -19,7 +19,7 @@ from typing import Any
 __all__ = ["log_offline_runs"]
 
 _LOGGER = """
-import json, sys, wandb
+import json, sys, time, wandb
 def media(value):
     if isinstance(value, dict) and "__histogram__" in value:
         return wandb.Histogram(value["__histogram__"])
@@ -32,6 +32,7 @@ for spec in json.load(open(sys.argv[1])):
         row = {k: media(v) for k, v in row.items()}
         step = row.pop("step")
         run.log(row, step=step)
+        time.sleep(spec.get("seconds_per_row", 0))
     run.summary.update(spec.get("summary", {}))
     run.finish()
 """
@@ -42,8 +43,10 @@ def log_offline_runs(home: str | os.PathLike[str], specs: Sequence[Mapping[str, 
 
     Each spec has a ``name``, ``rows`` (dicts with a ``step`` and the keys logged at it; a
     value ``{"__histogram__": [...]}`` is logged as a ``wandb.Histogram`` of those values)
-    and optionally ``config``, ``summary``, ``project`` and ``encoding`` (the SDK's
-    ``x_history_value_encoding``: ``json``, ``typed`` or ``json,typed``).
+    and optionally ``config``, ``summary``, ``project``, ``encoding`` (the SDK's
+    ``x_history_value_encoding``: ``json``, ``typed`` or ``json,typed``) and
+    ``seconds_per_row`` (a pause after each row, so the SDK's own clock runs like a
+    training loop's rather than a bulk log's).
     """
     root = Path(home)
     root.mkdir(parents=True, exist_ok=True)
