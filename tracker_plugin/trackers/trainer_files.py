@@ -13,16 +13,25 @@ Both are read as their trainer logs them (:mod:`tracker_plugin.frame.conventions
   global step; ``hparams.yaml`` beside it is the config (read when PyYAML is installed).
   Its rows hold no time of their own; a time the user logs (``self.log("time", ...)``) is
   found by the common time names.
+
+Both files are read with bounds, so that a damaged or hostile one ends in an error naming
+it rather than a crash or a hang: JSON nested deeper than any trainer writes is refused
+before it is parsed (the parser recurses once per level), and YAML is read by
+``safe_load``'s loader with a limit on nesting, on the size its aliases expand to (a
+"billion laughs" document) and no alias to a node that contains it (a loop).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import DataError
@@ -35,6 +44,12 @@ from tracker_plugin.trackers.options import ReadOptions
 __all__ = ["TRAINER_STATE", "is_trainer_state", "read_frame_as_trainer", "read_trainer_state", "sibling_hparams"]
 
 TRAINER_STATE = "trainer_state.json"
+# Deeper than any trainer's file nests (trainer_state.json: 4 levels; hparams.yaml: a few).
+_DEEPEST = 100
+# More nodes than any config holds once its aliases are expanded.
+_MOST_NODES = 100_000
+# A JSON string, whose brackets are text: skipped when counting how deep the file nests.
+_JSON_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
 
 
 def is_trainer_state(path: str | os.PathLike[str]) -> bool:
@@ -51,7 +66,10 @@ def read_trainer_state(path: str | os.PathLike[str], options: ReadOptions) -> Hi
     """
     run = os.fspath(path)
     try:
-        state = json.loads(Path(run).read_text())
+        text = Path(run).read_text()
+        if _json_depth(text) > _DEEPEST:
+            raise DataError(f"nests deeper than {_DEEPEST} levels: not an HF trainer_state.json", run=run)
+        state = json.loads(text)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot be read as a trainer_state.json ({type(exc).__name__})", run=run) from None
     log = state.get("log_history") if isinstance(state, dict) else None
@@ -62,9 +80,26 @@ def read_trainer_state(path: str | os.PathLike[str], options: ReadOptions) -> Hi
     return read_frame_as_trainer(frame, config, options, run=run, native_step="step", finished=True)
 
 
+def _json_depth(text: str) -> int:
+    """How deep the brackets of a JSON text nest, outside its strings."""
+    marks = np.frombuffer(_JSON_STRING.sub("", text).encode(), np.uint8)
+    if not len(marks):
+        return 0
+    depth = np.cumsum(((marks == ord("[")) | (marks == ord("{"))).astype(np.int64))
+    depth -= np.cumsum(((marks == ord("]")) | (marks == ord("}"))).astype(np.int64))
+    return int(depth.max())
+
+
 def sibling_hparams(path: Path) -> dict[str, Any]:
     """Lightning's ``hparams.yaml`` beside a ``metrics.csv``, flattened; empty without one
-    (or without PyYAML)."""
+    (or without PyYAML).
+
+    Raises
+    ------
+    DataError
+        The file cannot be read as YAML text, nests too deep, loops, or its aliases expand
+        past any config's size; the error names ``hparams.yaml``.
+    """
     hparams = path.with_name("hparams.yaml")
     if not hparams.is_file():
         return {}
@@ -73,10 +108,76 @@ def sibling_hparams(path: Path) -> dict[str, Any]:
     except ImportError:
         return {}
     try:
-        loaded = yaml.safe_load(hparams.read_text())
-    except (OSError, yaml.YAMLError):
-        return {}
+        loaded = yaml.load(hparams.read_text(), Loader=_bounded_loader())
+    except UnicodeDecodeError as exc:
+        raise DataError(f"cannot be read: not UTF-8 text ({exc.reason} at byte {exc.start})", run=str(hparams)) from None
+    except OSError as exc:
+        raise DataError(f"cannot be read ({exc.strerror})", run=str(hparams)) from None
+    except yaml.YAMLError as exc:
+        raise DataError(f"cannot be read as YAML ({_yaml_problem(exc)})", run=str(hparams)) from None
     return flat_params(loaded) if isinstance(loaded, Mapping) else {}
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """The problem of a YAML error in one line, with where it is."""
+    problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem}, line {mark.line + 1}" if mark is not None else str(problem)
+
+
+@functools.cache
+def _bounded_loader() -> type:
+    """``safe_load``'s loader, bounded: it refuses nesting deeper than ``_DEEPEST``, an
+    alias to a node that contains it, and aliases that expand past ``_MOST_NODES``. Tags
+    of Python objects (Lightning dumps a Namespace or a tuple with ``yaml.dump``) are read
+    as the plain mapping, list or text they hold instead of failing the whole file."""
+    import yaml
+    from yaml.composer import ComposerError
+
+    class BoundedLoader(yaml.SafeLoader):
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self._depth = 0
+            self._sizes: dict[int, int] = {}  # id of each finished node -> its expanded size
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                node = self.anchors.get(event.anchor)
+                if node is not None and id(node) not in self._sizes:  # still being composed
+                    raise ComposerError(None, None, f"alias *{event.anchor} refers to a node that holds it: a loop",
+                                        event.start_mark)
+                return super().compose_node(parent, index)
+            self._depth += 1
+            if self._depth > _DEEPEST:
+                raise ComposerError(None, None, f"nested deeper than {_DEEPEST} levels", self.peek_event().start_mark)
+            node = super().compose_node(parent, index)
+            self._depth -= 1
+            self._sizes[id(node)] = size = 1 + sum(self._sizes[id(child)] for child in _children(node))
+            if size > _MOST_NODES:
+                raise ComposerError(None, None, f"its aliases expand to more than {_MOST_NODES:,} values",
+                                    node.start_mark)
+            return node
+
+    BoundedLoader.add_constructor(None, _plain)  # any other tag: what the node holds
+    return BoundedLoader
+
+
+def _children(node: Any) -> list[Any]:
+    """A YAML node's child nodes: a sequence's items, a mapping's keys and values."""
+    if isinstance(node.value, list):
+        return [part for item in node.value for part in (item if isinstance(item, tuple) else (item,))]
+    return []
+
+
+def _plain(loader: Any, node: Any) -> Any:
+    import yaml
+
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
 
 
 def read_frame_as_trainer(
