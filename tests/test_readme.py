@@ -149,6 +149,12 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     table = out.split("\n\n")[0]
     assert sorted({row.split()[0] for row in table.splitlines()[2:]}) == runs
     assert re.search(r"olmo-ladder-370M-5xC\s+3.3\s+reached\s+19.09B\s+24,268", table)
+    sample = re.search(r"```\n(run +target .*?)```", README, re.S)
+    assert sample is not None, "the README shows what the main job prints"
+    printed = out.splitlines()
+    for shown in sample.group(1).splitlines():  # each row shown is printed (the elided ones are "...")
+        if shown.strip() not in ("", "..."):
+            assert any(readme_examples.mismatch(shown, row) is None for row in printed), f"not printed: {shown}"
 
     from mlflow.tracking import MlflowClient
 
