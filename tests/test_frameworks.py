@@ -234,13 +234,55 @@ def test_sparse_logging_crosses_where_the_dense_log_does(window):
 
 
 def test_a_linear_stretch_logged_sparsely_smooths_exactly_as_logged_densely():
+    """Away from step 0 (every gap shorter than the steps before it) a gap is the straight
+    line between its rows; the first evals after step 0 take a curve (the next test)."""
     from tracker_plugin.core.smoothing import token_window_ema
 
-    steps = np.arange(0, 1001, dtype=float)
+    steps = np.arange(100, 1101, dtype=float)
     loss = 5 - 0.002 * steps
     dense = token_window_ema(loss, steps, np.ones(len(steps)), 50.0)
     sparse = token_window_ema(loss[::10], steps[::10], np.ones(101), 50.0)
     np.testing.assert_allclose(sparse, dense[::10], rtol=1e-12)
+
+
+def test_an_eval_cadence_log_crosses_where_the_same_run_logged_every_10_steps_does():
+    """nanoGPT logs its train loss at evals only (tests/data/make_framework_runs.py
+    NANOGPT_EVAL: every 250 of 2000 iters): with the default window its crossings are within
+    1% of the same run logged every 10 steps. The straight line across the first gap after
+    step 0, and the crossing on the chord between rows, put 3.3 at 745 against 686 (+8.7%)."""
+    from tracker_plugin.frame.history import build_history
+
+    source = WandbOfflineSource(str(FRAMEWORKS / "wandb" / "nanogpt-eval"), ReadOptions(use_cache=False))
+    (run,) = source.runs()
+    sparse = source.read(run)
+    assert sparse.last_step == 2000 and np.all(np.diff(sparse.step) == 250)
+    steps = np.arange(0, 2001, 10)
+    every_10 = build_history(pd.DataFrame({"step": steps, "train_loss": curve(steps)}), run="x", batch_size=HF_TOKENS)
+    config = AnalysisConfig(targets=(3.3, 3.0), model="power-law")  # the default window, a quarter of the run
+    for ours, truth in zip(run_analysis(sparse, config).targets, run_analysis(every_10, config).targets, strict=True):
+        assert ours.status.value == truth.status.value == "reached"
+        np.testing.assert_allclose(ours.step, truth.step, rtol=0.01)
+        np.testing.assert_allclose(ours.tokens, truth.tokens, rtol=0.01)
+
+
+def test_a_crossing_inside_a_gap_is_where_the_ema_passes_the_target():
+    """Logged every 250 steps with a window of 50: the EMA bends between two rows, and the
+    crossing is placed on it: within 0.5% of the EMA of the loss at every step (the chord
+    between the two rows put it 2.3% late)."""
+    from tracker_plugin.core.smoothing import token_window_ema
+
+    steps = np.arange(0, 2001, 250)
+    dense = np.arange(0, 2001)
+    window = 50 * HF_TOKENS
+    truth = token_window_ema(curve(dense), dense, np.full(len(dense), HF_TOKENS), window)
+    frame = pd.DataFrame({"step": steps, "train_loss": curve(steps)})
+    from tracker_plugin.frame.history import build_history
+
+    history = build_history(frame, run="x", batch_size=HF_TOKENS)
+    (result,) = run_analysis(history, AnalysisConfig(targets=(3.3,), ema_token_window=window, model="power-law")).targets
+    i = int(np.flatnonzero(truth <= 3.3)[0])
+    expected = float(np.interp(3.3, [truth[i], truth[i - 1]], [dense[i], dense[i - 1]]))
+    np.testing.assert_allclose(result.step, expected, rtol=0.005)
 
 
 def _trainer_file(relative: str, **options):

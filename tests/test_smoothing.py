@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from tracker_plugin.core.smoothing import linear_recurrence, token_window_ema
+from tracker_plugin.core.smoothing import between_rows, linear_recurrence, token_window_ema
 
 
 def _noisy(n: int, seed: int = 0) -> np.ndarray:
@@ -27,14 +27,15 @@ def test_consecutive_steps_equal_pandas_ewm():
 
 
 def test_thinned_log_averages_over_the_same_tokens():
-    """A log thinned to every N-th step smooths the loss as the straight line between its
-    rows: feed the full-resolution EMA that line, and at the logged steps both agree."""
+    """A log thinned to every N-th step smooths the loss as the curve between its rows
+    (between_rows): feed the full-resolution EMA that curve, and at the logged steps both
+    agree (a gap of 25 steps is stepped through at every step)."""
     every = 25
     step = np.arange(1, 20_001)
     logged = _noisy(len(step) // every, seed=3)
     logged_steps = step[every - 1 :: every]
     full_steps = step[every - 1 :]
-    full_loss = np.interp(full_steps, logged_steps, logged)
+    full_loss = between_rows(logged_steps, logged, full_steps)
     batch = np.full(len(step), 262_144.0)
     full = token_window_ema(full_loss, full_steps, batch[every - 1 :], 5e7)
     thinned = token_window_ema(logged, logged_steps, batch[::every], 5e7)

@@ -17,8 +17,15 @@ What writes what:
   run with ``include_num_input_tokens_seen``, ``report_to=["wandb"]``; each checkpoint's
   ``trainer_state.json`` (the second's, whose entries carry ``train_runtime``, in
   ``hf/tokens-seen/``).
+- ``hf-resumed``: the same ``Trainer`` with ``report_to=["wandb"]`` and checkpoints every
+  ``RESUME_SAVE`` steps, preempted: the first attempt dies at step ``RESUME_CUT``, a second
+  process resumes with ``resume_from_checkpoint`` and the same ``WANDB_RUN_ID`` with
+  ``WANDB_RESUME=allow``. W&B writes the attempts into two offline directories of one run
+  id, both kept in ``wandb/hf-resumed/``.
 - ``lightning``: a ``lightning`` ``Trainer`` with ``MLFlowLogger``, ``WandbLogger`` and
   ``CSVLogger`` at once, and ``LearningRateMonitor``; CSVLogger's ``metrics.csv``.
+- ``nanogpt-eval``: nanoGPT's logging again, at an eval cadence (``NANOGPT_EVAL``: every
+  250 of 2000 iters), the way its configs log the train loss.
 - ``nanogpt``, ``torchtitan``, ``litgpt``: these trainers need GPUs and their own data, so
   their logging code path is copied minimally (the calls and the metric dicts, with the
   source each came from) and driven against the real ``wandb`` and ``mlflow`` clients
@@ -52,6 +59,9 @@ ACCUM = 2  # gradient accumulation
 SEQ = 64  # tokens per sequence
 WARMUP = 40
 PEAK_LR = 1e-3
+# nanogpt-eval: nanoGPT's W&B log at an eval cadence as its configs set it (shakespeare_char:
+# eval_interval 250 of max_iters 5000), its train loss logged at evals only.
+NANOGPT_EVAL = {"steps": 2000, "eval_interval": 250}
 # litgpt: micro_batch_size 2 on 2 devices, global batch 32 -> 8 micro-iterations per step.
 LITGPT = {"micro": 2, "devices": 2, "global": 32, "log_interval": 5}
 
@@ -137,6 +147,87 @@ def _hf(out: Path, tracker: str) -> None:
         shutil.copy(state, out / "hf" / "tokens-seen" / "trainer_state.json")
 
 
+# hf-resumed: checkpoints every RESUME_SAVE steps, the first attempt is cut off at
+# RESUME_CUT (after its log at step 180), and the second resumes from the checkpoint.
+RESUME_SAVE = 150
+RESUME_CUT = 185
+RESUME_ID = "hfresume1"
+
+
+class Preempted(RuntimeError):
+    """The first attempt of hf-resumed ends here, as a preempted job does."""
+
+
+def _hf_resumed(out: Path) -> None:
+    """An HF Trainer run preempted and resumed into one W&B offline run: the first attempt
+    in its own process until it dies at RESUME_CUT, the second from the checkpoint at
+    RESUME_SAVE with ``resume_from_checkpoint``; both with the same ``WANDB_RUN_ID`` and
+    ``WANDB_RESUME=allow``, as a job scheduler's requeue would start them."""
+    env = {**os.environ, "WANDB_RUN_ID": RESUME_ID, "WANDB_RESUME": "allow"}
+    first = subprocess.run([sys.executable, __file__, "--attempt", "1", str(out)], env=env, check=False)
+    if first.returncode == 0:
+        raise SystemExit("the first attempt of hf-resumed was not cut off")
+    subprocess.run([sys.executable, __file__, "--attempt", "2", str(out)], env=env, check=True)
+
+
+def _hf_attempt(out: Path, attempt: int) -> None:
+    """One attempt of hf-resumed: the Trainer of ``_hf`` whose loss follows the trainer's
+    own global step (a resumed model counts its forward calls from 0 again)."""
+    import torch
+    from torch import nn
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    class Curve(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1))
+            self.step = 1
+
+        def forward(self, input_ids: torch.Tensor, labels: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+            return {"loss": torch.tensor(curve(self.step)) + 0.0 * self.w.sum() + 0.0 * input_ids.float().mean()}
+
+    class Data(torch.utils.data.Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return STEPS * BATCH * ACCUM
+
+        def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+            ids = torch.zeros(SEQ, dtype=torch.long)
+            return {"input_ids": ids, "labels": ids}
+
+    model = Curve()
+
+    class Clock(TrainerCallback):  # type: ignore[misc]
+        def on_step_begin(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            model.step = state.global_step + 1  # type: ignore[attr-defined]
+
+        def on_step_end(self, args: object, state: object, control: object, **kwargs: object) -> None:
+            if attempt == 1 and state.global_step == RESUME_CUT:  # type: ignore[attr-defined]
+                raise Preempted(f"preempted at step {RESUME_CUT}")
+
+    output = out / "_hf" / "hf-resumed"
+    args = TrainingArguments(
+        output_dir=str(output),
+        run_name="hf-resumed",
+        max_steps=STEPS,
+        per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM,
+        learning_rate=PEAK_LR,
+        lr_scheduler_type="cosine",
+        warmup_steps=WARMUP,
+        logging_steps=LOG_EVERY,
+        save_strategy="steps",
+        save_steps=RESUME_SAVE,
+        report_to=["wandb"],
+        include_num_input_tokens_seen=True,
+        use_cpu=True,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(model=model, args=args, train_dataset=Data(), callbacks=[Clock()])
+    checkpoint = str(output / f"checkpoint-{RESUME_SAVE}") if attempt == 2 else None
+    trainer.train(resume_from_checkpoint=checkpoint)
+
+
 def _lightning(out: Path) -> None:
     import lightning as L
     import torch
@@ -183,27 +274,27 @@ def _lightning(out: Path) -> None:
     shutil.copy(metrics.with_name("hparams.yaml"), out / "lightning" / "hparams.yaml")
 
 
-def _nanogpt(out: Path) -> None:
+def _nanogpt(out: Path, name: str = "nanogpt-wandb", steps: int = STEPS, eval_interval: int = LOG_EVERY) -> None:
     """nanoGPT's train.py logging (https://github.com/karpathy/nanoGPT/blob/e2221318e607eb5ee0669d6b7641af25a2111545/train.py):
     ``config`` holds the script's globals; every ``eval_interval`` iters it logs
     ``iter``, ``train/loss``, ``val/loss``, ``lr`` and ``mfu`` with ``wandb.log``."""
     import wandb
 
     config = {
-        "batch_size": BATCH, "block_size": SEQ, "gradient_accumulation_steps": ACCUM, "max_iters": STEPS,
-        "eval_interval": LOG_EVERY, "learning_rate": PEAK_LR, "decay_lr": True, "warmup_iters": WARMUP,
-        "lr_decay_iters": STEPS, "min_lr": 0.0, "wandb_log": True,
+        "batch_size": BATCH, "block_size": SEQ, "gradient_accumulation_steps": ACCUM, "max_iters": steps,
+        "eval_interval": eval_interval, "learning_rate": PEAK_LR, "decay_lr": True, "warmup_iters": WARMUP,
+        "lr_decay_iters": steps, "min_lr": 0.0, "wandb_log": True,
     }
-    wandb.init(project="frameworks", name="nanogpt-wandb", config=config)
+    wandb.init(project="frameworks", name=name, config=config)
 
     def get_lr(it: int) -> float:  # nanoGPT's get_lr, with its config
         if it < WARMUP:
             return PEAK_LR * (it + 1) / (WARMUP + 1)
-        ratio = (it - WARMUP) / (STEPS - WARMUP)
+        ratio = (it - WARMUP) / (steps - WARMUP)
         return 0.0 + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (PEAK_LR - 0.0)
 
-    for iter_num in range(STEPS + 1):
-        if iter_num % LOG_EVERY == 0:
+    for iter_num in range(steps + 1):
+        if iter_num % eval_interval == 0:
             # estimate_loss() on the model after iter_num optimizer steps
             loss = curve(iter_num) if iter_num else curve(0.0)
             wandb.log({"iter": iter_num, "train/loss": loss, "val/loss": loss + 0.05, "lr": get_lr(iter_num), "mfu": 0.0})
@@ -434,8 +525,10 @@ def _megatron(out: Path) -> None:
 _SETUPS = {
     "hf-mlflow": lambda out: _hf(out, "mlflow"),
     "hf-wandb": lambda out: _hf(out, "wandb"),
+    "hf-resumed": _hf_resumed,
     "lightning": _lightning,
     "nanogpt": _nanogpt,
+    "nanogpt-eval": lambda out: _nanogpt(out, "nanogpt-eval", **NANOGPT_EVAL),
     "torchtitan": _torchtitan,
     "litgpt": _litgpt,
     "olmo": _olmo,
@@ -510,6 +603,8 @@ def main(out: Path, only: list[str] | None = None) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "--one":
         _SETUPS[sys.argv[2]](Path(sys.argv[3]))
+    elif sys.argv[1] == "--attempt":
+        _hf_attempt(Path(sys.argv[3]), int(sys.argv[2]))
     elif sys.argv[1] == "--only":
         main(Path(sys.argv[3]), sys.argv[2].split(","))
     else:

@@ -41,7 +41,7 @@ from tracker_plugin.core.models import (
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
-from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
 from tracker_plugin.errors import ConfigError
@@ -270,7 +270,8 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     if window_note:
         notes.append(window_note)
     stages = batch_stages(history)
-    smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    fine = fine_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    smoothed = fine[1][np.searchsorted(fine[0], history.step)]  # the rows are among the fine points
     fit_start, reason = _fit_start(history, stages, config)
     window = np.flatnonzero(history.step >= fit_start)
     if float(np.min(config.ema_token_window / history.batch)) < 1:
@@ -283,7 +284,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     results: dict[float, TargetResult] = {}
     open_targets = []
     for target in config.targets:
-        crossing = _crossing(history, smoothed, target)
+        crossing = _crossing(history, smoothed, target, fine)
         if crossing is not None:
             reached = None if power_law else 1.0
             first = None
@@ -534,19 +535,30 @@ def _warmup_end(history: History, first: BatchStage) -> tuple[int, str]:
     return int(history.step[in_stage][np.argmax(lr >= 0.99 * peak)]), "end of lr warmup"
 
 
-def _crossing(history: History, smoothed: np.ndarray, target: float) -> tuple[float, float] | None:
-    """(step, tokens) where the smoothed loss first reaches ``target``, interpolated."""
+def _crossing(
+    history: History, smoothed: np.ndarray, target: float, fine: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[float, float] | None:
+    """(step, tokens) where the smoothed loss first reaches ``target``, interpolated.
+
+    ``fine`` is the EMA inside the logging gaps too (:func:`fine_ema`): a sparse log's
+    crossing is then placed where the EMA passes the target inside the gap, not on the
+    chord between the two rows (the EMA bends between them).
+    """
+    steps, tokens = history.step, history.tokens
+    if fine is not None and len(fine[0]) != len(steps):
+        steps, smoothed = fine
+        tokens = np.interp(steps, history.step, history.tokens)  # a gap's steps have one batch
     below = np.flatnonzero(smoothed <= target)
     if not len(below):
         return None
     i = int(below[0])
     if i == 0:
-        return float(history.step[0]), float(history.tokens[0])
+        return float(steps[0]), float(tokens[0])
     before, after = smoothed[i - 1], smoothed[i]
     frac = 1.0 if before == after else (before - target) / (before - after)
-    step = history.step[i - 1] + frac * (history.step[i] - history.step[i - 1])
-    tokens = history.tokens[i - 1] + frac * (history.tokens[i] - history.tokens[i - 1])
-    return float(step), float(tokens)
+    step = steps[i - 1] + frac * (steps[i] - steps[i - 1])
+    at = tokens[i - 1] + frac * (tokens[i] - tokens[i - 1])
+    return float(step), float(at)
 
 
 def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
