@@ -60,9 +60,10 @@ def run(command: str) -> str:
     ``python examples/...`` as its own process. Histories an example reads from a tracker are
     cached in a temporary folder, never in the user's cache."""
     with tempfile.TemporaryDirectory() as cache, _env(TRACKER_PLUGIN_CACHE_DIR=cache):
-        if command.startswith("python "):
+        if command.startswith("python "):  # this checkout's package, whatever the venv has installed
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
             done = subprocess.run([sys.executable, *shlex.split(command)[1:]], cwd=ROOT, capture_output=True,
-                                  text=True, timeout=600, check=False)
+                                  text=True, timeout=600, check=False, env=env)
             if done.returncode != 0:
                 raise AssertionError(f"{command!r} exited {done.returncode}: {done.stderr[-2000:]}")
             return done.stdout
