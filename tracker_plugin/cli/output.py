@@ -7,13 +7,26 @@ a CI log (see :mod:`tracker_plugin.redact`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import click
 
 from tracker_plugin.redact import redact
 
-__all__ = ["say"]
+__all__ = ["say", "say_failures"]
 
 
 def say(text: str, *, err: bool = False, nl: bool = True) -> None:
     """Print ``text`` (to stderr with ``err``), with every credential in it cut."""
     click.echo(redact(text), err=err, nl=nl)
+
+
+def say_failures(failures: Sequence[tuple[str, str, str | None]], total: int) -> None:
+    """The runs that failed, on stderr: each named, with its one-line reason in the flags'
+    words. stdout keeps only the table, so a program can read it; the exit code says 1."""
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.report.tables import failure_lines
+
+    worded = [(name, ref, in_flags(reason or "no reason given")) for name, ref, reason in failures]
+    for line in failure_lines(worded, total):
+        say(line, err=True)

@@ -7,6 +7,7 @@ finish; nothing here raises for a single run's trouble.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -20,7 +21,7 @@ from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
 from tracker_plugin.keys import PLOT_DIGEST, plot_digest, target_collision
 from tracker_plugin.redact import redact
-from tracker_plugin.report.runs import RunRow
+from tracker_plugin.report.runs import RunRow, held_rows
 from tracker_plugin.trackers.base import RunInfo, Source
 
 __all__ = ["OVERTAKEN", "Action", "Outcome", "outcome_rows", "process_runs"]
@@ -51,6 +52,7 @@ class Outcome:
     error: str | None = None
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
     note: str | None = None  # annotated, but another job's annotation is the one in place
+    held: Any = None  # unchanged without an analysis: the stored report (its JSON), for its numbers
 
     @property
     def failed(self) -> bool:
@@ -115,7 +117,7 @@ def _one(
     drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
     if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
         if source.intact(run):  # the report is read only when everything else says current
-            return Outcome(run, Action.UNCHANGED)
+            return Outcome(run, Action.UNCHANGED, held=_held_report(source, run))
     analysis = run_analysis(source.read(run), config)
     if not write:
         return Outcome(run, Action.ANALYSED, analysis)
@@ -132,6 +134,16 @@ def _one(
         return Outcome(run, Action.ANNOTATED, analysis, note=redone)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.
     return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN)
+
+
+def _held_report(source: Source, run: RunInfo) -> Any:
+    """The report an unchanged run holds, parsed; None when it cannot be had. Only the
+    summary's numbers come from it: nothing fails for want of it."""
+    try:
+        stored = source.stored_report(run)
+        return None if stored is None else json.loads(stored)
+    except (TrackerPluginError, ValueError, RecursionError):
+        return None
 
 
 class _NoBar:
@@ -156,7 +168,8 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
     for outcome in outcomes:
         run = outcome.run
         if outcome.analysis is None:
-            rows.append(RunRow(run.name, run.ref, outcome.action, note=outcome.error))
+            held = held_rows(run.name, run.ref, outcome.action, outcome.held)
+            rows += held or [RunRow(run.name, run.ref, outcome.action, note=outcome.error)]
             continue
         timing = outcome.analysis.timing
         tokens = outcome.analysis.in_tokens  # None on the step axis

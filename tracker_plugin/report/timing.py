@@ -1,6 +1,6 @@
 """The wall-clock side of a report: throughput, hours to each target, ETA and deadline.
 
-Text for people ("3.3 at about 2026-12-02 14:20 UTC, in 18.5 h (80%: 16.9-21.0 h)") and
+Text for people ("3.3 at about 2026-12-02 14:20 UTC, in 18.5 h (80%: 16.9–21.0 h)") and
 the JSON fields of the contract (per target ``seconds``, ``seconds_interval``,
 ``seconds_left``, ``eta``, ``p_by_deadline``; a ``throughput`` object).
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, TargetResult
 from tracker_plugin.core.throughput import TargetTime, Throughput
+from tracker_plugin.report.tables import MISSING, glyphs, interval
 
 __all__ = [
     "deadline_json",
@@ -46,7 +47,7 @@ def eta_text(unix: float | None) -> str:
     """Unix seconds at a glance: ``2026-12-02 14:20 UTC`` (``after 9999`` past the calendar)."""
     when = _utc(unix)
     if when is None:
-        return "after 9999" if unix is not None and unix > 0 else "-"
+        return "after 9999" if unix is not None and unix > 0 else MISSING
     return when.strftime("%Y-%m-%d %H:%M UTC")
 
 
@@ -61,21 +62,21 @@ def _utc(unix: float | None) -> datetime | None:
 
 
 def duration(seconds: float | None) -> str:
-    """``66600 -> '18.5 h'``, ``1500 -> '25 min'``, inf -> ``'inf'``."""
+    """``66600 -> '18.5 h'``, ``1500 -> '25 min'``, inf -> ``'∞'`` (see :func:`~tracker_plugin.report.tables.glyphs`)."""
     if seconds is None:
-        return "-"
+        return MISSING
     if not math.isfinite(seconds):
-        return "inf"
+        return glyphs().infinity
     if seconds < 3600:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:,.1f} h"
 
 
 def _hours_pair(low: float, high: float) -> str:
+    """``16.9–21.0 h``, ``14–25 min``, ``1.2–∞ h``: both ends in one unit, the larger's."""
     if high < 3600:
-        return f"{low / 60:.0f}-{high / 60:.0f} min" if math.isfinite(high) else f"{low / 60:.0f} min-inf"
-    hi = "inf" if not math.isfinite(high) else f"{high / 3600:,.1f}"
-    return f"{low / 3600:,.1f}-{hi} h"
+        return interval((low / 60, high / 60), lambda v: f"{v:.0f}") + " min"
+    return interval((low / 3600, high / 3600), lambda v: f"{v:,.1f}") + " h"
 
 
 def time_metrics(analysis: Analysis, k: int) -> dict[str, float | None]:
