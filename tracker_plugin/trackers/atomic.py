@@ -20,6 +20,8 @@ from typing import BinaryIO
 
 __all__ = ["replacing", "write_atomic"]
 
+_NAME_KEPT = 200  # bytes of the target's name in its temporary file's name
+
 
 @contextmanager
 def replacing(
@@ -36,7 +38,10 @@ def replacing(
     any new file gets (the umask's).
     """
     target = Path(path)
-    tmp = target.with_name(f".{target.name}.{secrets.token_hex(4)}.tmp")
+    # The target's name, cut to leave room in the file system's name limit (255 bytes) for
+    # the marks around it: a target whose name fits must not fail on its temporary name.
+    kept = os.fsencode(target.name)[:_NAME_KEPT].decode("utf-8", "ignore")
+    tmp = target.with_name(f".{kept}.{secrets.token_hex(4)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
         with os.fdopen(fd, "wb") as out:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import lzma
 import os
+import tarfile
 import warnings
+import zipfile
+import zlib
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.errors import ConfigError, DataError, RunNotFound
+from tracker_plugin.errors import ConfigError, DataError, RunNotFound, SourceError
 from tracker_plugin.frame.history import (
     Columns,
     History,
@@ -20,10 +26,10 @@ from tracker_plugin.frame.history import (
     eval_loss_alone,
     eval_loss_note,
 )
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, REPORT_DIGEST, report_digest
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
-from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source
+from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, png_text
 from tracker_plugin.trackers.options import ReadOptions
 from tracker_plugin.trackers.trainer_files import (
     TRAINER_STATE,
@@ -40,6 +46,9 @@ __all__ = ["CsvSource", "read_csv", "read_lr_schedule"]
 # which build_history drops and counts.
 _MISSING = ["", "NA", "N/A", "n/a", "null", "NULL", "None", "<NA>"]
 _WIDE = 3
+# What pandas raises for a compressed file (by its suffix) that is not one, is cut short
+# or has data after its end: the standard library's decompressors' own errors.
+_UNPACKING = (EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
 
 
 def read_csv(
@@ -78,28 +87,70 @@ def read_csv(
             return replace(history, notes=(*history.notes, eval_loss_note(alone)))
         if trainer_detected(header):
             options = options or ReadOptions(columns=columns, batch_size=batch_size)
-            data = pd.read_csv(run, keep_default_na=False, na_values=_MISSING)
+            data = _read_rows(run)
             config = sibling_hparams(Path(run))
             return read_frame_as_trainer(data, config, options, run=run, native_step="step", finished=True)
         wanted = [c for c in header if c in set(columns.keys())]
         if not any(c in wanted for c in columns.loss) or not any(c in wanted for c in columns.step):
             return build_history(pd.DataFrame(columns=header), run=run, columns=columns, batch_size=batch_size)
         # Selecting columns slows the parser down by half; it pays only on wide exports.
-        usecols = wanted if len(header) > _WIDE * len(wanted) else None
-        with warnings.catch_warnings():
-            # Mixed types in a column: build_history names the bad value itself.
-            warnings.simplefilter("ignore", pd.errors.DtypeWarning)
-            data = pd.read_csv(run, usecols=usecols, keep_default_na=False, na_values=_MISSING)
+        wide = len(header) > _WIDE * len(wanted) and _rows_fit_header(run, len(header))
+        data = _read_rows(run, wanted if wide else None)
     except pd.errors.EmptyDataError:
         raise DataError("the file is empty", run=run) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"cannot be read as CSV ({_first_line(exc)})", run=run) from None
+    except pd.errors.ParserWarning:
+        raise DataError(
+            "its first row has more fields than the header has columns: a stray separator would shift "
+            "the columns; fix or remove that row",
+            run=run,
+        ) from None
+    except _UNPACKING as exc:
+        raise _undecompressed(run, exc) from None
+    except OSError as exc:
+        if exc.errno is None:  # gzip's and bz2's own errors for a stream that is no such stream
+            raise _undecompressed(run, exc) from None
+        raise SourceError(f"cannot be read ({exc.strerror})", run=run) from None
     if batch_size is None and batch_from_name(run) is None and not any(c in data.columns for c in columns.batch):
         # No batch anywhere: tokens per step from a tokens column, else the analysis is on
         # steps; read as any run is (conventions.read_as), which says so and never refuses.
         options = options or ReadOptions(columns=columns)
         return read_frame_as_trainer(data, {}, options, run=run, native_step="step", finished=True)
     return build_history(data, run=run, columns=columns, batch_size=batch_size)
+
+
+def _undecompressed(run: str, exc: Exception) -> DataError:
+    return DataError(
+        f"cannot be decompressed ({_first_line(exc)}): the file is damaged, cut short, has data after "
+        "its end, or is not of the kind its suffix says",
+        run=run,
+    )
+
+
+def _read_rows(run: str, usecols: list[str] | None = None) -> pd.DataFrame:
+    """The file's rows, as text where a cell is not a number.
+
+    Raises ``pd.errors.ParserWarning`` where the first row has more fields than the header:
+    pandas would otherwise take its first column as the index and shift every column left
+    (its steps read as tokens, say). A later row with more fields is a ``ParserError``.
+    """
+    with warnings.catch_warnings():
+        # Mixed types in a column: build_history names the bad value itself.
+        warnings.simplefilter("ignore", pd.errors.DtypeWarning)
+        warnings.simplefilter("error", pd.errors.ParserWarning)
+        return pd.read_csv(run, usecols=usecols, index_col=False, keep_default_na=False, na_values=_MISSING)
+
+
+def _rows_fit_header(run: str, fields: int) -> bool:
+    """Can the file be read by selected columns: is it plain text with no row wider than
+    its header? pandas drops a wider row's extra fields unseen when it reads selected
+    columns, where a whole read refuses the row. A file that is compressed, or quotes a
+    field (which may hold a comma or a line break), is read whole."""
+    with open(run, "rb") as lines:
+        if lines.readline().count(b",") != fields - 1:
+            return False  # compressed, or a quoted header
+        return not any(b'"' in line or line.count(b",") >= fields for line in lines)
 
 
 def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
@@ -190,18 +241,21 @@ class CsvSource(Source):
         )
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
-        _, png_path = _sidecars(Path(run.ref))
-        write_atomic(png_path, annotation.plot_bytes())
+        json_path, png_path = _sidecars(Path(run.ref))
+        _check_name(json_path, run.ref)  # before the plot is drawn
+        _write(png_path, annotation.plot_bytes, run.ref)
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
-        # The report is the marker: its settings hash and progress say the annotation is complete.
+        # The report is the marker, written last: the plot beside it carries its digest.
         json_path, _ = _sidecars(Path(run.ref))
-        write_atomic(json_path, annotation.report_bytes())
+        _write(json_path, annotation.report_bytes, run.ref)
 
     def intact(self, run: RunInfo) -> bool:
-        return True  # the report is the marker, written whole (atomically) or not at all
+        return True  # the listing read both files (see _previous): a mix is not complete
 
-    shared = False  # one atomic file: two writers leave one whole report
+    # Each file is replaced atomically; two writers may leave one's plot beside the other's
+    # report, which the next run sees (the digests differ) and redoes.
+    shared = False
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         return [f"write {path}" for path in _sidecars(Path(run.ref))]
@@ -215,20 +269,45 @@ def _sidecars(path: Path) -> tuple[Path, Path]:
     )
 
 
+def _check_name(path: Path, ref: str) -> None:
+    """A sidecar name longer than the file system takes: refused before anything is written."""
+    try:
+        longest = os.pathconf(path.parent, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        longest = 255
+    if len(os.fsencode(path.name)) > longest:
+        raise SourceError(
+            f"cannot write {path.name} beside it: the name is {len(os.fsencode(path.name))} bytes, longer than "
+            f"the file system's {longest}; rename the file to a shorter name",
+            run=ref,
+        )
+
+
+def _write(path: Path, data: Callable[[], bytes], ref: str) -> None:
+    try:
+        write_atomic(path, data())
+    except OSError as exc:
+        name = "the name is too long" if exc.errno == errno.ENAMETOOLONG else exc.strerror
+        raise SourceError(f"cannot write {path}: {name}", run=ref) from None
+
+
 def _progress(path: Path) -> str:
     stat = path.stat()
     return f"size {stat.st_size} mtime {stat.st_mtime_ns}"
 
 
 def _previous(path: Path) -> Previous | None:
-    json_path, _ = _sidecars(path)
+    """The last annotation: complete when the plot beside the report carries the report's
+    digest. Each file is replaced whole, the plot first: a write cut short between them
+    (or two writers' files mixed) leaves a plot that names another report."""
+    json_path, png_path = _sidecars(path)
     try:
-        report = json.loads(json_path.read_text())
-        # The report is the marker (written last, atomically): if it reads, it is complete.
-        fingerprint = str(report.get("settings_hash"))
+        data = json_path.read_bytes()
+        report = json.loads(data)
+        drawn_for = png_text(png_path.read_bytes()).get(REPORT_DIGEST) if png_path.is_file() else None
         return Previous(
-            report.get("settings_hash"), report.get("progress"), marker=fingerprint, holds=fingerprint,
-            plot=report.get("plot_sha256"),
+            report.get("settings_hash"), report.get("progress"), marker=report_digest(data), holds=drawn_for,
+            report=report_digest(data), plot=report.get("plot_sha256"),
         )
     except (OSError, ValueError, AttributeError):
         return None

@@ -74,6 +74,55 @@ def _anneal_gradient(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cel
     return out
 
 
+class _Response:
+    """``LD / B`` and its gradient on one fit window's points, for many trial ``theta``.
+
+    A fit evaluates the response at a few dozen trial shapes on the same points and drops:
+    what does not depend on the shape (each point's lr area since each drop, the log of
+    the lr after each drop) is computed once here, and the residuals' evaluation at a
+    shape lends its intermediate terms to the Jacobian's at the same shape, which the
+    solver asks for next. The arithmetic is :func:`_anneal`'s and
+    :func:`_anneal_gradient`'s, operation for operation, so a fit's answer is the same to
+    the last bit.
+    """
+
+    def __init__(self, clock: np.ndarray, area: np.ndarray, cells: DropCells) -> None:
+        self.n, self.size = len(area), cells.size
+        self.empty = not len(cells)
+        if not self.empty:
+            self.log_lr = np.log(np.maximum(cells.lr_after, 1e-6))
+            self.since = np.maximum(area[:, None] - cells.area[None, :], 0.0)
+            self.gamma_size = cells.size * -self.log_lr
+        self._key: bytes | None = None
+        self._terms: tuple[np.ndarray, np.ndarray] = (np.empty(0), np.empty(0))
+
+    def _cx_and_log_u(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = theta.tobytes()
+        if key != self._key:
+            _, log_c, _, gamma = theta
+            cx = self.since * np.exp(log_c - gamma * self.log_lr)[None, :]
+            self._key, self._terms = key, (cx, np.log1p(cx))
+        return self._terms
+
+    def value(self, theta: np.ndarray) -> np.ndarray:
+        if self.empty:
+            return np.zeros(self.n)
+        _, log_u = self._cx_and_log_u(theta)
+        return -np.expm1(-theta[2] * log_u) @ self.size
+
+    def gradient(self, theta: np.ndarray) -> np.ndarray:
+        out = np.zeros((self.n, len(theta)))
+        if self.empty:
+            return out
+        cx, log_u = self._cx_and_log_u(theta)
+        remaining = np.exp(-theta[2] * log_u)  # u ** -beta
+        per_log_c = theta[2] * remaining * (cx / (1.0 + cx))
+        out[:, 1] = per_log_c @ self.size
+        out[:, 2] = (remaining * log_u) @ self.size
+        out[:, 3] = per_log_c @ self.gamma_size
+        return out
+
+
 MULTI_POWER = Law(
     name="multi-power",
     reference="Luo et al. 2025, A Multi-Power Law for Loss Curve Prediction Across Learning Rate Schedules",
@@ -86,4 +135,5 @@ MULTI_POWER = Law(
     power_gradient=_power_gradient,
     power_slope=_power_slope,
     anneal_gradient=_anneal_gradient,
+    response=_Response,
 )

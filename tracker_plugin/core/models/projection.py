@@ -158,6 +158,9 @@ class Projection:
         self.sum_wy = float(self.wy.sum())
         self.yy = float(self.wy @ y) + (0.0 if self.prior is None else (self.prior[1] * self.prior[0]) ** 2)
         self._anneal: tuple[np.ndarray, tuple[float, float, float, bool]] | None = None
+        # The last columns solved and their answer: the solver asks for the Jacobian at the
+        # point whose residuals it has just computed (the same column arrays).
+        self._last: tuple[np.ndarray, np.ndarray, tuple[list[float] | None, float, tuple[int, ...]]] | None = None
 
     def _anneal_terms(self, anneal: np.ndarray) -> tuple[float, float, float, bool]:
         """Sums that involve only the anneal column: computed once when it does not change."""
@@ -170,6 +173,14 @@ class Projection:
 
     def _best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float, tuple[int, ...]]:
         """The best coefficients, their cost and which of them are free (the rest held at 0)."""
+        last = self._last
+        if last is not None and last[0] is power and last[1] is anneal:
+            return last[2]
+        found = self._solve_best(power, anneal)
+        self._last = (power, anneal, found)
+        return found
+
+    def _solve_best(self, power: np.ndarray, anneal: np.ndarray) -> tuple[list[float] | None, float, tuple[int, ...]]:
         wp = self.w * power
         sum_wp = float(wp.sum())
         if not math.isfinite(sum_wp):
@@ -229,7 +240,7 @@ class Projection:
         if not np.isfinite(coef).all():
             return np.full(len(self.y) + 1, np.inf)
         extra = 0.0 if self.prior is None else self.prior[1] * (self.prior[0] - coef[2])
-        return np.r_[self.sw * (self.y - fitted), extra]
+        return np.append(self.sw * (self.y - fitted), extra)
 
     def jacobian(self, power: np.ndarray, anneal: np.ndarray, d_power: np.ndarray, d_anneal: np.ndarray) -> np.ndarray:
         """``d residuals / d theta`` (rows as :meth:`residuals`), given the columns' derivatives.

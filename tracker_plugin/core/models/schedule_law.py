@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -219,6 +220,15 @@ def observations(step: np.ndarray, loss: np.ndarray, timeline: Timeline) -> Obse
     return Observations(step, loss, weight, timeline.area_at(step), timeline.clock_at(step), rows)
 
 
+class Response(Protocol):
+    """A law's anneal column and its gradient by the law's parameters, on one fit window's
+    points and drops (see :attr:`Law.response`)."""
+
+    def value(self, theta: np.ndarray) -> np.ndarray: ...
+
+    def gradient(self, theta: np.ndarray) -> np.ndarray: ...
+
+
 @dataclass(frozen=True)
 class Law:
     """A schedule-aware law: its nonlinear parameters and its two shape functions.
@@ -230,7 +240,10 @@ class Law:
     ``A`` is the reducible loss there. ``power_gradient`` and ``anneal_gradient`` (same
     arguments) give their derivatives by ``theta``, one column per parameter, and
     ``power_slope`` the power's by its area (the shift's column), for the solver's
-    Jacobian; without them it differences the residuals.
+    Jacobian; without them it differences the residuals. ``response(clock, area, cells)``,
+    when given, computes the same anneal column and its gradient for one fit window, with
+    the work that does not depend on ``theta`` done once (a fit evaluates both at a few
+    dozen trial shapes).
     """
 
     name: str
@@ -246,6 +259,7 @@ class Law:
     power_gradient: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
     anneal_gradient: Callable[[np.ndarray, np.ndarray, np.ndarray, DropCells], np.ndarray] | None = None
     power_slope: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None
+    response: Callable[[np.ndarray, np.ndarray, DropCells], Response] | None = field(default=None, compare=False)
 
     @property
     def parameter_names(self) -> tuple[str, ...]:
@@ -752,7 +766,7 @@ def _search(
         lower, upper = np.r_[lower, shift[0]], np.r_[upper, shift[1]]
 
     def full(x: np.ndarray) -> np.ndarray:
-        return x if shift is not None else np.r_[x, 0.0]
+        return x if shift is not None else np.append(x, 0.0)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return problem.residuals(*shapes(full(x)))
@@ -849,6 +863,7 @@ class _Shapes:
         if law.anneal_fixed:
             with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
                 self.fixed = law.anneal(np.zeros(len(law.lower)), obs.clock, obs.area, seen)
+        self.response = None if law.response is None or law.anneal_fixed else law.response(obs.clock, obs.area, seen)
         self._last: tuple[bytes, tuple[np.ndarray, np.ndarray]] | None = None
 
     def __call__(self, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -863,7 +878,12 @@ class _Shapes:
             shape, relative = theta[:, :-1], self.relative[None, :] + theta[:, -1:]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             power = self.law.power(shape, relative)
-            anneal = self.fixed if self.fixed is not None else self.law.anneal(shape, self.obs.clock, self.obs.area, self.seen)
+            if self.fixed is not None:
+                anneal = self.fixed
+            elif self.response is not None and theta.ndim == 1:
+                anneal = self.response.value(shape)
+            else:
+                anneal = self.law.anneal(shape, self.obs.clock, self.obs.area, self.seen)
         if key is not None:
             self._last = (key, (power, anneal))
         return power, anneal
@@ -875,11 +895,13 @@ class _Shapes:
         shape, relative = theta[:-1], self.relative + theta[-1]
         with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
             d_power = self.law.power_gradient(shape, relative)
-            if self.law.anneal_gradient is not None:
+            if self.response is not None:
+                d_anneal = self.response.gradient(shape)
+            elif self.law.anneal_gradient is not None:
                 d_anneal = self.law.anneal_gradient(shape, self.obs.clock, self.obs.area, self.seen)
             else:  # a fixed anneal column
                 d_anneal = np.zeros((len(relative), len(shape)))
             if shift:
-                d_power = np.c_[d_power, self.law.power_slope(shape, relative)]
-                d_anneal = np.c_[d_anneal, np.zeros(len(relative))]
+                d_power = np.column_stack((d_power, self.law.power_slope(shape, relative)))
+                d_anneal = np.column_stack((d_anneal, np.zeros(len(relative))))
         return d_power, d_anneal
