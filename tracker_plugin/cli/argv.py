@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from tracker_plugin.core.analysis import MODELS
+from tracker_plugin.cli.options import MODELS
 
 __all__ = ["expand_multi_value"]
 

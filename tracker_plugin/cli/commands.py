@@ -11,8 +11,13 @@ from typing import Any
 import click
 
 from tracker_plugin import __version__
+from tracker_plugin.cli.config import ConfigFile, Setting, find_config, in_force
+from tracker_plugin.cli.help import HELP_SETTINGS, TrackerGroup
 from tracker_plugin.cli.numbers import NUMBERS
 from tracker_plugin.cli.options import (
+    DEFAULT_FAMILY_RULE,
+    MODELS,
+    PLANS,
     analysis_options,
     default_sources,
     make_config,
@@ -24,36 +29,76 @@ from tracker_plugin.cli.options import (
     tracker_options,
 )
 from tracker_plugin.cli.output import say
-from tracker_plugin.cli.words import in_flags
-from tracker_plugin.core.analysis import MODELS, AnalysisConfig
-from tracker_plugin.core.backtest import PLANS
-from tracker_plugin.core.cross_family import DEFAULT_FAMILY_RULE
 from tracker_plugin.errors import DataError
-from tracker_plugin.jobs.annotate import annotate_runs
-from tracker_plugin.jobs.backtest import backtest_runs
-from tracker_plugin.jobs.compare import compare_runs
-from tracker_plugin.jobs.cross_family import cross_family_runs
-from tracker_plugin.jobs.runner import outcome_rows
-from tracker_plugin.jobs.runs import NotOneRun, analyze_one
-from tracker_plugin.jobs.watch import Pass, watch_runs
-from tracker_plugin.report.backtest import backtest_json, backtest_text
-from tracker_plugin.report.cross_family import cross_family_json, cross_family_text
-from tracker_plugin.report.render import to_json, to_text
-from tracker_plugin.report.runs import runs_json, runs_table
-from tracker_plugin.report.tables import printable
+
+# The jobs and the report (and with them pandas, scipy and the trackers' clients) are
+# imported inside each command, once its options are parsed: --help and a bad argument
+# are answered without them (benchmarks/bench_cli_startup.py).
 
 __all__ = ["cli"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=TrackerGroup, context_settings=HELP_SETTINGS)
 @click.version_option(__version__, prog_name="tracker-plugin")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """When does a training run reach a target loss?
 
     Reads a run's loss history from a CSV file, MLflow or Weights & Biases, smooths it
     over a fixed number of tokens, finds where it crossed each target and forecasts when
     it will cross the rest.
+
+    Settings can live in a config file: [tool.tracker-plugin] in pyproject.toml, or a
+    tracker-plugin.toml, in this folder or one above it (keys are the options' long
+    names); environment variables win over it, and flags over both.
+    'tracker-plugin config' shows what is in force.
     """
+    found = find_config(Path.cwd(), {name: c for name, c in cli.commands.items() if name != "config"})
+    ctx.meta[_CONFIG] = found
+    if found is not None:
+        ctx.default_map = found.defaults
+
+
+_CONFIG = "tracker_plugin.config_file"  # ctx.meta key: the config file in force, or None
+
+
+@cli.command("config", cls=click.Command)
+@click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "watch"]))
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
+@click.pass_context
+def config_command(ctx: click.Context, command: str, as_json: bool) -> None:
+    """Show the settings in force for COMMAND (default: analyze), and where each came from.
+
+    Each option's value is the config file's, an environment variable's or the built-in
+    default; a flag given to COMMAND would win over all three.
+    """
+    found: ConfigFile | None = ctx.meta.get(_CONFIG)
+    assert ctx.parent is not None
+    target = cli.commands[command].make_context(command, [], parent=ctx.parent, resilient_parsing=True)
+    settings = in_force(target, found)
+    file = None if found is None else f"{found.path} {found.table}".rstrip()
+    if as_json:
+        doc = {"file": file, "command": command, "settings": {s.key: {"value": s.value, "from": s.origin} for s in settings}}
+        say(json.dumps(doc, indent=2))
+        return
+    say(f"config file: {file}" if file else "config file: none (no tracker-plugin.toml, and no pyproject.toml "
+        "with [tool.tracker-plugin], in this folder or above)")
+    say(_settings_table(command, settings))
+
+
+def _settings_table(command: str, settings: Sequence[Setting]) -> str:
+    rows = [(f"{command} option", "value", "from")]
+    rows += [(s.key, _shown(s.value), s.origin) for s in settings]
+    widths = [max(len(row[i]) for row in rows) for i in range(2)]
+    return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}".rstrip() for a, b, c in rows)
+
+
+def _shown(value: Any) -> str:
+    if value is None or value == []:
+        return "-"
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 @cli.command()
@@ -73,6 +118,10 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **op
     Example:
       tracker-plugin analyze run.csv --target 3.6 3.3 --loss-col val_loss
     """
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.jobs.runs import NotOneRun, analyze_one
+    from tracker_plugin.report.render import to_json, to_text
+
     config = make_config(options)
     _check_plot_path(plot_path)
     if plot_x != "tokens" and not plot_path:
@@ -113,6 +162,11 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     beside them). Runs whose annotation is current are skipped. Exit code 1 if any run
     failed; the others still finish.
     """
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.jobs.annotate import annotate_runs
+    from tracker_plugin.jobs.runner import outcome_rows
+    from tracker_plugin.report.runs import runs_json, runs_table
+
     config = make_config(options)
     reading = make_source_options(options)
     outcomes = annotate_runs(default_sources(sources, reading), reading, config, force=force, dry_run=dry_run)
@@ -232,6 +286,11 @@ def backtest(
     """
     if cross_family:
         return _cross_family(sources, as_json, family_rule, processes, cases_cache, options)
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.core.analysis import AnalysisConfig
+    from tracker_plugin.jobs.backtest import backtest_runs
+    from tracker_plugin.report.backtest import backtest_json, backtest_text
+
     _check_shares("--fit-fractions", fit_fractions, one_allowed=False)
     _check_shares("--target-quantiles", target_quantiles, one_allowed=True)
     # The targets come from the protocol; the config's own is a placeholder.
@@ -249,6 +308,11 @@ def _cross_family(
     sources: tuple[str, ...], as_json: bool, family_rule: str, processes: int, cache: str | None, options: dict[str, Any]
 ) -> int:
     """The leave-one-family-out backtest; its protocol sets the cuts, targets, laws and plans."""
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.core.analysis import AnalysisConfig
+    from tracker_plugin.jobs.cross_family import cross_family_runs
+    from tracker_plugin.report.cross_family import cross_family_json, cross_family_text
+
     context = click.get_current_context()
     for name in ("fit_fractions", "target_quantiles", "models", "plan"):
         if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
@@ -289,6 +353,7 @@ def _write_plot(path: str, draw: Callable[[], None]) -> None:
 def _check_clocks(drawn: Sequence[tuple[str, Any]]) -> None:
     """Refuse a time axis that some run has no clock for, naming those runs."""
     from tracker_plugin.report.plot_compare import clockless
+    from tracker_plugin.report.tables import printable
 
     missing = clockless(drawn)
     if missing:
@@ -334,6 +399,7 @@ def compare(
     status, tokens, steps, interval and tokens relative to the best run, sorted by tokens.
     Exit code 1 if a run could not be analysed.
     """
+    from tracker_plugin.jobs.compare import compare_runs
     from tracker_plugin.report.compare import render_csv, render_json, render_markdown, render_text
 
     config = make_config(options)
@@ -388,6 +454,11 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     to stderr; the last pass's summary table to stdout. Exit code 1 if the last pass had
     a failed run.
     """
+    from tracker_plugin.cli.words import in_flags
+    from tracker_plugin.jobs.runner import outcome_rows
+    from tracker_plugin.jobs.watch import Pass, watch_runs
+    from tracker_plugin.report.runs import runs_json, runs_table
+
     config = make_config(options)
     reading = make_source_options(options)
     last: Pass | None = None

@@ -15,7 +15,6 @@ import click
 from tracker_plugin.cli.argv import expand_multi_value
 from tracker_plugin.cli.commands import cli
 from tracker_plugin.cli.output import say
-from tracker_plugin.cli.words import in_flags
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 
 __all__ = ["EXIT_BAD_INPUT", "entry_point", "main"]
@@ -37,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         say(f"error: {exc.format_message()}{hint}", err=True)
         return EXIT_BAD_INPUT
+    except click.ClickException as exc:  # a config file that cannot be used: it names itself
+        say(f"error: {exc.format_message()}", err=True)
+        return exc.exit_code
     except (TrackerPluginError, ConfigError) as exc:
         if os.environ.get("TRACKER_PLUGIN_DEBUG"):
             raise
@@ -49,6 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _message(exc: TrackerPluginError) -> str:
     """The error as the command line says it: the settings it names as flags, the run as given."""
+    from tracker_plugin.cli.words import in_flags  # it reads every command's options: only on an error
+
     return f"{exc.run}: {in_flags(exc.problem)}" if exc.run else in_flags(str(exc))
 
 

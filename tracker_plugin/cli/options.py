@@ -1,30 +1,34 @@
 """The command line's options, and what they give: the analysis settings and where runs are.
 
-The settings are :class:`~tracker_plugin.core.analysis.AnalysisConfig`'s own fields: each
-option's name, type and default come from the dataclass, so a default is written once.
-This module adds what only a command line needs: the help text, and how the settings
-given as text (the schedules) are read.
+The settings are :class:`~tracker_plugin.core.analysis.AnalysisConfig`'s own fields, named
+as the dataclass names them. Their defaults and choices are copied into :data:`DEFAULTS`
+(and :data:`MODELS`, ...) so that the command line answers ``--help`` and a bad argument
+without importing the analysis; a test holds the copy equal to the dataclass. This module
+adds what only a command line needs: the help text, and how the settings given as text
+(the schedules) are read, which imports the plan and the trackers only when a command runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, Field, fields
-from types import NoneType
-from typing import Any, get_args, get_type_hints
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from tracker_plugin.cli.numbers import DEADLINE, NUMBERS
-from tracker_plugin.core.analysis import MODELS, AnalysisConfig
-from tracker_plugin.core.clock import CLOCKS
 from tracker_plugin.errors import ConfigError
-from tracker_plugin.frame.history import Columns
-from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
-from tracker_plugin.trackers import SourceOptions
-from tracker_plugin.trackers.csvfile import read_lr_schedule
+
+if TYPE_CHECKING:
+    from tracker_plugin.core.analysis import AnalysisConfig
+    from tracker_plugin.plan.schedule import LrSchedule
+    from tracker_plugin.trackers import SourceOptions
 
 __all__ = [
+    "CLOCKS",
+    "DEFAULT_FAMILY_RULE",
+    "DEFAULTS",
+    "MODELS",
+    "PLANS",
     "SETTINGS",
     "analysis_options",
     "default_sources",
@@ -65,14 +69,36 @@ SETTINGS = {
 }
 # Fields that are not among the settings options: the targets and the model have options
 # of their own (the backtest sets them by its protocol); the sampling cap is for the API.
-_NOT_SETTINGS = ("targets", "model", "max_fit_points")
-_FIELDS: dict[str, Field[Any]] = {f.name: f for f in fields(AnalysisConfig)}
-_HINTS = get_type_hints(AnalysisConfig)
-_CHOICES = {"clock": CLOCKS, "model": MODELS}
+NOT_SETTINGS = ("targets", "model", "max_fit_points")
 
-_unlisted = set(_FIELDS) - set(SETTINGS) - set(_NOT_SETTINGS)
-if _unlisted:  # a new setting must say how the command line sets it
-    raise RuntimeError(f"AnalysisConfig fields without a command-line option: {sorted(_unlisted)}")
+# The analysis's names and defaults as the command line shows them. They are written here,
+# not read from AnalysisConfig, so that --help and a bad argument are answered without
+# loading the analysis (and with it pandas and scipy); tests/test_cli_startup.py holds
+# each equal to the core's (AnalysisConfig's defaults, core.analysis.MODELS, core.clock.CLOCKS, ...).
+MODELS = ("auto", "power-law", "lr-annealing", "multi-power")
+CLOCKS = ("tokens", "steps")
+PLANS = ("log", "infer")
+DEFAULT_FAMILY_RULE = r"^([^-]+)"
+DEFAULTS: dict[str, Any] = {
+    "ema_token_window": 100_000_000.0,
+    "ema_steps": 100.0,
+    "model": "auto",
+    "clock": "tokens",
+    "interval": 0.8,
+    "anneal_gain": 0.1,
+    "fit_start_step": None,
+    "fit_last_stage": False,
+    "extrapolation_warn_factor": 3.0,
+    "stability_sweep": False,
+    "sweep_step": 300,
+    "sweep_min_window": 500,
+    "convergence_tol": 0.05,
+    "step_time": None,
+    "throughput": None,
+    "count_pauses": False,
+    "deadline": None,
+}
+_CHOICES = {"clock": CLOCKS, "model": MODELS}
 
 
 def flag_of(name: str) -> str:
@@ -80,31 +106,19 @@ def flag_of(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def _default_of(name: str) -> Any:
-    """An AnalysisConfig field's default, as the dataclass gives it."""
-    default = _FIELDS[name].default
-    if default is MISSING:
-        raise ValueError(f"AnalysisConfig.{name} has no default")
-    return default
-
-
 def _value_type(name: str) -> Any:
-    """The click type of a field: its choices, its range, else its annotation without ``| None``."""
+    """The click type of a setting: its choices, its range or the deadline's form."""
     if name in _CHOICES:
         return click.Choice(_CHOICES[name])
-    if name in NUMBERS:
-        return NUMBERS[name]
     if name == "deadline":
         return DEADLINE
-    hint = _HINTS[name]
-    (kind,) = [t for t in get_args(hint) if t is not NoneType] or [hint]
-    return kind
+    return NUMBERS[name]
 
 
 def _setting_option(name: str) -> Decorator:
     """The option of one plain setting: a flag for a bool, else a value with its default."""
-    default = _default_of(name)
-    if _HINTS[name] is bool:
+    default = DEFAULTS[name]
+    if isinstance(default, bool):
         return click.option(flag_of(name), is_flag=True, default=default, help=SETTINGS[name])
     return click.option(
         flag_of(name), type=_value_type(name), default=default, show_default=default is not None, help=SETTINGS[name]
@@ -166,7 +180,7 @@ _TARGET_OPTION = click.option(
 _MODEL_OPTION = click.option(
     "--model",
     type=_value_type("model"),
-    default=_default_of("model"),
+    default=DEFAULTS["model"],
     show_default=True,
     help="Loss-curve model: auto picks the schedule-aware law that best forecasts the run's own "
     "later history; power-law is the original script's power law in tokens.",
@@ -186,11 +200,15 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def make_config(options: dict[str, Any]) -> AnalysisConfig:
     """The analysis settings from the parsed command-line options, popped from ``options``."""
+    from tracker_plugin.core.analysis import AnalysisConfig
+
     return AnalysisConfig(targets=tuple(options.pop("targets")), model=options.pop("model"), **make_settings(options))
 
 
 def make_settings(options: dict[str, Any]) -> dict[str, Any]:
     """The :class:`AnalysisConfig` fields of :func:`settings_options`, popped from ``options``."""
+    from tracker_plugin.plan.schedule import BatchSchedule
+
     settings = {name: options.pop(name) for name in SETTINGS if name not in _TEXT_SETTINGS}
     schedule = options.pop("batch_schedule", ())
     settings["batch_schedule"] = BatchSchedule.parse(schedule) if schedule else None
@@ -201,6 +219,9 @@ def make_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lr_schedule(path: str | None, spec: str | None, total: float | None) -> LrSchedule | None:
+    from tracker_plugin.plan.schedule import LrSchedule
+    from tracker_plugin.trackers.csvfile import read_lr_schedule
+
     if sum(given is not None for given in (path, spec, total)) > 1:
         raise ConfigError(
             "give the planned lr once: --lr-schedule FILE, --lr-spec SPEC or --total-steps STEPS, not more than one"
@@ -307,7 +328,8 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def make_source_options(options: dict[str, Any]) -> SourceOptions:
     """Where and how to read runs, from the parsed command-line options: the reading
     options every source shares, and each tracker's own (``--filter`` is read by both)."""
-    from tracker_plugin.trackers import MlflowOptions, ReadOptions, WandbOptions
+    from tracker_plugin.frame.history import Columns
+    from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, WandbOptions
 
     columns = Columns().with_overrides(
         **{key: options.pop(f"{key}_col", None) or None for key in ("step", "loss", "tokens", "batch", "lr", "time")}
