@@ -362,11 +362,16 @@ def make_source_options(options: dict[str, Any]) -> SourceOptions:
 
 
 def default_sources(sources: Sequence[str], options: SourceOptions) -> list[str]:
-    """The run strings to use: those given, else what --experiment-id or -p/--project name."""
+    """The run strings to use: those given, else what --experiment-id, -p/--project or the
+    trackers' own environment variables name (see :func:`tracker_plugin.trackers.default_source`)."""
+    from tracker_plugin.trackers import default_source
+
     if sources:
         return list(sources)
-    if options.experiment_ids:
-        return ["mlflow:"]
-    if options.project:
-        return ["wandb:"]
-    raise click.UsageError("give a SOURCE (a CSV path, mlflow:..., wandb:...), --experiment-id or -p/--project")
+    spec = default_source(options)
+    if spec is None:
+        raise click.UsageError(
+            "give a SOURCE (a CSV path, mlflow:..., wandb:..., a run's URL), --experiment-id or -p/--project "
+            "(or set MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID or WANDB_PROJECT)"
+        )
+    return [spec]

@@ -11,6 +11,7 @@ import importlib
 
 from tracker_plugin.trackers.base import FINISHED_STATES, RunInfo, Source
 from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions, WandbOptions
+from tracker_plugin.trackers.sources import default_source, resolve_source
 
 __all__ = [
     "FINISHED_STATES",
@@ -21,7 +22,9 @@ __all__ = [
     "Source",
     "SourceOptions",
     "WandbOptions",
+    "default_source",
     "open_source",
+    "resolve_source",
 ]
 
 # prefix -> (module, class)
@@ -34,8 +37,9 @@ SCHEMES = {
 
 def open_source(spec: str, options: SourceOptions | None = None) -> Source:
     """The source a run string names: ``mlflow:...``, ``wandb:...``, ``wandb-offline:...``
-    or a CSV path (a file, or a directory of ``*.csv`` files)."""
-    options = options or SourceOptions()
+    or a CSV path (a file, or a directory of ``*.csv`` files); URLs and ``runs:/`` URIs
+    as :func:`~.sources.resolve_source` reads them."""
+    spec, options = resolve_source(spec, options or SourceOptions())
     for prefix, (module, name) in SCHEMES.items():
         if spec.startswith(prefix):
             cls: type[Source] = getattr(importlib.import_module(f"{__name__}.{module}"), name)
