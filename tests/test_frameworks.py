@@ -349,3 +349,73 @@ def test_a_clock_on_one_row_only_is_no_clock(tmp_path):
     history = source.read(run)
     assert history.time is None
     assert "'train_runtime' is logged on one row only: no clock read from it" in history.notes
+
+
+RESUMED = FRAMEWORKS / "wandb" / "hf-resumed"
+
+
+def _crossing_of_the_true_curve(target: float, mean_over: int = CONFIG["log_every"]) -> float:
+    """Where pandas' EMA (span EMA_STEPS) of HF's logged mean of the true loss reaches ``target``."""
+    steps = np.arange(1, STEPS + 1, dtype=float)
+    loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
+    ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()
+    i = int(np.flatnonzero(ema <= target)[0])
+    return float(np.interp(target, [ema[i], ema[i - 1]], [steps[i], steps[i - 1]]))
+
+
+def _analysed(folder: Path, *targets: float):
+    source = WandbOfflineSource(str(folder), ReadOptions(use_cache=False))
+    runs = source.runs()
+    assert len(runs) == 1, runs
+    history = source.read(runs[0])
+    config = AnalysisConfig(targets=targets, ema_token_window=EMA_STEPS * HF_TOKENS, model="power-law")
+    return runs[0], history, run_analysis(history, config)
+
+
+def test_a_run_resumed_into_two_offline_directories_reads_as_one_run(tmp_path):
+    """HF Trainer preempted at step 185 and resumed from its checkpoint at 150 with the same
+    WANDB_RUN_ID (make_framework_runs.py hf-resumed): the job's wandb/ folder, or the folder
+    above it, is one run whose resumed rows replace the steps it did again."""
+    job = tmp_path / "job"
+    shutil.copytree(RESUMED, job / "wandb")
+    attempts = sorted(p.name for p in RESUMED.iterdir())
+    for folder in (RESUMED, job):
+        run, history, analysis = _analysed(folder, 4.5, 3.7, 3.5)
+        assert run.ref == f"wandb-offline:{folder if folder == RESUMED else job / 'wandb'}/{attempts[-1]}"
+        np.testing.assert_array_equal(history.step, np.arange(10, STEPS + 1, 10))  # each step once
+        assert any(
+            note.startswith(f"joined 2 attempts of W&B run hfresume1, resumed offline ({', '.join(attempts)})")
+            and "resumed at train/global_step 160: its rows replaced those of steps 160-180 (3 rows)" in note
+            for note in history.notes
+        ), history.notes
+        for result in analysis.targets:
+            assert result.status.value == "reached"
+            np.testing.assert_allclose(result.step, _crossing_of_the_true_curve(result.target), rtol=0.01)
+
+
+def test_the_resumed_attempt_alone_says_so_and_reaches_nothing_at_its_first_row():
+    """The last offline directory alone starts at step 160: it says it resumes an earlier
+    attempt, and 4.5, above its first smoothed loss, is not "reached at step 160" (the run
+    reached it at step 81, in the first attempt) but not known from this log."""
+    last = sorted(RESUMED.iterdir())[-1]
+    _, history, analysis = _analysed(last, 4.5)
+    assert history.step[0] == 160
+    assert any(
+        note.startswith("the history starts at step 160, 16 logging intervals after step 0 (its run record is marked "
+                        "resume") and "offline-run-*-hfresume1" in note
+        for note in history.notes
+    ), history.notes
+    (result,) = analysis.targets
+    assert result.status.value in ("not_enough_data", "failed") and result.step is None and result.tokens is None
+    assert "the crossing lies at or before that row" in result.note
+    assert _crossing_of_the_true_curve(4.5) < 160 / 1.9  # the truth, in the first attempt
+
+
+def test_a_log_from_near_step_0_below_the_target_is_still_reached_at_its_first_row():
+    from tracker_plugin.frame.history import build_history
+
+    steps = np.arange(10, 410, 10)
+    history = build_history(pd.DataFrame({"step": steps, "train_loss": curve(steps)}), run="x", batch_size=HF_TOKENS)
+    config = AnalysisConfig(targets=(7.0,), ema_token_window=EMA_STEPS * HF_TOKENS, model="power-law")
+    (result,) = run_analysis(history, config).targets
+    assert result.status.value == "reached" and result.step == 10

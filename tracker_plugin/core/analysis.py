@@ -46,6 +46,7 @@ from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
+from tracker_plugin.frame.resume import late_start
 from tracker_plugin.plan.schedule import STEPS_ONLY, BatchSchedule, LrSchedule, Plan
 
 __all__ = [
@@ -304,6 +305,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
         results.update(forecasts.results)
     ordered = tuple(results[t] for t in config.targets)
+    ordered = tuple(_before_the_log(r, history, smoothed) for r in ordered)
     return Analysis(
         run=history.run,
         loss_key=history.loss_key,
@@ -533,6 +535,24 @@ def _warmup_end(history: History, first: BatchStage) -> tuple[int, str]:
         return start, f"no lr logged: skipping the first {NO_LR_WARMUP_SHARE:.0%} of logged {unit} as warmup"
     peak = np.nanmax(lr)
     return int(history.step[in_stage][np.argmax(lr >= 0.99 * peak)]), "end of lr warmup"
+
+
+def _before_the_log(result: TargetResult, history: History, smoothed: np.ndarray) -> TargetResult:
+    """A target "reached" at the first row of a log that starts far from step 0 (a resumed
+    attempt's own log, a piece of a run) is no answer: the crossing lies at or before that
+    row, among steps the log does not hold."""
+    if result.status != Status.REACHED or smoothed[0] > result.target:
+        return result
+    late = late_start(history.step)
+    if late is None:
+        return result
+    note = (
+        f"the smoothed loss is at or below the target from the first row read (step {history.step[0]:,}), and the "
+        f"log starts {late:.0f} logging intervals after step 0 (a resumed attempt, or part of a run): the crossing "
+        "lies at or before that row, among steps the log does not hold, so it is not known; read the run's earlier "
+        "rows too (a resumed run: every attempt)"
+    )
+    return replace(result, status=Status.FAILED, tokens=None, step=None, p_reach_within_plan=None, note=note)
 
 
 def _crossing(

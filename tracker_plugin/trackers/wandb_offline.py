@@ -15,6 +15,16 @@ bytes before the exit record are copied unchanged; the new file is written besid
 one, read back and checked record by record, then moved into place. A run that has not
 finished (no exit record) or that was already synced is not written: annotate the synced
 run online with ``wandb:ENTITY/PROJECT/RUN_ID``.
+
+**A resumed run** (``WANDB_RUN_ID`` and ``WANDB_RESUME`` set again after a preemption) is
+written offline into a second ``offline-run-*-<id>`` directory with the same run id; its
+``_step`` counts from 0 again, and its trainer's step goes back to the checkpoint. A folder
+holding the attempts reads them as one run: joined in the order they started, each
+attempt's ``_step`` numbered on from the last, so the frame replaces the steps a resumed
+attempt did again (see :func:`~tracker_plugin.frame.history.build_history`); a note says
+how many attempts were joined and which steps were redone. The run is the last attempt's
+directory, where an annotation goes. One attempt's directory read alone is its own log: one
+that starts far from step 0 says so, and names the folder to read instead.
 """
 
 from __future__ import annotations
@@ -24,12 +34,13 @@ import mmap
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
+from tracker_plugin.frame.resume import late_start
 from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.atomic import replacing, write_atomic
@@ -75,6 +86,10 @@ class OfflineRun:
     rows: int = 0  # history records
     exit_code: int | None = None  # None: no exit record
     incomplete_at: int | None = None  # an unfinished last record starts here
+    # The run record's start time (Unix seconds; None: not recorded) and its resume flag:
+    # the SDK was told to resume the run id if it exists (WANDB_RESUME allow or must).
+    start_time: float | None = None
+    resume: bool = False
 
     @property
     def state(self) -> str:
@@ -154,6 +169,9 @@ def _apply(run: OfflineRun, summary: _SummaryLog, record: Any, wanted: set[str])
         run.entity = info.entity or run.entity
         _update(run.config, info.config.update, info.config.remove)
         summary.collect(info.summary.update, info.summary.remove)
+        run.resume = run.resume or bool(getattr(info, "resume", False))
+        if info.HasField("start_time") and run.start_time is None:
+            run.start_time = float(info.start_time.ToSeconds())
     elif kind == "exit" and run.exit_code is None:
         run.exit_code = int(record.exit.exit_code)
 
@@ -280,35 +298,45 @@ class WandbOfflineSource(Source):
     def __init__(self, spec: str, options: ReadOptions | None = None) -> None:
         super().__init__(spec, options)
         self._parsed: dict[str, OfflineRun] = {}
+        # ref -> the attempts of a run resumed into several offline directories, in order
+        self._attempts: dict[str, list[OfflineRun]] = {}
         # .wandb file -> (its identity, its records), from write_content for write_markers
         self._checked: dict[str, tuple[tuple[int, int, int], list[LogRecord]]] = {}
 
     def runs(self) -> list[RunInfo]:
+        parsed = [self._read(f, f"wandb-offline:{f.parent}") for f in _run_files(Path(self.spec), self.spec)]
         infos = []
-        for wandb_file in _run_files(Path(self.spec), self.spec):
-            ref = f"wandb-offline:{wandb_file.parent}"
-            run = self._parsed[ref] = self._read(wandb_file, ref)
+        for attempts in _attempts_of(parsed):
+            run = attempts[-1]  # the last attempt: its directory is the run's, and its state
+            ref = f"wandb-offline:{run.path.parent}"
+            self._parsed[ref] = run
+            progress = run.progress
+            if len(attempts) > 1:
+                self._attempts[ref] = attempts
+                rows = sum(a.rows for a in attempts)
+                progress = wandb_progress(_joined_last_step(attempts), rows, run.summary.get("_timestamp"))
             infos.append(
                 RunInfo(
                     ref=ref,
-                    name=run.name or run.run_id or wandb_file.parent.name,
+                    name=run.name or run.run_id or run.path.parent.name,
                     state=run.state,
-                    progress=run.progress,
+                    progress=progress,
                     previous=run.previous,
                 )
             )
         return infos
 
     def read(self, run: RunInfo) -> History:
+        attempts = self._attempts.get(run.ref)
+        if attempts is not None:
+            return self._read_attempts(run, attempts)
         parsed = self._parsed.get(run.ref) or self._read(_wandb_file(run.ref), run.ref)
         config = flat_params(parsed.config)
         reading = wandb_reading(parsed.keys, config, self.options)
         keys = [ROW_KEY, *reading.keys()]
-        if any(k in parsed.keys and k not in parsed.data for k in keys):
-            # The trainer's keys were not among those first parsed: parse them now.
-            parsed = read_offline_run(parsed.path, keys, ref=run.ref)
+        parsed = _with_keys(parsed, keys, run.ref)
         data: dict[str, KeyColumn] = {k: parsed.data[k] for k in keys if k in parsed.data}
-        return build_wandb_history(
+        history = build_wandb_history(
             data,
             run=run.ref,
             config=config,
@@ -316,7 +344,27 @@ class WandbOfflineSource(Source):
             reading=reading,
             finished=parsed.state == "finished",
         )
+        return _noting_a_resume(history, parsed)
 
+
+    def _read_attempts(self, run: RunInfo, attempts: list[OfflineRun]) -> History:
+        """One run from the attempts it was resumed in: their histories joined in order."""
+        config = flat_params(_joined_config(attempts))
+        all_keys = set().union(*(a.keys for a in attempts))
+        reading = wandb_reading(all_keys, config, self.options)
+        keys = [ROW_KEY, *reading.keys()]
+        attempts = [_with_keys(a, keys, run.ref) for a in attempts]
+        data = _joined_data(attempts, keys)
+        history = build_wandb_history(
+            data,
+            run=run.ref,
+            config=config,
+            all_keys=all_keys,
+            reading=reading,
+            finished=attempts[-1].state == "finished",
+        )
+        step_key = next((k for k in reading.columns.step if k in data), ROW_KEY)
+        return replace(history, notes=(*history.notes, _join_note(attempts, step_key)))
 
     def _read(self, wandb_file: Path, ref: str) -> OfflineRun:
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
@@ -371,6 +419,105 @@ class WandbOfflineSource(Source):
             f"files record {JSON_PATH}, {PNG_PATH} (in {wandb_file.parent / 'files'})",
             f"insert these records before the exit record of {wandb_file}",
         ]
+
+
+def _with_keys(run: OfflineRun, keys: list[str], ref: str) -> OfflineRun:
+    """The run with ``keys`` parsed: read again when the trainer's keys were not among
+    those first parsed."""
+    if any(k in run.keys and k not in run.data for k in keys):
+        return read_offline_run(run.path, keys, ref=ref)
+    return run
+
+
+def _attempts_of(runs: list[OfflineRun]) -> list[list[OfflineRun]]:
+    """The runs grouped by run id (a run resumed offline writes a directory per attempt),
+    each group in the order its attempts started; groups in the order they were found."""
+    groups: dict[str, list[OfflineRun]] = {}
+    for run in runs:
+        groups.setdefault(run.run_id or str(run.path), []).append(run)
+    return [sorted(group, key=_started) for group in groups.values()]
+
+
+def _started(run: OfflineRun) -> tuple[float, str]:
+    # The run record's start time, then the directory's name (offline-run-YYYYMMDD_HHMMSS-id).
+    return (run.start_time if run.start_time is not None else float("inf"), run.path.parent.name)
+
+
+def _offsets(attempts: list[OfflineRun]) -> list[int]:
+    """What each attempt's ``_step`` is moved by so the joined rows keep their order: an
+    attempt that counts ``_step`` from 0 again goes on after the one before it."""
+    offsets, top = [], -1
+    for run in attempts:
+        first = min((steps[0] for steps, _ in run.data.values() if steps), default=0)
+        shift = top + 1 - first if first <= top else 0
+        offsets.append(shift)
+        last = max((steps[-1] for steps, _ in run.data.values() if steps), default=run.last_step or 0)
+        top = max(top, last + shift)
+    return offsets
+
+
+def _joined_last_step(attempts: list[OfflineRun]) -> int:
+    return _offsets(attempts)[-1] + (attempts[-1].last_step or 0)
+
+
+def _joined_data(attempts: list[OfflineRun], keys: list[str]) -> dict[str, KeyColumn]:
+    """Each key's rows of every attempt, in order, ``_step`` numbered on (see :func:`_offsets`)."""
+    data: dict[str, tuple[list[int], list[Any]]] = {}
+    for run, shift in zip(attempts, _offsets(attempts)):
+        for key in keys:
+            if key in run.data:
+                steps, values = run.data[key]
+                column = data.setdefault(key, ([], []))
+                column[0].extend(step + shift for step in steps)
+                column[1].extend(values)
+    return dict(data)
+
+
+def _joined_config(attempts: list[OfflineRun]) -> dict[str, Any]:
+    """The config as the last attempt left it: each attempt's keys over the earlier ones'."""
+    config: dict[str, Any] = {}
+    for run in attempts:
+        config.update(run.config)
+    return config
+
+
+def _join_note(attempts: list[OfflineRun], step_key: str) -> str:
+    """Which attempts were joined, and the steps each resumed attempt logged again."""
+    names = ", ".join(run.path.parent.name for run in attempts)
+    note = f"joined {len(attempts)} attempts of W&B run {attempts[-1].run_id}, resumed offline ({names})"
+    redone = [_redone(attempts[:k], run, step_key) for k, run in enumerate(attempts) if k]
+    said = [f"attempt {k} {text}" for k, text in enumerate(redone, 2) if text]
+    return note + (": " + "; ".join(said) if said else "")
+
+
+def _redone(before: list[OfflineRun], run: OfflineRun, step_key: str) -> str | None:
+    """'resumed at step S, and its rows replaced steps A-B (N rows) ...', or None when the
+    attempt logged no step the earlier ones had reached."""
+    if step_key == ROW_KEY or step_key not in run.data or not run.data[step_key][1]:
+        return None
+    first = run.data[step_key][1][0]
+    earlier = [v for r in before if step_key in r.data for v in r.data[step_key][1]]
+    again = sorted(v for v in earlier if isinstance(v, (int, float)) and v >= first)
+    if not again:
+        return None
+    span = f"{again[0]:g}" if again[0] == again[-1] else f"{again[0]:g}-{again[-1]:g}"
+    rows = f"{len(again)} row{'s' if len(again) > 1 else ''}"
+    return f"resumed at {step_key} {first:g}: its rows replaced those of steps {span} ({rows}) the attempts before had logged"
+
+
+def _noting_a_resume(history: History, run: OfflineRun) -> History:
+    """The history with a note when it starts far from step 0: one attempt of a resumed
+    run, whose earlier attempts are in other offline directories."""
+    late = late_start(history.step)
+    if late is None:
+        return history
+    marked = " (its run record is marked resume: WANDB_RESUME was set)" if run.resume else ""
+    note = (
+        f"the history starts at step {history.step[0]:,}, {late:.0f} logging intervals after step 0{marked}: "
+        f"it resumes an earlier attempt whose rows are not in {run.path.parent.name}; read the folder "
+        f"holding every offline-run-*-{run.run_id or '<id>'} directory (the job's wandb/ folder) for the whole run"
+    )
+    return replace(history, notes=(*history.notes, note))
 
 
 def _check_writable(wandb_file: Path, ref: str) -> None:
