@@ -56,6 +56,9 @@ CASES: dict[str, int] = {"analyze": 0, "compare": 0, "frame": 0}
 # Failure-shaped cases per reader and shape (tests/test_fuzz_shapes.py), with how many
 # ended in a clear error; every other case gave a result that kept >= 90% of the rows or said so.
 SHAPES: dict[str, dict[str, int]] = {}
+# Hostile files per shape (tests/test_fuzz_files.py): errors, noted results, tracebacks,
+# hangs, silent results (and unclear errors: more than one line, no file named, no flags).
+FILES: dict[str, dict[str, int]] = {}
 # The MLflow fault and race suite's counts (tests/test_mlflow_faults.py), reported at the end.
 FAULTS: dict[str, int] = dict.fromkeys(
     ("scenarios", "runs", "consistent", "relogs", "same_settings_repeats", "resumed", "resumed_reannotated"), 0
@@ -85,6 +88,20 @@ def pytest_terminal_summary(terminalreporter):
             detail = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if k != "clear errors")
             errors = counts.get("clear errors", 0)
             terminalreporter.write_line(f"  {reader}: {cases} ({detail}); {errors} clear errors, {cases - errors} results")
+    if FILES:
+        _files_summary(terminalreporter)
+
+
+def _files_summary(terminalreporter) -> None:
+    outcomes = ("errors", "noted results", "tracebacks", "hangs", "silent", "unclear")
+    totals = {o: sum(counts.get(o, 0) for counts in FILES.values()) for o in outcomes}
+    terminalreporter.write_line(
+        f"hostile files: {sum(totals.values())} cases; " + ", ".join(f"{totals[o]} {o}" for o in outcomes)
+    )
+    width = max(map(len, FILES))
+    terminalreporter.write_line(f"  {'shape':<{width}}  " + " / ".join(outcomes))
+    for shape, counts in FILES.items():
+        terminalreporter.write_line(f"  {shape:<{width}}  " + " / ".join(str(counts.get(o, 0)) for o in outcomes))
 
 
 # -- W&B: one fake server per session, the real wandb client pointed at it ------------------

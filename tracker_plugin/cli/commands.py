@@ -399,6 +399,7 @@ def compare(
     status, tokens, steps, interval and tokens relative to the best run, sorted by tokens.
     Exit code 1 if a run could not be analysed.
     """
+    from tracker_plugin.cli.words import in_flags
     from tracker_plugin.jobs.compare import compare_runs
     from tracker_plugin.report.compare import render_csv, render_json, render_markdown, render_text
 
@@ -415,9 +416,9 @@ def compare(
     elif fmt == "csv":
         say(render_csv(rows), nl=False)
     elif fmt == "markdown":
-        say(render_markdown(rows))
+        say(render_markdown(rows, in_flags))
     else:
-        say(render_text(rows))
+        say(render_text(rows, in_flags))
     if plot_path:
         from tracker_plugin.report.plot_compare import plot_comparison
 

@@ -29,7 +29,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = cli.main(args=args, prog_name="tracker-plugin", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.Abort:
+    except click.Abort as exc:
+        if isinstance(exc.__cause__, EOFError):
+            # Click takes any EOFError for a prompt's end of input; no command prompts, so
+            # this is a file that ended early: an error, not an interrupt (130 is SIGINT's).
+            say(f"error: a file ended early ({exc.__cause__ or 'end of file'})", err=True)
+            return 1
         say("aborted", err=True)
         return 130
     except click.UsageError as exc:

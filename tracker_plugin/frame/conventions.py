@@ -428,6 +428,8 @@ def build_read_history(
             logged_nan_loss=logged_nan_loss,
         )
     except DataError as exc:
+        if exc.column in (BATCH_FROM_TOKENS, _SCALED_TOKENS):
+            raise _of_logged_column(exc, reading, run) from None
         (loss,) = reading.columns.loss[:1] or ("",)
         if exc.column != loss or "only one finite value" not in str(exc):
             raise
@@ -440,6 +442,24 @@ def build_read_history(
             run=run,
             column=loss,
         ) from None
+
+
+def _of_logged_column(exc: DataError, reading: Reading, run: str) -> DataError:
+    """An error about a column the reading made (tokens per step from the count, the count
+    times the world size), said of the logged tokens column it was made from."""
+    problem = exc.problem.removeprefix(f"column '{exc.column}': ")
+    device = reading.described.get("_device_tokens", "")
+    tokens = device or (reading.columns.tokens[:1] or ("tokens",))[0]
+    if exc.column == BATCH_FROM_TOKENS and problem.startswith("no such column"):
+        problem = (
+            "the count never grows between two logged steps, so it gives no tokens per step; pass "
+            "batch_size (tokens per step) or name another tokens column with columns.tokens"
+        )
+    elif exc.column == BATCH_FROM_TOKENS:
+        problem = f"tokens per step from its count: {problem}"
+    else:
+        problem = f"times the world size: {problem}"
+    return DataError(problem, run=run, column=tokens)
 
 
 def detect(keys: Collection[str]) -> Convention | None:

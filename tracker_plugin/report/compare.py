@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.compare import ComparisonRow
-from tracker_plugin.report.render import format_tokens
+from tracker_plugin.report.render import Wording, as_written, format_tokens
 from tracker_plugin.report.tables import json_row, printable, text_table
 from tracker_plugin.report.timing import eta_text
 
@@ -67,24 +67,28 @@ def _time_cells(row: ComparisonRow) -> tuple[str, ...]:
     return (hours, eta_text(row.eta_unix))
 
 
-def render_text(rows: Sequence[ComparisonRow]) -> str:
-    """One aligned table per target; hours left and ETA columns when some run has a clock."""
+def render_text(rows: Sequence[ComparisonRow], wording: Wording = as_written) -> str:
+    """One aligned table per target; hours left and ETA columns when some run has a clock.
+    ``wording`` rewords why a run failed for the reader (the command line names its flags)."""
     blocks = []
     timed = _timed(rows)
     header = _HEADER[1:] + (_TIME_HEADER if timed else ())
     for target in dict.fromkeys(r.target for r in rows):
         group = [r for r in rows if r.target == target]
         cells = [_cells(r)[1:] + (_time_cells(r) if timed else ()) for r in group]
-        blocks.append("\n".join([f"target {target:g}", *text_table(header, cells), *_failures(group, "  ")]))
+        blocks.append("\n".join([f"target {target:g}", *text_table(header, cells), *_failures(group, "  ", wording)]))
     return "\n\n".join(blocks)
 
 
-def _failures(group: Sequence[ComparisonRow], indent: str) -> list[str]:
+def _failures(group: Sequence[ComparisonRow], indent: str, wording: Wording) -> list[str]:
     """Why each failed row failed, one line per run: the table's status alone says nothing."""
-    return [f"{indent}{printable(r.run)} failed: {printable(r.note or 'no reason given')}" for r in group if r.status == "failed"]
+    return [
+        f"{indent}{printable(r.run)} failed: {printable(wording(r.note or 'no reason given'))}"
+        for r in group if r.status == "failed"
+    ]
 
 
-def render_markdown(rows: Sequence[ComparisonRow]) -> str:
+def render_markdown(rows: Sequence[ComparisonRow], wording: Wording = as_written) -> str:
     """A GitHub-flavoured Markdown table per target; pipes and newlines in names escaped."""
     blocks = []
     for target in dict.fromkeys(r.target for r in rows):
@@ -93,7 +97,7 @@ def render_markdown(rows: Sequence[ComparisonRow]) -> str:
         group = [r for r in rows if r.target == target]
         for row in group:
             lines.append("| " + " | ".join(_markdown_cell(c) for c in _cells(row)[1:]) + " |")
-        failures = [_markdown_cell(line) for line in _failures(group, "- ")]
+        failures = [_markdown_cell(line) for line in _failures(group, "- ", wording)]
         blocks.append("\n".join(lines + ([""] + failures if failures else [])))
     return "\n\n".join(blocks)
 
