@@ -112,7 +112,8 @@ def _shown(value: Any) -> str:
 def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **options: Any) -> None:
     """Analyse one run and print the report.
 
-    SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID or wandb-offline:PATH.
+    SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID, wandb-offline:PATH,
+    or the run's URL in the W&B or MLflow UI (or runs:/RUN_ID).
 
     \b
     Example:
