@@ -137,4 +137,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))  # this checkout's package, whatever the venv has installed
     sys.exit(main(sys.argv[1:]))

@@ -148,7 +148,6 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     runs = sorted(p.stem for p in (ROOT / "examples" / "runs").glob("*.csv"))
     table = out.split("\n\n")[0]
     assert sorted({row.split()[0] for row in table.splitlines()[2:]}) == runs
-    assert re.search(r"olmo-ladder-370M-5xC\s+3.3\s+reached\s+19.09B\s+24,268", table)
     sample = re.search(r"```\n(run +target .*?)```", README, re.S)
     assert sample is not None, "the README shows what the main job prints"
     printed = out.splitlines()
