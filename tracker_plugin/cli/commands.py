@@ -28,7 +28,7 @@ from tracker_plugin.cli.options import (
     source_options,
     tracker_options,
 )
-from tracker_plugin.cli.output import say
+from tracker_plugin.cli.output import say, say_failures
 from tracker_plugin.errors import DataError
 
 # The jobs and the report (and with them pandas, scipy and the trackers' clients) are
@@ -179,7 +179,9 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
             for line in outcome.planned:
                 say(f"{outcome.run.ref}: would write {line}")
         say(runs_table(rows, in_flags))
-    return 1 if any(o.failed for o in outcomes) else 0
+    failed = [(o.run.name, o.run.ref, o.error) for o in outcomes if o.failed]
+    say_failures(failed, len(outcomes))
+    return 1 if failed else 0
 
 
 @cli.command()
@@ -419,12 +421,13 @@ def compare(
     elif fmt == "markdown":
         say(render_markdown(rows, in_flags))
     else:
-        say(render_text(rows, in_flags))
+        say(render_text(rows))
     if plot_path:
         from tracker_plugin.report.plot_compare import plot_comparison
 
         left_out = [c.name for c in comparison.runs if c.analysis is None]
         _write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out, x=plot_x))
+    say_failures([(c.name, c.ref, c.error) for c in comparison.runs if c.analysis is None], len(comparison.runs))
     return 1 if comparison.failed else 0
 
 
@@ -473,4 +476,5 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
         say(f"stopping after {last.number} passes (--max-cycles)", err=True)
     rows = outcome_rows(last.outcomes)
     say(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
+    say_failures([(o.run.name, o.run.ref, o.error) for o in last.failed], len(last.outcomes))
     return 1 if last.failed else 0

@@ -12,7 +12,7 @@ from typing import Any
 
 from tracker_plugin.core.compare import ComparisonRow
 from tracker_plugin.report.render import Wording, as_written, format_tokens
-from tracker_plugin.report.tables import json_row, printable, text_table
+from tracker_plugin.report.tables import MISSING, interval, json_row, printable, text_table
 from tracker_plugin.report.timing import eta_text
 
 __all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "render_text", "spreadsheet_safe"]
@@ -21,7 +21,7 @@ __all__ = ["batch_label", "render_csv", "render_json", "render_markdown", "rende
 def batch_label(row: ComparisonRow) -> str:
     """``786,432`` for a fixed batch; ``dynamic 262,144->1,048,576`` for stages."""
     if row.batch_last is None:
-        return "-"
+        return MISSING
     if not row.dynamic:
         return f"{row.batch_last:,.0f}"
     return f"dynamic {row.batch_first:,.0f}->{row.batch_last:,.0f}"
@@ -31,26 +31,22 @@ _HEADER = ("target", "run", "batch", "status", "tokens", "step", "interval", "vs
 
 
 def _cells(row: ComparisonRow) -> tuple[str, ...]:
-    interval = (
-        f"{format_tokens(row.tokens_low)}-{format_tokens(row.tokens_high)}"
-        if row.tokens_low is not None and row.tokens_high is not None
-        else "-"
-    )
+    pair = None if row.tokens_low is None else (row.tokens_low, row.tokens_high)
     return (
         f"{row.target:g}",
         row.run,
         batch_label(row),
         str(row.status),
         format_tokens(row.tokens),
-        "-" if row.step is None else f"{row.step:,.0f}",
-        interval,
+        MISSING if row.step is None else f"{row.step:,.0f}",
+        interval(pair, format_tokens),
         _relative(row.vs_best),
     )
 
 
 def _relative(ratio: float | None) -> str:
     if ratio is None or not math.isfinite(ratio):
-        return "-"
+        return MISSING
     return "best" if ratio == 1.0 else f"+{(ratio - 1) * 100:.1f}%"
 
 
@@ -63,20 +59,23 @@ def _timed(rows: Sequence[ComparisonRow]) -> bool:
 
 
 def _time_cells(row: ComparisonRow) -> tuple[str, ...]:
-    hours = "-" if row.hours_left is None or not math.isfinite(row.hours_left) else f"{row.hours_left:,.2f}"
+    hours = MISSING if row.hours_left is None or not math.isfinite(row.hours_left) else f"{row.hours_left:,.2f}"
     return (hours, eta_text(row.eta_unix))
 
 
-def render_text(rows: Sequence[ComparisonRow], wording: Wording = as_written) -> str:
+def render_text(rows: Sequence[ComparisonRow]) -> str:
     """One aligned table per target; hours left and ETA columns when some run has a clock.
-    ``wording`` rewords why a run failed for the reader (the command line names its flags)."""
+
+    Only the tables, so that a program can read them: why a run failed is for stderr (see
+    :func:`~tracker_plugin.report.tables.failure_lines`).
+    """
     blocks = []
     timed = _timed(rows)
     header = _HEADER[1:] + (_TIME_HEADER if timed else ())
     for target in dict.fromkeys(r.target for r in rows):
         group = [r for r in rows if r.target == target]
         cells = [_cells(r)[1:] + (_time_cells(r) if timed else ()) for r in group]
-        blocks.append("\n".join([f"target {target:g}", *text_table(header, cells), *_failures(group, "  ", wording)]))
+        blocks.append("\n".join([f"target {target:g}", *text_table(header, cells)]))
     return "\n\n".join(blocks)
 
 

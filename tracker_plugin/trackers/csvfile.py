@@ -26,7 +26,7 @@ from tracker_plugin.frame.history import (
     eval_loss_alone,
     eval_loss_note,
 )
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, REPORT_DIGEST, report_digest
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, REPORT_DIGEST, report_digest
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, png_text
@@ -252,6 +252,16 @@ class CsvSource(Source):
 
     def intact(self, run: RunInfo) -> bool:
         return True  # the listing read both files (see _previous): a mix is not complete
+
+    def stored_artifact(self, run: RunInfo, path: str) -> bytes | None:
+        """The report beside the log (``NAME.loss_eta.json``), which the summary of a run left
+        unchanged shows; the plot is the listing's to check (see :meth:`intact`)."""
+        if path != JSON_PATH:
+            return None
+        try:
+            return _sidecars(Path(run.ref))[0].read_bytes()
+        except OSError:
+            return None
 
     # Each file is replaced atomically; two writers may leave one's plot beside the other's
     # report, which the next run sees (the digests differ) and redoes.
