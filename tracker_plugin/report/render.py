@@ -10,7 +10,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT, FitStatus, Model
 from tracker_plugin.core.status import Status, Verdict
-from tracker_plugin.report.tables import printable
+from tracker_plugin.report.tables import MISSING, interval, printable
 from tracker_plugin.report.timing import (
     deadline_json,
     target_time_json,
@@ -19,7 +19,7 @@ from tracker_plugin.report.timing import (
     throughput_line,
 )
 
-__all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text", "upper_tokens"]
+__all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text"]
 
 # Rewords a message for its reader: see ``tracker_plugin.cli.words``.
 Wording = Callable[[str], str]
@@ -267,22 +267,21 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     lines = []
     if result.status == Status.EXTRAPOLATED:
         flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
-        interval = ""
+        spread = ""
         if result.tokens_interval is not None:
-            lo, hi = result.tokens_interval
             level = f"{analysis.config.interval:.0%}"
-            interval = f" {level} interval:" + ("" if on_steps else f" tokens=[{_big(lo)}, {_big(hi)}]")
+            # Written as every table writes an interval: an open end reads the same everywhere.
+            spread = f" {level} interval:" + ("" if on_steps else f" tokens={interval(result.tokens_interval, format_tokens)}")
             if result.step_interval is not None:
-                s_lo, s_hi = result.step_interval
-                interval += f" steps=[{_big(s_lo)}, {_big(s_hi)}]"
+                spread += f" steps={interval(result.step_interval, _steps)}"
         if result.p_reach_within_plan is not None:
-            interval += f" P(reached within plan)={result.p_reach_within_plan:.2f}"
+            spread += f" P(reached within plan)={result.p_reach_within_plan:.2f}"
         note = f" [{result.note}]" if result.note else ""
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
             f"{head} EXTRAPOLATED ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
-            f"{tokens}{interval} ({result.extrapolation_factor:.2f}x past observed "
+            f"{tokens}{spread} ({result.extrapolation_factor:.2f}x past observed "
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
     else:
@@ -292,8 +291,8 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     return lines
 
 
-def _big(value: float) -> str:
-    return f"{value:,.0f}" if math.isfinite(value) else "inf"
+def _steps(value: float) -> str:
+    return f"{value:,.0f}"
 
 
 def _fit_text(fit: Model | None, on_steps: bool = False) -> str:
@@ -352,13 +351,8 @@ def _verdict(sweep: Sweep) -> str:
 def format_tokens(value: float | None) -> str:
     """``19058662904 -> '19.06B'``: tokens at a glance."""
     if value is None or not math.isfinite(value):
-        return "-"
+        return MISSING
     for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(value) >= scale:
             return f"{value / scale:.2f}{unit}"
     return f"{value:.0f}"
-
-
-def upper_tokens(value: float | None) -> str:
-    """An interval's upper end; none (no replicate got there) reads as inf."""
-    return "inf" if value is None or not math.isfinite(value) else format_tokens(value)
