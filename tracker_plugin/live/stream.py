@@ -36,6 +36,7 @@ from tracker_plugin.frame.conventions import batch_from_tokens
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.jobs.annotation import annotation_metrics
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule
+from tracker_plugin.report.tables import interval
 from tracker_plugin.report.timing import duration
 
 __all__ = [
@@ -323,14 +324,13 @@ def _line(analysis: Analysis, k: int) -> str:
         return head
     text = f"{head} at step {result.step:,.0f}"
     if result.step_interval is not None:
-        low, high = result.step_interval
-        level = f"{analysis.config.interval:.0%}"
-        text += f" ({level}: {low:,.0f}-{'inf' if not math.isfinite(high) else f'{high:,.0f}'})"
+        # As every table writes an interval: 7,854–∞ (7,854-inf where the output cannot say ∞).
+        text += f" ({analysis.config.interval:.0%}: {interval(result.step_interval, lambda v: f'{v:,.0f}')})"
     when = None if analysis.timing is None else analysis.timing.targets[k]
     if when is not None and when.seconds_left is not None and when.seconds_left > 0:
         text += f", in {duration(when.seconds_left)}"
         if when.seconds_left_interval is not None:
-            text += f" ({duration(when.seconds_left_interval[0])}-{duration(when.seconds_left_interval[1])})"
+            text += f" ({interval(when.seconds_left_interval, duration)})"
     return text
 
 

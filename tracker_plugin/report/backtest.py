@@ -7,7 +7,7 @@ from typing import Any
 
 from tracker_plugin.core.backtest import Backtest, BacktestCase, BacktestSummary
 from tracker_plugin.report.render import Wording, as_written
-from tracker_plugin.report.tables import json_row, json_value, text_table
+from tracker_plugin.report.tables import MISSING, json_row, json_value, text_table
 
 __all__ = ["backtest_json", "backtest_text"]
 
@@ -123,16 +123,16 @@ def _summary_cells(x: BacktestSummary, clocked: bool = False) -> tuple[str, ...]
         _fmt(x.median_abs),
         _fmt(x.p90_abs),
         _fmt(x.bias, signed=True),
-        "-" if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
+        MISSING if x.coverage is None else f"{x.coverage:.0%} of {x.intervals}",
         _fmt(x.median_width, digits=2),
     )
     if not clocked:
         return cells
-    coverage = "-" if x.seconds_coverage is None else f"{x.seconds_coverage:.0%} of {x.seconds_intervals}"
+    coverage = MISSING if x.seconds_coverage is None else f"{x.seconds_coverage:.0%} of {x.seconds_intervals}"
     return (*cells, _fmt(x.median_abs_seconds), coverage)
 
 
 def _fmt(value: float | None, *, signed: bool = False, digits: int = 3) -> str:
     if value is None or not math.isfinite(value):
-        return "-"
+        return MISSING
     return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"

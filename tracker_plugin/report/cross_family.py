@@ -27,7 +27,7 @@ from tracker_plugin.core.cross_family import (
     rule_sets,
 )
 from tracker_plugin.report.render import Wording, as_written
-from tracker_plugin.report.tables import Align, json_row, json_value, text_table
+from tracker_plugin.report.tables import MISSING, Align, json_row, json_value, text_table
 
 __all__ = ["cross_family_json", "cross_family_text"]
 
@@ -157,4 +157,4 @@ def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) ->
 
 
 def _fmt(v: float | None, spec: str = ".3f") -> str:
-    return "-" if v is None else format(v, spec)
+    return MISSING if v is None else format(v, spec)
