@@ -70,6 +70,11 @@ def test_watch_gives_a_run_that_finishes_mid_watch_its_final_annotation(
         "pass 3: 1 unchanged, 1 annotated; 0 still running",
     ]
     assert "every run has finished" in err and passes == [300.0, 300.0]  # stopped by itself
+    # The run the last pass left unchanged shows the numbers of its annotation, read back
+    # from the server, with unchanged as its action (not instead of them).
+    unchanged = [re.split(r"\s{2,}", line) for line in out.splitlines()[1:] if "  unchanged  " in line]
+    assert len(unchanged) == 2 and all(row[3] != "-" for row in unchanged), out
+    assert any(row[4] != "-" for row in unchanged), out  # a reached target's tokens
     run = client.get_run(live)
     assert run.info.status == "FINISHED"
     assert run.data.tags["loss_eta/progress"].startswith(f"step {int(log['step'].iloc[-1])} latest ")
