@@ -96,7 +96,7 @@ def one_run(member: Member) -> list[dict[str, Any]]:
         result = live.forecast()
         scoring = (history.run, "live", f, QUANTILE, case.target, case.true_tokens)
         if result is None:  # still waiting, or the forecast failed: the status says which
-            live_case = BacktestCase(*scoring, Status.FAILED, note=live.status, rows=rows)
+            live_case = BacktestCase(*scoring, Status.NOT_ENOUGH_DATA, note=live.status, rows=rows)
         else:
             target = result.analysis.targets[0]
             live_case = BacktestCase(*scoring, target.status, tokens=target.tokens, interval=target.tokens_interval,

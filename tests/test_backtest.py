@@ -20,7 +20,7 @@ from tracker_plugin.testing import synthetic_run
 def _case(error: float | None, interval: tuple[float, float] | None = None, model: str = "auto") -> BacktestCase:
     truth = 1e9
     tokens = None if error is None else truth * math.exp(error)
-    status = Status.FAILED if error is None else Status.EXTRAPOLATED
+    status = Status.NOT_ENOUGH_DATA if error is None else Status.FORECAST_BEYOND_PLAN
     return BacktestCase("run", model, 0.5, 0.8, 3.0, truth, status, tokens=tokens, interval=interval)
 
 
@@ -96,7 +96,7 @@ def test_the_backtest_command_json_and_a_steps_clock_run(capsys, data_dir):
                          "tokens_interval", "log_error", "covered", "status", "plan_source", "p_reach_within_plan"}
     assert case["plan_source"] == "log" and 0 <= case["p_reach_within_plan"] <= 1
     # cut before its lr drop at step 8000, the forecast leans on the planned drop
-    assert case["status"] == "extrapolated" and abs(case["log_error"]) < 0.4
+    assert case["status"] == "forecast_beyond_plan" and abs(case["log_error"]) < 0.4
 
 
 def test_a_run_that_cannot_be_read_is_skipped_with_exit_code_1(capsys, data_dir, tmp_path):
@@ -128,12 +128,12 @@ def test_multi_value_options_stop_at_the_next_flag():
 
 def test_a_case_reads_every_coverage_level_from_its_draws():
     draws = tuple(np.linspace(0.5e9, 1.5e9, 41))  # order statistics 0..40
-    case = BacktestCase("run", "auto", 0.5, 0.8, 3.0, 1.3e9, Status.EXTRAPOLATED, tokens=1e9, interval=(0.6e9, 1.4e9),
+    case = BacktestCase("run", "auto", 0.5, 0.8, 3.0, 1.3e9, Status.FORECAST_BEYOND_PLAN, tokens=1e9, interval=(0.6e9, 1.4e9),
                         draws=draws)
     assert case.interval_at(0.5) == (draws[10], draws[30])  # floor(0.25 * 40), ceil(0.75 * 40)
     assert case.interval_at(0.95) == (draws[1], draws[39])  # floor(0.025 * 40) = 1, ceil(0.975 * 40) = 39
     assert case.covered_at(0.5) is False and case.covered_at(0.95) is True
-    beyond = BacktestCase("run", "auto", 0.5, 1.0, 2.0, math.inf, Status.EXTRAPOLATED, tokens=1e9, draws=draws)
+    beyond = BacktestCase("run", "auto", 0.5, 1.0, 2.0, math.inf, Status.FORECAST_BEYOND_PLAN, tokens=1e9, draws=draws)
     assert not beyond.reached_in_run and beyond.error is None and beyond.covered_at(0.8) is None
 
 

@@ -44,7 +44,7 @@ def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
     )
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("target=4.2"))
-    assert "EXTRAPOLATED (fit L0=" in line and "alpha=" in line
+    assert "FORECAST BEYOND THE PLAN (fit L0=" in line and "alpha=" in line
     assert "x past observed T=" in line
     assert "** EXTRAPOLATION BEYOND WARN FACTOR **" in line
 
@@ -62,7 +62,7 @@ def test_json_follows_the_contract(capsys, data_dir):
     assert doc["batch"]["dynamic"] is False
     assert set(doc["batch"]["stages"][0]) == {"first_step", "last_step", "first_tokens", "last_tokens", "batch"}
     statuses = [t["status"] for t in doc["targets"]]
-    assert statuses == ["reached", "extrapolated", "unreachable"]
+    assert statuses == ["reached", "forecast_beyond_plan", "unreachable"]
     for target in doc["targets"]:
         assert set(target) >= {
             "target", "status", "tokens", "step", "tokens_interval", "step_interval", "model",
@@ -223,7 +223,7 @@ def test_auto_json_has_the_forecast_fields(capsys, data_dir):
     assert code == 0
     doc = json.loads(out)
     (target,) = doc["targets"]
-    assert target["status"] == "extrapolated"
+    assert target["status"] == "forecast_beyond_plan"
     low, high = target["tokens_interval"]
     assert low < target["tokens"] < high
     s_low, s_high = target["step_interval"]
@@ -306,7 +306,7 @@ def test_an_unbounded_interval_is_null_in_every_json(capsys, data_dir, tmp_path)
     code, out, _ = run_cli(capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
     assert code == 0
     (target,) = _strict(out)["targets"]
-    assert target["status"] == "extrapolated" and target["tokens_interval"][1] is None
+    assert target["status"] == "forecast_beyond_plan" and target["tokens_interval"][1] is None
     assert target["p_reach_within_plan"] == 0.0
     code, out, _ = run_cli(capsys, "compare", path, "--loss-col", "val_loss", "-t", "3.1", "--json",
                            "--plot", tmp_path / "compare.png")

@@ -147,7 +147,7 @@ def _markers(ax) -> list:
 
 def test_the_ladder_has_reached_and_forecast_crossings_of_one_target() -> None:
     statuses = {name: a.targets[1].status for name, a in ladder()}
-    assert Status.REACHED in statuses.values() and Status.EXTRAPOLATED in statuses.values(), statuses
+    assert Status.REACHED in statuses.values() and Status.FORECAST_BEYOND_PLAN in statuses.values(), statuses
 
 
 @pytest.mark.parametrize("kind", ["tokens", "time"])
@@ -212,7 +212,7 @@ def test_the_time_axis_puts_each_run_on_hours_since_its_own_first_row() -> None:
         assert timing is not None
         last = (float(analysis.history.time[-1]) - analysis.history.time_start) / 3600.0
         for result, timed in zip(analysis.targets, timing.targets, strict=True):
-            if result.status != Status.EXTRAPOLATED:
+            if result.status != Status.FORECAST_BEYOND_PLAN:
                 continue
             at = last + timed.seconds_left / 3600.0
             assert any(float(m.get_xdata()[0]) == pytest.approx(at, rel=1e-6) for m in _markers(ax))

@@ -70,7 +70,7 @@ def _results(errors: dict[str, dict[float, float]]) -> Results:
     """Cases of two runs per family whose error depends only on the family and the gain."""
     def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
         tokens = _truth(q) * math.exp(errors[fam][gain])
-        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.EXTRAPOLATED, tokens=tokens,
+        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.FORECAST_BEYOND_PLAN, tokens=tokens,
                             draws=(tokens / 2, tokens, tokens * 2), rows=100)
 
     return _cases(errors, case)
@@ -128,7 +128,7 @@ def _plan_results(covering: dict[str, str]) -> Results:
         truth = _truth(q)
         near, late = _spread(truth, 0.15), tuple(100 * truth for _ in range(40))
         central, plans = (near, late) if covering[fam] == "central" else (late, near)
-        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, draws=tuple(sorted(central)),
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.FORECAST_BEYOND_PLAN, tokens=truth, draws=tuple(sorted(central)),
                             rows=100, plan_source="inferred" if plan == "infer" else "log", raw_draws=central,
                             error_scale=1e-9, error_count=10**9, plan_draws=plans)
 
@@ -158,10 +158,10 @@ def _point_results(sources: dict[str, str]) -> Results:
     def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
         truth = _truth(q)
         if plan == "log":
-            return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, rows=100, plan_source="log")
+            return BacktestCase(run, law, f, q, 3.0, truth, Status.FORECAST_BEYOND_PLAN, tokens=truth, rows=100, plan_source="log")
         near, late = _spread(truth, 0.5), _spread(10 * truth, 0.5)
         central, plans = (late, near) if sources[fam] == "assumed" else (near, late)
-        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=float(np.median(central)), rows=100,
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.FORECAST_BEYOND_PLAN, tokens=float(np.median(central)), rows=100,
                             plan_source=sources[fam], raw_draws=central, plan_draws=plans, error_scale=1e-9,
                             error_count=10**9)
 
@@ -187,7 +187,7 @@ def test_cuts_with_no_inner_forecast_weigh_as_a_group_in_the_calibration_loss():
     def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
         truth = _truth(q)
         draws, count = (_spread(truth, 0.5), 10**9) if fam == "a" else (tuple(100 * truth for _ in range(40)), 0)
-        return BacktestCase(run, law, f, q, 3.0, truth, Status.EXTRAPOLATED, tokens=truth, rows=100, plan_source="log",
+        return BacktestCase(run, law, f, q, 3.0, truth, Status.FORECAST_BEYOND_PLAN, tokens=truth, rows=100, plan_source="log",
                             raw_draws=draws, draws=tuple(sorted(draws)), error_scale=1e-9, error_count=count)
 
     replay = Replay(_cases(["a", "b"], case))
@@ -278,9 +278,9 @@ def test_a_reached_target_forecast_never_to_be_is_a_counted_miss():
         draws = np.array([] if tokens is None else [tokens / 2, tokens, tokens * 2])
         return Scored(case, "a", tokens, draws, False, None)
 
-    hits = [scored(1e9 * math.exp(e), Status.EXTRAPOLATED) for e in (0.1, -0.2, 0.3)]
+    hits = [scored(1e9 * math.exp(e), Status.FORECAST_BEYOND_PLAN) for e in (0.1, -0.2, 0.3)]
     never = scored(None, Status.UNREACHABLE)
-    failed = scored(None, Status.FAILED)
+    failed = scored(None, Status.NOT_ENOUGH_DATA)
     assert never.error == math.inf and never.covered(0.8) is False
     assert failed.error is None and failed.covered(0.8) is None
     x = figures([*hits, never, failed])
@@ -299,7 +299,7 @@ def test_the_point_loss_holds_a_rule_to_its_tail():
     def case(run: str, fam: str, law: str, f: float, q: float, plan: str, gain: float) -> BacktestCase:
         if run.endswith("-1"):
             return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.UNREACHABLE, rows=100)
-        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.EXTRAPOLATED, tokens=_truth(q), rows=100,
+        return BacktestCase(run, law, f, q, 3.0, _truth(q), Status.FORECAST_BEYOND_PLAN, tokens=_truth(q), rows=100,
                             draws=(_truth(q),))
 
     replay = Replay(_cases(["a", "b"], case))

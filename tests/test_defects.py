@@ -32,7 +32,7 @@ def test_a_log_without_lr_works(tmp_path):
     history = tp.load_csv(path)
     assert history.lr is None
     analysis = tp.analyze(history, [5.2, 4.8], ema_token_window=5e7)
-    assert [t.status for t in analysis.targets] == ["reached", "extrapolated"]
+    assert [t.status for t in analysis.targets] == ["reached", "forecast_beyond_plan"]
     assert "no lr logged" in analysis.fit_start_reason
     # documented fallback: the first 10% of the logged tokens count as warmup
     assert analysis.fit_start_step == history.step[np.searchsorted(history.tokens, 0.1 * history.last_tokens)]
@@ -43,7 +43,7 @@ def test_a_fit_window_starting_at_zero_tokens_works(data_dir):
     assert history.tokens[0] == 0
     analysis = tp.analyze(history, [4.5], fit_start_step=0, ema_token_window=5e7, stability_sweep=True)
     result = analysis.targets[0]
-    assert result.status == "extrapolated"
+    assert result.status == "forecast_beyond_plan"
     assert np.isfinite(result.tokens) and result.tokens > history.last_tokens
     assert all(row.fit is not None for row in result.sweep.rows)
 
@@ -67,4 +67,4 @@ def test_fit_window_too_short_is_a_failed_target_not_a_crash():
     analysis = tp.analyze(frame, [4.5, 3.0], batch_size=1000, ema_token_window=2000, fit_start_step=16)
     reached, failed = analysis.targets
     assert reached.status == "reached"
-    assert failed.status == "failed" and "only 4 logged rows" in failed.note
+    assert failed.status == "not_enough_data" and "only 4 logged rows" in failed.note

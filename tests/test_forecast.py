@@ -45,7 +45,7 @@ def test_lr_annealing_law_recovers_a_run_that_follows_it():
     cut, target, truth = _protocol(history, 0.5, 0.8)
     analysis = tp.analyze(cut, [target], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW)
     result = analysis.targets[0]
-    assert result.status == "extrapolated"
+    assert result.status == "forecast"
     assert result.tokens == pytest.approx(truth, rel=0.03)
     low, high = result.tokens_interval
     assert low <= truth <= high
@@ -77,7 +77,7 @@ def test_multi_power_law_recovers_a_run_that_follows_it():
     cut, target, truth = _protocol(history, 0.8, 0.95)  # the cut has seen half the decay
     analysis = tp.analyze(cut, [target], model="multi-power", lr_schedule=spec, ema_token_window=WINDOW)
     result = analysis.targets[0]
-    assert result.status == "extrapolated"
+    assert result.status == "forecast"
     assert result.tokens == pytest.approx(truth, rel=0.03)
 
 
@@ -106,7 +106,7 @@ def test_a_forecast_past_a_decay_the_log_has_not_shown_says_it_rests_on_the_gain
     # once the log holds the decay, its gain is measured, not the prior's
     late, target, _ = _protocol(_run(spec, gain=0.2), 0.9, 0.95)
     after = tp.analyze(late, [target * 0.98], lr_schedule=spec, ema_token_window=WINDOW)
-    assert after.targets[0].status == tp.Status.EXTRAPOLATED  # a forecast, which could have said it
+    assert after.targets[0].status == tp.Status.FORECAST_BEYOND_PLAN  # a forecast, which could have said it
     assert not any("not in the log yet" in n for n in after.notes)
 
 
@@ -162,7 +162,7 @@ def test_degenerate_windows_fail_with_a_reason(loss, lr, reason):
     )
     assert isinstance(failure, FitFailure) and reason in failure.reason
     analysis = tp.analyze(frame, [1.0], batch_size=1000, ema_token_window=1e4, fit_start_step=1)
-    assert analysis.targets[0].status == "failed"
+    assert analysis.targets[0].status == "not_enough_data"
     assert reason in analysis.targets[0].note
 
 
@@ -173,7 +173,7 @@ def test_too_few_rows_is_a_failed_fit_not_a_crash():
     assert isinstance(fit, FitFailure) and "needs at least 5 points in the fit window, has 4" in fit.reason
     frame = pd.DataFrame({"step": range(20), "train_loss": np.linspace(5, 4, 20), "lr": 1.0})
     analysis = tp.analyze(frame, [3.0], batch_size=1000, ema_token_window=2000, fit_start_step=16)
-    assert analysis.targets[0].status == "failed" and "only 4 logged rows" in analysis.targets[0].note
+    assert analysis.targets[0].status == "not_enough_data" and "only 4 logged rows" in analysis.targets[0].note
 
 
 def test_block_length_follows_the_autocorrelation():
@@ -329,7 +329,7 @@ def _five_row_forecasts(every: int, seed: int) -> tuple[float, tuple[float, floa
     truth = float(clean.tokens.iloc[1000])
     target = float(clean.train_loss.iloc[1000])
     result = tp.analyze(frame, [target], batch_size=131072.0, ema_token_window=2 * 131072.0).targets[0]
-    assert result.status == "extrapolated", result.note
+    assert result.status == "forecast_beyond_plan", result.note
     return result.tokens, result.tokens_interval, truth
 
 
@@ -378,7 +378,7 @@ def _long_forecast_errors(history: tp.History) -> list[float]:
     cuts = [_protocol(history, 0.25, quantile, window=window) for quantile in (0.8, 0.95)]
     analysis = tp.analyze(cuts[0][0], [target for _, target, _ in cuts], model="lr-annealing",
                           lr_schedule="constant:warmup=200", ema_token_window=window, fit_start_step=1000)
-    assert all(t.status == "extrapolated" for t in analysis.targets)
+    assert all(t.status == "forecast_beyond_plan" for t in analysis.targets)
     return [math.log(t.tokens / truth) for t, (_, _, truth) in zip(analysis.targets, cuts)]
 
 

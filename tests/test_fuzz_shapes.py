@@ -95,7 +95,7 @@ def shaped_logs(draw, *, text_cells: bool = True):
 
 def _check(analysis: tp.Analysis, logged: int) -> None:
     """Not silently on a fraction: fewer than 90% of the logged rows kept means a note says so."""
-    assert all(t.status in {"reached", "extrapolated", "unreachable", "failed"} for t in analysis.targets)
+    assert all(t.status in {"reached", "forecast", "forecast_beyond_plan", "not_reached", "unreachable", "not_enough_data"} for t in analysis.targets)
     for t in analysis.targets:
         assert t.tokens is None or math.isfinite(t.tokens)
     if len(analysis.history) < 0.9 * logged:

@@ -25,7 +25,7 @@ from tracker_plugin.cli import main
 
 from .conftest import CASES
 
-STATUSES = {"reached", "extrapolated", "unreachable", "failed"}
+STATUSES = {"reached", "forecast", "forecast_beyond_plan", "not_reached", "unreachable", "not_enough_data"}
 
 _numbers = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -255,7 +255,7 @@ def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_ta
     code, out, err = local.cli(capsys, "annotate", f"mlflow:experiment/{local.experiment}", "-t", *TARGETS)
     assert code == 0, err
     statuses = sorted(line.split()[2] for line in out.splitlines()[1:])  # the table's status column
-    assert statuses == ["extrapolated"] * 2 + ["reached"] * 2 + ["unreachable"] * 2
+    assert statuses == ["forecast_beyond_plan"] * 2 + ["reached"] * 2 + ["unreachable"] * 2
     for run_id in ids:
         after, was = snapshot(local, run_id), before[run_id]
         written = (set(after["metrics"]) | set(after["tags"])) - set(was["metrics"]) - set(was["tags"])

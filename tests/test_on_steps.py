@@ -76,7 +76,7 @@ def test_the_json_on_steps_holds_no_steps_in_its_token_fields():
     reached, open_target = doc["targets"]
     assert reached["status"] == "reached" and reached["tokens"] is None
     np.testing.assert_allclose(reached["step"], expected_crossing(3.5, CONFIG["log_every"]), rtol=0.01)
-    assert open_target["status"] == "extrapolated" and open_target["step"] > 250
+    assert open_target["status"] == "forecast_beyond_plan" and open_target["step"] > 250
     assert open_target["tokens"] is None and open_target["tokens_interval"] is None
     assert open_target["step_interval"] is not None  # the steps keep their numbers
     rows = open_target["sweep"]["rows"]

@@ -178,7 +178,7 @@ def test_a_target_most_plausible_plans_end_before_says_so(data_dir):
     assert "levels off" not in far.note
     held = float(far.note.rsplit(" at ", 1)[1].split(" tokens")[0].replace(",", ""))
     assert held > history.last_tokens
-    assert near.status == "extrapolated" and near.tokens is not None and near.tokens < held
+    assert near.status == "forecast_beyond_plan" and near.tokens is not None and near.tokens < held
 
 
 def _fit_on_inferred(

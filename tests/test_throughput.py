@@ -47,7 +47,7 @@ def test_steady_clock_gives_its_step_time_and_exact_hours_left():
     assert rate.pauses == 0
     analysis = tp.analyze(history, [2.4])
     result, when = analysis.targets[0], analysis.timing.targets[0]
-    assert result.status == "extrapolated"
+    assert result.status == "forecast_beyond_plan"
     # Known answer: the forecast tokens left at the measured rate.
     expected = (result.tokens - history.last_tokens) * STEP_SECONDS / BATCH
     assert when.seconds_left == pytest.approx(expected, rel=1e-9)

@@ -60,7 +60,7 @@ def _same(doc: dict, expected: dict) -> None:
     assert doc["throughput"]["clock_absolute"] is True
     assert doc["observed"]["seconds"] == pytest.approx(expected["observed"]["seconds"], abs=2e-3)
     assert doc["throughput"]["tokens_per_second"] == pytest.approx(expected["throughput"]["tokens_per_second"], rel=1e-4)
-    assert [t["status"] for t in doc["targets"]] == ["reached", "extrapolated"]
+    assert [t["status"] for t in doc["targets"]] == ["reached", "forecast_beyond_plan"]
     for got, want in zip(doc["targets"], expected["targets"]):
         assert got["seconds"] == pytest.approx(want["seconds"], rel=1e-4, abs=2e-3)
         assert got["seconds_left"] == pytest.approx(want["seconds_left"], rel=1e-4, abs=2e-3)

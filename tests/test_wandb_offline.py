@@ -162,7 +162,7 @@ def test_a_folder_of_offline_runs(offline_runs, capsys):
     assert names == ["dynamic", "fixed", "sparse"]  # the latest-run link is not a second copy
     assert main(["analyze", f"wandb-offline:{offline_runs['fixed']}", *TARGETS, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert [t["status"] for t in report["targets"]] == ["reached", "extrapolated"]
+    assert [t["status"] for t in report["targets"]] == ["reached", "forecast_beyond_plan"]
 
 
 def test_annotating_an_offline_run_adds_three_records_before_its_exit(runs_copy):
@@ -202,7 +202,7 @@ def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, ca
     assert run.state == "finished" and len(run.history) == 1500
     assert run.summary["keep_me"] == 42 and run.summary["best/loss"] == 3.25  # the run's own keys
     assert run.summary["loss_eta/target_6p00/status"] == "reached"
-    assert json.loads(run.files["loss_eta/loss_eta.json"])["targets"][1]["status"] == "extrapolated"
+    assert json.loads(run.files["loss_eta/loss_eta.json"])["targets"][1]["status"] == "forecast_beyond_plan"
     assert run.files["loss_eta/loss_eta.png"].startswith(b"\x89PNG")
     # online, the synced run's annotation is current: nothing to do
     capsys.readouterr()

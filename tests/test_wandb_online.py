@@ -313,11 +313,11 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     _, b = two_runs
     code, out, err = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 0, err
-    assert "run-a" in out and "reached" in out and "extrapolated" in out
+    assert "run-a" in out and "reached" in out and "forecast_beyond_plan" in out
     for run in two_runs:
         report = json.loads(run.files["loss_eta/loss_eta.json"])
         assert report["run"] == f"wandb:ent/proj/{run.run_id}"
-        assert run.summary["loss_eta/target_4p50/status"] == "extrapolated"
+        assert run.summary["loss_eta/target_4p50/status"] == "forecast_beyond_plan"
         assert run.summary["loss_eta/target_4p50/tokens"] == pytest.approx(report["targets"][1]["tokens"])
         assert "loss_eta/target_1p50/tokens" not in run.summary  # unreachable: no number to sort on
         assert run.summary["loss_eta/progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
@@ -345,7 +345,7 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
 def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_server, two_runs, capsys):
     a, _ = two_runs
     a.summary["loss_eta/target_1p50/tokens"] = 1.23e12  # from an earlier, different analysis
-    a.summary["loss_eta/target_1p50/status"] = "extrapolated"
+    a.summary["loss_eta/target_1p50/status"] = "forecast_beyond_plan"
     assert annotate(capsys, "wandb:ent/proj/ra", *TARGETS)[0] == 0
     assert "loss_eta/target_1p50/tokens" not in a.summary
     assert a.summary["loss_eta/target_1p50/status"] == "unreachable"
@@ -454,7 +454,7 @@ def test_500_forever_fails_in_bounded_time_naming_the_run(wandb_server, two_runs
     rows = json.loads(out)
     assert code == 1 and [(r["run"], r["status"]) for r in rows] == [
         ("run-a", "reached"),
-        ("run-a", "extrapolated"),
+        ("run-a", "forecast_beyond_plan"),
         ("run-a", "unreachable"),
         ("run-b", "failed"),
     ]

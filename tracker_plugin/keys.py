@@ -12,11 +12,16 @@ and its status set to ``stale``.
 
 The keys, for a target of 3.3::
 
-    loss_eta/target_3p30/status            reached | extrapolated | unreachable | failed | stale
+    loss_eta/target_3p30/status            reached | forecast | forecast_beyond_plan | not_reached |
+                                           unreachable | not_enough_data | stale
+                                           (earlier versions wrote extrapolated and failed: such an
+                                           annotation is redone)
     loss_eta/target_3p30/tokens            tokens where the smoothed loss reaches 3.3
     loss_eta/target_3p30/step              the step there
     loss_eta/target_3p30/tokens_low, tokens_high, step_low, step_high   the interval
     loss_eta/target_3p30/extrapolation_factor
+    loss_eta/target_3p30/p_within_plan     P(reached within the planned run), when the plan's end is known
+    loss_eta/target_3p30/best_loss         not_reached: the best smoothed loss of the run
     loss_eta/target_3p30/seconds           the run's clock at the crossing, from its first logged time
     loss_eta/target_3p30/hours_left, hours_left_low, hours_left_high   hours from the last row, and the interval
     loss_eta/target_3p30/eta_unix          Unix time of the crossing (when the clock is Unix time)
@@ -52,6 +57,7 @@ __all__ = [
     "PLOT_DIGEST",
     "PNG_PATH",
     "REPORT_DIGEST",
+    "RETIRED_STATUSES",
     "STALE",
     "TARGET_LABELS",
     "TARGET_METRICS",
@@ -76,7 +82,13 @@ REPORT_DIGEST = f"{NAMESPACE}/report_sha256"
 PLOT_DIGEST = f"{NAMESPACE}/plot_sha256"
 STALE = "stale"  # the status of a target no longer in the settings
 # Each target's keys, after ``loss_eta/target_X/``: numbers, then text. Extend here.
-TARGET_METRICS = ("tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor")
+TARGET_METRICS = (
+    "tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor", "p_within_plan",
+    "best_loss",
+)
+# Status words earlier versions wrote (today's are tracker_plugin.core.status.Status): a run
+# whose annotation holds one is annotated again.
+RETIRED_STATUSES = ("extrapolated", "failed")
 TARGET_LABELS = ("status",)
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
 _DECIMALS = 8  # targets are told apart to this many decimals

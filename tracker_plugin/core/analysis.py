@@ -58,6 +58,7 @@ __all__ = [
     "TargetResult",
     "Verdict",
     "analyze",
+    "law_timing",
     "run_analysis",
 ]
 
@@ -197,6 +198,17 @@ class TargetResult:
     tokens_plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends
     # The central plan's crossing where the point is over the plausible plans (TargetForecast.central).
     tokens_central: float | None = field(default=None, repr=False, compare=False)
+    # ``not_reached``: the best smoothed loss of the log and its step, and where the run
+    # ended (the log's last row, when it reached the plan's end) or ends (the plan's end).
+    best_loss: float | None = None
+    best_step: float | None = None
+    end_step: float | None = None
+    end_tokens: float | None = None
+    run_finished: bool = False
+    # The law's crossing and interval past the plan's end (``not_reached``): never reported
+    # (a run does not train past its plan), kept so a backtest scores the law as before.
+    law_tokens: float | None = field(default=None, repr=False, compare=False)
+    law_interval: tuple[float, float] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -296,7 +308,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
             )
         elif len(window) < min_rows:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
-            results[target] = TargetResult(target, Status.FAILED, note=note)
+            results[target] = TargetResult(target, Status.NOT_ENOUGH_DATA, note=note)
         else:
             open_targets.append(target)
     forecasts = _Forecasts()
@@ -304,7 +316,8 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
         forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
         results.update(forecasts.results)
-    ordered = tuple(results[t] for t in config.targets)
+    end = _PlanEnd.of(history, config, forecasts)
+    ordered = tuple(_within_plan(results[t], history, smoothed, end) for t in config.targets)
     ordered = tuple(_before_the_log(r, history, smoothed) for r in ordered)
     return Analysis(
         run=history.run,
@@ -327,14 +340,100 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     )
 
 
-def _timing(history: History, results: Sequence[TargetResult], config: AnalysisConfig) -> Timing:
+def _timing(history: History, results: Sequence[TargetResult], config: AnalysisConfig, law: bool = False) -> Timing:
     located = [
         (r.tokens if r.status.located else None, r.tokens_interval, r.status == Status.REACHED) for r in results
     ]
+    if law:  # the law's crossings past the plan's end too (see law_timing)
+        located = [(r.law_tokens, r.law_interval, False) if r.law_tokens is not None else x
+                   for r, x in zip(results, located)]
     return timing(
         history, located, step_time=config.step_time, tokens_per_second=config.throughput,
         count_pauses=config.count_pauses, deadline=config.deadline, level=config.interval,
     )
+
+
+# The log has reached the plan's end (the run finished) when fewer planned steps remain
+# than this share of the plan, or than this many logging intervals: an end inferred from
+# the logged lr, or a last row logged just short of the last step, lands within either.
+_FINISHED_SHARE = 0.01
+_FINISHED_INTERVALS = 2.0
+
+
+@dataclass(frozen=True)
+class _PlanEnd:
+    """The planned last step and its tokens, and whether the log has reached it."""
+
+    step: float
+    tokens: float
+    finished: bool
+
+    @staticmethod
+    def of(history: History, config: AnalysisConfig, forecasts: _Forecasts) -> _PlanEnd | None:
+        """The plan's end, when a plan with one is known (the power law reads no plan)."""
+        if config.model == "power-law":
+            return None
+        last = float(history.step[-1])
+        tail = np.diff(history.step[-17:].astype(float))
+        slack = max(_FINISHED_SHARE * last, _FINISHED_INTERVALS * float(np.median(tail)) if len(tail) else 0.0)
+        given = config.lr_schedule if config.lr_schedule is not None else history.lr_plan
+        total = forecasts.plan.total_steps if forecasts.plan is not None else None
+        if total is None and given is not None and given.total_steps is not None:
+            # A planned total the resolved plan set aside because the log reached it: the
+            # run's end, unless the log went well past it (then it was not the run's end).
+            total = given.total_steps if given.total_steps + slack >= last else None
+        if total is None or not math.isfinite(total):
+            return None
+        fit = forecasts.fit
+        if isinstance(fit, LawFit) and fit.timeline.plan_end is not None:
+            tokens = float(fit.timeline.tokens_at(float(total)))
+        else:  # counted on at the last batch, as a forecast's step is
+            tokens = float(history.tokens[-1] + max(total - last, 0.0) * history.batch[-1])
+        return _PlanEnd(float(total), tokens, last >= total - slack)
+
+
+def _count(value: float) -> str:
+    """``5315937711 -> '5.32B'``: a count in a note, as the tables write tokens."""
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f}{unit}"
+    return f"{value:.0f}"
+
+
+def _within_plan(result: TargetResult, history: History, smoothed: np.ndarray, end: _PlanEnd | None) -> TargetResult:
+    """The result told against the plan's end: a forecast within it stays a ``forecast``; a
+    target the run finished short of, or one the plan ends before, is ``not_reached``; a
+    forecast with no planned end stays ``forecast_beyond_plan``."""
+    if result.status == Status.REACHED or end is None:
+        return result
+    if result.status == Status.FORECAST_BEYOND_PLAN and result.step is not None and result.step <= end.step:
+        return replace(result, status=Status.FORECAST)
+    if not end.finished and result.status != Status.FORECAST_BEYOND_PLAN:
+        return result  # unreachable, or no forecast, in a run still going: that is the news
+    best = int(np.nanargmin(smoothed))
+    if end.finished:
+        why = f"the run reached its planned end (step {end.step:,.0f}) at step {history.step[-1]:,.0f}"
+        p_reach: float | None = 0.0
+    else:
+        where = f"step {end.step:,.0f}" + ("" if history.on_steps else f" ({_count(end.tokens)} {history.unit})")
+        why = f"the plan ends at {where}, before the fitted law gets there"
+        p_reach = result.p_reach_within_plan
+    if result.status != Status.FORECAST_BEYOND_PLAN and result.note:
+        why += f" ({result.note})"  # and the law would not get there, or could not be fitted
+    return replace(
+        result, status=Status.NOT_REACHED, tokens=None, step=None, tokens_interval=None, step_interval=None,
+        extrapolation_factor=None, beyond_warn_factor=False, p_reach_within_plan=p_reach, note=why,
+        best_loss=float(smoothed[best]), best_step=float(history.step[best]),
+        end_step=float(history.step[-1]) if end.finished else end.step,
+        end_tokens=float(history.tokens[-1]) if end.finished else end.tokens,
+        run_finished=end.finished, law_tokens=result.tokens, law_interval=result.tokens_interval,
+    )
+
+
+def law_timing(analysis: Analysis) -> Timing:
+    """The analysis's timing with the fitted law's crossings past the plan's end as well: a
+    backtest scores the law in hours too, where the report says ``not_reached``."""
+    return _timing(analysis.history, analysis.targets, analysis.config, law=True)
 
 
 @dataclass(frozen=True)
@@ -432,7 +531,8 @@ def _law_forecasts(
     spread: Callable[[list[TargetForecast]], list[TargetForecast]] | None = None,
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
-        return {t: TargetResult(t, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweeps[t]) for t in targets}
+        note = f"fit failed: {fit.reason}"
+        return {t: TargetResult(t, Status.NOT_ENOUGH_DATA, note=note, sweep=sweeps[t]) for t in targets}
     found = forecast_targets(
         fit, targets, history, first, level=config.interval,
         error_scale=selection.error_scale, error_dof=selection.error_count, inflation=inflation,
@@ -472,7 +572,7 @@ def _law_result(
         step_interval = (low, high)
     return TargetResult(
         target,
-        Status.EXTRAPOLATED,
+        Status.FORECAST_BEYOND_PLAN,
         tokens=found.tokens,
         step=tokens_to_step(found.tokens, history, config.batch_schedule),
         tokens_interval=found.interval,
@@ -552,7 +652,7 @@ def _before_the_log(result: TargetResult, history: History, smoothed: np.ndarray
         "lies at or before that row, among steps the log does not hold, so it is not known; read the run's earlier "
         "rows too (a resumed run: every attempt)"
     )
-    return replace(result, status=Status.FAILED, tokens=None, step=None, p_reach_within_plan=None, note=note)
+    return replace(result, status=Status.NOT_ENOUGH_DATA, tokens=None, step=None, p_reach_within_plan=None, note=note)
 
 
 def _crossing(
@@ -608,7 +708,7 @@ def _forecast(
     sweep: Sweep | None,
 ) -> TargetResult:
     if isinstance(fit, FitFailure):
-        return TargetResult(target, Status.FAILED, note=f"fit failed: {fit.reason}", sweep=sweep)
+        return TargetResult(target, Status.NOT_ENOUGH_DATA, note=f"fit failed: {fit.reason}", sweep=sweep)
     tokens = fit.solve(target)
     if tokens is None:
         note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
@@ -619,7 +719,7 @@ def _forecast(
     factor = tokens / history.last_tokens
     return TargetResult(
         target,
-        Status.EXTRAPOLATED,
+        Status.FORECAST_BEYOND_PLAN,
         tokens=tokens,
         step=tokens_to_step(tokens, history, config.batch_schedule),
         fit=fit,

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tracker_plugin.core import forecast
-from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, run_analysis
+from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, law_timing, run_analysis
 from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
@@ -101,7 +101,8 @@ class BacktestCase:
     @property
     def forecast(self) -> bool:
         """Whether the cut produced a forecast (a crossing or an extrapolation)."""
-        return self.tokens is not None and self.status.located
+        # A law's crossing past the plan's end (not_reached) is scored too: the law is what is tested.
+        return self.tokens is not None and (self.status.located or self.status == Status.NOT_REACHED)
 
     @property
     def error(self) -> float | None:
@@ -247,7 +248,7 @@ def _cut(
     if rows < 2 or any(t <= 0 for _, t, _ in targets):
         note = (f"the cut at {fraction:g} of the tokens keeps {rows} logged row(s)" if rows < 2
                 else "a target from the smoothed loss is not above 0: the loss is not a loss")
-        return [BacktestCase(history.run, model, fraction, q, t, truth, Status.FAILED, note=note) for q, t, truth in targets]
+        return [BacktestCase(history.run, model, fraction, q, t, truth, Status.NOT_ENOUGH_DATA, note=note) for q, t, truth in targets]
     settings = replace(
         config,
         model=model,
@@ -276,6 +277,8 @@ def _cut(
         )
         for (q, target, truth), result in zip(targets, analysis.targets)
     ]
+    if any(t.law_tokens is not None for t in analysis.targets):
+        analysis = replace(analysis, timing=law_timing(analysis))
     timing = analysis.timing.targets if history.time is not None and analysis.timing is not None else ()
     return [replace(c, seconds=t.seconds, seconds_interval=t.seconds_interval) for c, t in zip(cases, timing)] or cases
 
@@ -285,7 +288,10 @@ def _scored(
 ) -> BacktestCase:
     return BacktestCase(
         run, model, fraction, q, target, truth, result.status,
-        chosen=chosen, tokens=result.tokens, interval=result.tokens_interval, note=result.note,
+        chosen=chosen, note=result.note,
+        # Past the plan's end the report says not_reached; the backtest scores the law's crossing.
+        tokens=result.tokens if result.law_tokens is None else result.law_tokens,
+        interval=result.tokens_interval if result.law_tokens is None else result.law_interval,
         p_reach=result.p_reach_within_plan, draws=result.tokens_draws,
     )
 

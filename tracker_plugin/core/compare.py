@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.core.status import Status
 
-__all__ = ["SORT_KEYS", "Compared", "ComparisonRow", "compare"]
+__all__ = ["RUN_FAILED", "SORT_KEYS", "Compared", "ComparisonRow", "compare"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,9 @@ class ComparisonRow:
     batch_first: float | None  # tokens per step in the first and last batch stage
     batch_last: float | None
     dynamic: bool
-    status: Status
+    # A target's status, or RUN_FAILED for a run with no analysis (could not be read; the
+    # note says why), as the jobs' summary table says of such a run.
+    status: Status | str
     tokens: float | None
     step: float | None
     tokens_low: float | None
@@ -46,6 +48,7 @@ class Compared:
 
 
 SORT_KEYS = ("tokens", "hours")
+RUN_FAILED = "failed"  # the jobs' word for a run that could not be read or analysed
 
 
 def compare(runs: Sequence[Compared], targets: Sequence[float], sort: str = "tokens") -> list[ComparisonRow]:
@@ -70,7 +73,7 @@ def _order(row: ComparisonRow, sort: str) -> tuple[bool, float, str]:
 
 def _row(run: Compared, target: float) -> ComparisonRow:
     if run.analysis is None:
-        return ComparisonRow(target, run.name, run.ref, None, None, False, Status.FAILED, None, None, None, None, None, run.error)
+        return ComparisonRow(target, run.name, run.ref, None, None, False, RUN_FAILED, None, None, None, None, None, run.error)
     k, result = next((k, t) for k, t in enumerate(run.analysis.targets) if t.target == target)
     tokens = run.analysis.in_tokens  # a run on steps has no tokens to compare: None, sorted last
     low, high = result.tokens_interval or (None, None)

@@ -222,7 +222,7 @@ class Scored:
         """ln(predicted / true tokens) for a target the run reached; +inf where the forecast
         said it never would (a miss, counted, not dropped); None where the cut gave no
         forecast at all (its fit failed), which the figures count apart."""
-        if not self.case.reached_in_run or self.case.status == Status.FAILED:
+        if not self.case.reached_in_run or self.case.status == Status.NOT_ENOUGH_DATA:
             return None
         if self.tokens is None:
             return math.inf
@@ -230,7 +230,7 @@ class Scored:
 
     def covered(self, level: float) -> bool | None:
         """Whether the ``level`` interval holds the truth; a forecast of never holds nothing."""
-        if not self.case.reached_in_run or self.case.status == Status.FAILED:
+        if not self.case.reached_in_run or self.case.status == Status.NOT_ENOUGH_DATA:
             return None
         if self.tokens is None or not len(self.draws):
             return False
@@ -515,7 +515,7 @@ def figures(scored: Sequence[Scored]) -> dict[str, float | None]:
     out: dict[str, float | None] = {
         "n": float(len([s for s in scored if s.case.reached_in_run])),
         "never": float(len(errors) - len(finite)),
-        "failed": float(sum(1 for s in scored if s.case.reached_in_run and s.case.status == Status.FAILED)),
+        "failed": float(sum(1 for s in scored if s.case.reached_in_run and s.case.status == Status.NOT_ENOUGH_DATA)),
         "median": _quantile_abs(errors, 50),
         "p90": _quantile_abs(errors, 90),
         "signed": float(np.mean(finite)) if len(finite) else None,

@@ -1,33 +1,77 @@
 """The words a result is told in: where a target stands, and what a stability sweep found.
 
-They are ``str`` enums: a member's value is the word the JSON document, the tables and
-the trackers' tags show (``reached``, ``not_converged``), and a member equals its word,
-so a status read back from a tracker's tag still compares equal.
+They are ``str`` enums: a member's value is the word the JSON document, the text report,
+the tables, the plot and the trackers' tags show (``reached``, ``not_converged``), and a
+member equals its word, so a status read back from a tracker's tag still compares equal.
+
+One vocabulary of outcomes for a target:
+
+- ``reached``: the smoothed loss crossed it in the log (where, interpolated).
+- ``forecast``: a fitted law reaches it before the planned end of the run.
+- ``forecast_beyond_plan``: a fitted law reaches it, and no planned end bounds the run
+  (the plan is unknown, or its lr goes on with no end): the forecast assumes the run
+  continues until then.
+- ``not_reached``: not in this run. The log has reached the plan's end (the run
+  finished), or the plan ends before the law gets there. Then the report says the best
+  smoothed loss, where the run ended (or ends) and the chance of reaching it within the
+  plan; no crossing is reported as a number.
+- ``unreachable``: on the evidence the law levels off above it (even far past the plan).
+- ``not_enough_data``: no forecast: too few rows after the fit start, or no law could be
+  fitted to them (the note says which).
+
+Earlier versions wrote ``extrapolated`` and ``failed``: :meth:`Status.read` maps them to
+the nearest word of today, and a tracker annotation holding them is redone.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["Status", "Verdict"]
+__all__ = ["RETIRED", "Status", "Verdict"]
+
+# Words earlier versions wrote, and the word each is read as now. ``extrapolated`` covered
+# every forecast past the log, within the plan or not: read as a forecast.
+RETIRED = {"extrapolated": "forecast", "failed": "not_enough_data"}
 
 
 class Status(str, Enum):
-    """Where a target loss stands for a run."""
+    """Where a target loss stands for a run (see the module's vocabulary)."""
 
-    REACHED = "reached"  # the smoothed loss has crossed it; tokens and step interpolated
-    EXTRAPOLATED = "extrapolated"  # forecast past the log by a fitted curve
-    UNREACHABLE = "unreachable"  # the fitted curve levels off above it
-    FAILED = "failed"  # no forecast: too few rows after the fit start, or the fit failed
+    REACHED = "reached"
+    FORECAST = "forecast"
+    FORECAST_BEYOND_PLAN = "forecast_beyond_plan"
+    NOT_REACHED = "not_reached"
+    UNREACHABLE = "unreachable"
+    NOT_ENOUGH_DATA = "not_enough_data"
 
     def __str__(self) -> str:
         # The word itself, as the tables and the trackers' tags show it.
         return self.value
 
+    @classmethod
+    def _missing_(cls, value: object) -> Status | None:
+        # An old word read back (a tag, a pickled backtest): today's nearest word.
+        word = RETIRED.get(str(value).lower()) if isinstance(value, str) else None
+        return None if word is None else cls(word)
+
+    @classmethod
+    def read(cls, word: str) -> Status | None:
+        """The status a tag's word says, old words included; None for any other word
+        (``stale``: a target no longer asked for)."""
+        try:
+            return cls(word.strip().lower())
+        except ValueError:
+            return None
+
     @property
     def located(self) -> bool:
         """Whether the target has a place on the token axis (reached or forecast)."""
-        return self in (Status.REACHED, Status.EXTRAPOLATED)
+        return self in (Status.REACHED, Status.FORECAST, Status.FORECAST_BEYOND_PLAN)
+
+    @property
+    def forecast(self) -> bool:
+        """Whether the place is a fitted law's (not a crossing in the log)."""
+        return self in (Status.FORECAST, Status.FORECAST_BEYOND_PLAN)
 
 
 class Verdict(str, Enum):

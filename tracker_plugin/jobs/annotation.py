@@ -107,7 +107,8 @@ def annotation_metrics(analysis: Analysis) -> dict[str, float | None]:
         step_low_high = result.step_interval or (None, None)
         tokens = analysis.in_tokens
         values = (
-            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor
+            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor,
+            result.p_reach_within_plan, result.best_loss,
         )
         for name, value in zip(TARGET_METRICS, values, strict=True):
             metrics[f"{prefix}/{name}"] = _finite(value)

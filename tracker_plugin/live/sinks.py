@@ -88,7 +88,7 @@ class TrackerSinks:
 def say_progress(result: LiveResult) -> None:
     """Each target's short ETA as a line above the trainer's progress bar (``tqdm.write``,
     which both trainers' bars use), else on stderr:
-    ``loss_eta step 1,200: 3.30 extrapolated at step 7,163 (80%: 6,035-9,020), in 2.2 h (1.8-2.7 h)``."""
+    ``loss_eta step 1,200: 3.30 forecast at step 7,163 (80%: 6,035-9,020), in 2.2 h (1.8-2.7 h)``."""
     lines = [f"loss_eta step {result.step:,}: {line}" for line in result.lines()]
     try:
         from tqdm import tqdm

@@ -19,7 +19,7 @@ from tracker_plugin.report.timing import (
     throughput_line,
 )
 
-__all__ = ["Wording", "as_written", "format_tokens", "to_json", "to_text"]
+__all__ = ["Wording", "as_written", "format_tokens", "not_reached_text", "status_head", "to_json", "to_text"]
 
 # Rewords a message for its reader: see ``tracker_plugin.cli.words``.
 Wording = Callable[[str], str]
@@ -116,6 +116,12 @@ def _target_json(result: TargetResult, on_steps: bool) -> dict[str, Any]:
         "note": result.note,
         "beyond_warn_factor": result.beyond_warn_factor,
         "p_reach_within_plan": _num(result.p_reach_within_plan),
+        # not_reached: the best smoothed loss, and where the run ended (or its plan ends).
+        "best_smoothed_loss": _num(result.best_loss),
+        "best_step": _num(result.best_step),
+        "end_step": _num(result.end_step),
+        "end_tokens": None if on_steps else _num(result.end_tokens),
+        "run_finished": result.run_finished if result.status == Status.NOT_REACHED else None,
     }
     if result.sweep is not None:
         doc["sweep"] = _sweep_json(result.sweep, on_steps)
@@ -258,14 +264,31 @@ def _stage_table(analysis: Analysis) -> list[str]:
     return lines
 
 
+# How the text report says each status: one vocabulary, the JSON's words in capitals.
+_HEADS = {
+    Status.REACHED: "REACHED",
+    Status.FORECAST: "FORECAST within the plan",
+    Status.FORECAST_BEYOND_PLAN: "FORECAST BEYOND THE PLAN",
+    Status.NOT_REACHED: "NOT REACHED in this run",
+    Status.UNREACHABLE: "UNREACHABLE",
+    Status.NOT_ENOUGH_DATA: "NOT ENOUGH DATA",
+}
+
+
+def status_head(status: Status) -> str:
+    """The text report's words for a status (``FORECAST within the plan``)."""
+    return _HEADS[status]
+
+
 def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
-    head = f"target={result.target:<8g}"
+    head = f"target={result.target:<8g} {status_head(result.status)}"
     on_steps = analysis.on_steps
     if result.status == Status.REACHED:
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
-        return [f"{head} REACHED (interpolated): step={result.step:,.1f}{tokens}"]
+        return [f"{head} (interpolated): step={result.step:,.1f}{tokens}"]
     lines = []
-    if result.status == Status.EXTRAPOLATED:
+    chance = "" if result.p_reach_within_plan is None else f" P(reached within plan)={result.p_reach_within_plan:.2f}"
+    if result.status.forecast:
         flag = " ** EXTRAPOLATION BEYOND WARN FACTOR **" if result.beyond_warn_factor else ""
         spread = ""
         if result.tokens_interval is not None:
@@ -274,21 +297,32 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             spread = f" {level} interval:" + ("" if on_steps else f" tokens={interval(result.tokens_interval, format_tokens)}")
             if result.step_interval is not None:
                 spread += f" steps={interval(result.step_interval, _steps)}"
-        if result.p_reach_within_plan is not None:
-            spread += f" P(reached within plan)={result.p_reach_within_plan:.2f}"
         note = f" [{result.note}]" if result.note else ""
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
-            f"{head} EXTRAPOLATED ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
-            f"{tokens}{spread} ({result.extrapolation_factor:.2f}x past observed "
+            f"{head} ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
+            f"{tokens}{spread}{chance} ({result.extrapolation_factor:.2f}x past observed "
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
+    elif result.status == Status.NOT_REACHED:
+        lines.append(f"{head}: {not_reached_text(result, on_steps)} [{result.note}]")
     else:
-        lines.append(f"{head} NOT REACHED, {result.status}: {result.note}")
+        lines.append(f"{head}: {result.note}")
     if result.sweep is not None:
         lines += _sweep_lines(result, analysis.config.extrapolation_warn_factor, on_steps)
     return lines
+
+
+def not_reached_text(result: TargetResult, on_steps: bool) -> str:
+    """What a ``not_reached`` target's line says: the best smoothed loss, where the run ended
+    (or its plan ends), and the chance within the plan."""
+    assert result.best_loss is not None and result.end_step is not None and result.end_tokens is not None
+    ends = "ended" if result.run_finished else "ends"
+    at = "" if on_steps else f", tokens={result.end_tokens:,.0f}"
+    chance = "unknown" if result.p_reach_within_plan is None else f"{result.p_reach_within_plan:.2f}"
+    return (f"best smoothed loss={result.best_loss:.4f} (step {result.best_step:,.0f}); the run {ends} at "
+            f"step={result.end_step:,.0f}{at}; P(reached within plan)={chance}")
 
 
 def _steps(value: float) -> str:

@@ -28,6 +28,7 @@ from tracker_plugin.keys import (
     PLOT_DIGEST,
     PNG_PATH,
     REPORT_DIGEST,
+    RETIRED_STATUSES,
     STALE,
     content_hash,
     is_own,
@@ -75,6 +76,8 @@ class Previous:
     holds: str | None = None
     report: str | None = None
     plot: str | None = None
+    # A status word earlier versions wrote (keys.RETIRED_STATUSES) that the run still holds.
+    retired: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -85,7 +88,7 @@ class Previous:
         """Complete, and made with these settings from a history at this progress, its plot
         from these inputs (see :func:`~tracker_plugin.keys.plot_digest`)?"""
         return (
-            self.complete and progress is not None
+            self.complete and progress is not None and self.retired is None
             and (self.settings_hash, self.progress, self.plot) == (settings_hash, progress, plot)
         )  # fmt: skip
 
@@ -99,6 +102,8 @@ class Previous:
             return f"redone: the history moved on since the last annotation ({self.progress} -> {progress})"
         if self.plot != plot:
             return "redone: the run was renamed since the last annotation"
+        if self.retired is not None:
+            return f"redone: the last annotation says '{self.retired}', a status word this version no longer writes"
         return None
 
 
@@ -119,6 +124,7 @@ def previous_of(held: Mapping[str, Any]) -> Previous | None:
         holds=content_hash(own),
         report=text(REPORT_DIGEST),
         plot=text(PLOT_DIGEST),
+        retired=next((v for k, v in own.items() if k.endswith("/status") and v in RETIRED_STATUSES), None),
     )
 
 
