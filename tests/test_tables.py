@@ -248,3 +248,19 @@ def test_a_reason_over_several_lines_stays_on_one(capsys, runs_dir):
     assert code == 1
     (line,) = _failure_block(err, 3)
     assert "x\\nrm -rf" in line
+
+
+def test_a_terminal_that_cannot_write_unicode_gets_ascii_and_no_crash(monkeypatch, runs_dir):
+    """A latin-1 stdout: ``-`` and ``inf`` for the interval, a CJK name escaped (columns still
+    straight), and no UnicodeEncodeError."""
+    shutil.copy(runs_dir / "parity_fixed.csv", runs_dir / "日本語.csv")
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="latin-1"))
+    code = main(["compare", str(runs_dir), "-t", "4.2"])
+    sys.stdout.flush()
+    lines = raw.getvalue().decode("latin-1").splitlines()[1:]
+    assert code == 0
+    name = "\\u65e5\\u672c\\u8a9e"
+    assert any(line.startswith(name) for line in lines) and not any("\u2013" in line for line in lines)
+    assert any(re.search(r"\d\.\d\dB-\d", line) for line in lines)  # a forecast's interval, in ASCII
+    assert len({re.search(r"\S {2,}(\S)", line).start(1) for line in lines}) == 1  # the second column

@@ -36,6 +36,7 @@ __all__ = [
     "json_row",
     "json_value",
     "printable",
+    "terminal_text",
     "text_table",
     "using_glyphs",
 ]
@@ -117,6 +118,25 @@ def printable(text: str) -> str:
     )
 
 
+def terminal_text(text: str) -> str:
+    """:func:`printable`, and what stdout cannot write escaped too: printed, it would stop
+    the command (a CJK run name on a latin-1 terminal); escaped, a table still lines up.
+    For text bound for a terminal only (a plot's title keeps its characters)."""
+    text = printable(text)
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    if _writable(text, encoding):
+        return text
+    return "".join(c if _writable(c, encoding) else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _writable(text: str, encoding: str) -> bool:
+    try:
+        text.encode(encoding)
+    except (UnicodeError, LookupError):
+        return False
+    return True
+
+
 def display_width(text: str) -> int:
     """The columns ``text`` takes on a terminal: two for a CJK character or an emoji, none
     for a combining accent; ``len`` where a character has no width (a control)."""
@@ -138,7 +158,7 @@ def text_table(header: Sequence[str], rows: Iterable[Sequence[str]], *, align: S
     trailing spaces, so a last column of notes may be as long as it needs. Widths are
     counted in terminal columns, so names in CJK or with emoji keep the columns straight.
     """
-    lines = [tuple(header), *(tuple(map(printable, row)) for row in rows)]
+    lines = [tuple(header), *(tuple(map(terminal_text, row)) for row in rows)]
     widths = [max(display_width(line[i]) for line in lines) for i in range(len(header))]
     rest: list[Align] = ["<"] * (len(header) - len(align))
     sides = [*align, *rest]
@@ -159,8 +179,8 @@ def failure_lines(failures: Sequence[tuple[str, str, str]], total: int) -> list[
         return []
     lines = [f"{len(failures)} of {total} runs failed:"]
     for name, ref, reason in failures:
-        where = printable(name) if name == ref else f"{printable(name)} ({printable(ref)})"
-        lines.append(f"  {where}: {printable(reason)}")
+        where = terminal_text(name) if name == ref else f"{terminal_text(name)} ({terminal_text(ref)})"
+        lines.append(f"  {where}: {terminal_text(reason)}")
     return lines
 
 
