@@ -34,7 +34,9 @@ CLOCKED = ROOT / "tests" / "data" / "modded-short-2024-11-24_WindowWarmup.csv"
 
 @cache
 def nano() -> Analysis:
-    return tp.analyze(pd.read_csv(NANO), [3.6, 3.3, 3.1], run="nanogpt")
+    """The nanoGPT run cut at 7,000 of its 9,536 steps: a run still going (its lr plan is
+    not known to end, so its forecasts are beyond the plan)."""
+    return tp.analyze(pd.read_csv(NANO).head(7000), [3.6, 3.3, 3.1], run="nanogpt")
 
 
 @cache
@@ -57,7 +59,13 @@ def _drawn(analysis: Analysis, **kw: str) -> tuple:
 
 def _labels(ax) -> list:
     """The targets' crossing labels (the annotations with a status in their first line)."""
-    return [t for t in ax.texts if re.match(r"^[\d.]+ (reached|extrapolated)", t.get_text())]
+    return [t for t in ax.texts if re.match(r"^[\d.]+ (reached|forecast|not reached|unreachable)", t.get_text())]
+
+
+def _centre(band) -> float:
+    """The height a filled band is drawn at: the middle of its vertices."""
+    ys = band.get_paths()[0].vertices[:, 1]
+    return float((ys.min() + ys.max()) / 2)
 
 
 def _dashed(ax):
@@ -70,7 +78,7 @@ def _marker_and_curve(analysis: Analysis, target: float) -> tuple[float, float, 
     the target's label."""
     _, ax = _drawn(analysis)
     x, y = _dashed(ax)
-    (marker,) = [line for line in ax.lines if line.get_marker() == "D"]
+    (marker,) = [line for line in ax.lines if line.get_marker() == "D" and line.get_ydata()[0] == target]
     mx, my = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
     on_curve = float(np.interp(np.log(mx), np.log(x), y))
     low, high = ax.get_ylim()
@@ -78,26 +86,28 @@ def _marker_and_curve(analysis: Analysis, target: float) -> tuple[float, float, 
     return mx, my, on_curve, 0.01 * (high - low), labels
 
 
-def test_the_forecast_marker_sits_on_the_dashed_curve() -> None:
-    # 3.1 alone: the frame is the loss's own range, where the gap is plain to see
-    analysis = tp.analyze(pd.read_csv(NANO), [3.1], run="nanogpt")
-    result = analysis.targets[0]
-    assert result.status == Status.EXTRAPOLATED
+def test_the_forecast_marker_sits_on_its_target_line_and_a_visible_gap_to_the_curve_is_said() -> None:
+    analysis = nano()
+    result = analysis.targets[2]
+    assert result.status == Status.FORECAST_BEYOND_PLAN
     mx, my, on_curve, visible, (label,) = _marker_and_curve(analysis, 3.1)
     assert mx == pytest.approx(result.tokens, rel=1e-9)
-    assert my == pytest.approx(on_curve, abs=2e-3)
-    # The curve levels off above 3.1 here: the gap is drawn and said, not hidden.
-    assert on_curve - 3.1 > visible
-    assert f"curve at {on_curve:.3f}" in label
+    assert my == 3.1  # on the target line, where the label's number says
+    if abs(on_curve - 3.1) > visible:  # the median crossing with noise, off the mean curve: said
+        assert f"curve at {on_curve:.3f}" in label
+    else:
+        assert "curve at" not in label
 
 
-def test_a_gap_the_eye_cannot_see_is_not_said() -> None:
-    analysis = nano()
-    assert analysis.targets[2].status == Status.EXTRAPOLATED
-    _, my, on_curve, visible, (label,) = _marker_and_curve(analysis, 3.1)
-    assert my == pytest.approx(on_curve, abs=2e-3)
-    assert 0 < on_curve - 3.1 < visible
-    assert "curve at" not in label
+def test_a_finished_run_short_of_a_target_draws_no_forecast_for_it() -> None:
+    # The whole nanoGPT log reaches its plan's end (the lr at 0): 3.1 is not reached in this run.
+    analysis = tp.analyze(pd.read_csv(NANO), [3.3, 3.1], run="nanogpt")
+    assert [t.status for t in analysis.targets] == [Status.REACHED, Status.NOT_REACHED]
+    _, ax = _drawn(analysis)
+    assert not [line for line in ax.lines if line.get_marker() == "D"]
+    (label,) = [t.get_text() for t in _labels(ax) if t.get_text().startswith("3.1 ")]
+    assert label.startswith("3.1 not reached") and "P(reached within plan) 0.00" in label
+    assert f"best {analysis.targets[1].best_loss:.3f}" in label
 
 
 def test_the_raw_loss_has_a_visible_line_in_the_legend() -> None:
@@ -118,7 +128,7 @@ def test_tokens_are_said_as_the_tables_say_them() -> None:
     assert "1B" in ticks and "100M" in ticks
     assert all(re.fullmatch(r"\d+(\.\d+)?[KMBT]?", t) for t in ticks), ticks
     texts = " ".join(t.get_text() for t in _labels(ax))
-    assert "4.92B tokens" in texts or "4.93B tokens" in texts
+    assert re.search(r"\d\.\d\dB tokens", texts)
     assert "e+" not in texts
     assert tick_tokens(2.5e9) == "2.5B" and tick_tokens(1e8) == "100M" and tick_tokens(2.98e9) == "2.98B"
 
@@ -128,10 +138,10 @@ def test_an_interval_open_at_the_top_stops_short_of_the_edge_and_says_so() -> No
     low, high = analysis.targets[2].tokens_interval
     assert not np.isfinite(high)
     _, ax = _drawn(analysis)
-    bands = [line for line in ax.lines if line.get_linewidth() == 4 and line.get_ydata()[0] == 3.1]
+    bands = [c for c in ax.collections if _centre(c) == pytest.approx(3.1, abs=1e-9)]
     assert len(bands) == 1
-    xs = np.asarray(bands[0].get_xdata(), float)
-    assert xs[0] == pytest.approx(low, rel=1e-9)
+    xs = bands[0].get_paths()[0].vertices[:, 0]
+    assert xs.min() == pytest.approx(low, rel=1e-9)
     assert np.isfinite(xs).all() and xs.max() < ax.get_xlim()[1] * 0.9
     assert any(t.get_text() == "no upper bound" for t in ax.texts)
     # The first target was reached (no band): the legend still says what a band is.
@@ -160,8 +170,8 @@ def test_labels_clear_the_legend_each_other_and_the_planned_end() -> None:
     boxes = [Text.get_window_extent(t, renderer) for t in _labels(ax)]
     assert len(boxes) == 3
     legend = ax.get_legend().get_window_extent(renderer)
-    (plan,) = [line for line in ax.lines if line.get_label() == "planned end"]
-    plan_px = ax.transData.transform((plan.get_xdata()[0], 3.3))[0]
+    plans = [line for line in ax.lines if line.get_label() == "planned end"]
+    plan_px = ax.transData.transform((plans[0].get_xdata()[0], 3.3))[0] if plans else -1.0
     frame = ax.get_window_extent(renderer)
     for k, box in enumerate(boxes):
         assert not box.overlaps(legend)
@@ -174,9 +184,10 @@ def test_the_time_axis_is_hours_on_the_runs_clock() -> None:
     analysis = clocked()
     history = analysis.history
     _, ax = _drawn(analysis, x="time")
-    assert "hours" in ax.get_xlabel() and ax.get_xscale() == "linear"
+    unit = 60.0 if "(minutes)" in ax.get_xlabel() else 3600.0
+    assert ("(hours)" in ax.get_xlabel() or unit == 60.0) and ax.get_xscale() == "linear"
     (raw,) = [line for line in ax.lines if line.get_label() == "loss (raw)"]
-    hours = (np.asarray(history.time, float) - history.time_start) / 3600.0
+    hours = (np.asarray(history.time, float) - history.time_start) / unit
     by_loss = dict(zip(np.asarray(raw.get_ydata(), float), np.asarray(raw.get_xdata(), float)))
     for loss, h in zip(history.loss, hours):
         if loss in by_loss:
@@ -187,7 +198,7 @@ def test_the_time_axis_is_hours_on_the_runs_clock() -> None:
         seconds = timed.seconds
         assert seconds is not None
         marks = [line for line in ax.lines if line.get_marker() in ("o", "D") and line.get_color() != "0.72"]
-        assert any(float(m.get_xdata()[0]) == pytest.approx(seconds / 3600.0, rel=1e-6) for m in marks)
+        assert any(float(m.get_xdata()[0]) == pytest.approx(seconds / unit, rel=1e-6) for m in marks)
 
 
 def test_a_time_axis_for_a_run_without_a_clock_is_one_line_and_exit_2(tmp_path: Path, capsys) -> None:

@@ -10,6 +10,7 @@ import numpy as np
 from tracker_plugin.core.analysis import Analysis, TargetResult
 from tracker_plugin.core.models import FitFailure
 from tracker_plugin.core.models.schedule_law import LawFit
+from tracker_plugin.core.status import Status
 from tracker_plugin.report.plot_axis import XAxis, x_axis
 from tracker_plugin.report.plot_parts import (
     LOCK,
@@ -27,10 +28,12 @@ from tracker_plugin.report.plot_parts import (
     open_top,
     outside_legend,
     place_labels,
+    plan_end_tokens,
     plot_format,
     run_title,
     save,
     set_x_limits,
+    status_words,
     warning_line,
 )
 
@@ -57,14 +60,14 @@ def plot_analysis(
     ``metadata`` goes into the file beside its title.
     """
     plot_format(path)  # refuse an unknown format before drawing
-    axis = x_axis(analysis, x)
+    axis = x_axis(analysis, x, span_tokens=furthest(analysis))
     with LOCK:
         save(_draw(analysis, axis, name), path, metadata)
 
 
 def analysis_figure(analysis: Analysis, *, x: str = "tokens", name: str | None = None) -> Any:
     """The matplotlib Figure :func:`plot_analysis` writes (for tests and notebooks)."""
-    axis = x_axis(analysis, x)
+    axis = x_axis(analysis, x, span_tokens=furthest(analysis))
     with LOCK:
         return _draw(analysis, axis, name)
 
@@ -81,6 +84,7 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     ax.plot(axis.x(tokens[rows]), history.loss[rows], color="0.72", lw=0.8, label="loss (raw)")
     ax.plot(axis.x(tokens[rows]), smoothed[rows], color="tab:blue", lw=1.8, label=axis.smoothed)
     x_max = _fit_curve(ax, analysis, axis, tokens, fit_start)
+    curves = list(ax.lines)  # the labels keep clear of these
     set_x_limits(ax, axis.log, float(axis.x(x_min)), float(axis.x(max(x_max, tokens[-1]))), open_top(analysis))
     frame_loss(ax, [smoothed[history.step >= analysis.fit_start_step]], [t.target for t in analysis.targets])
     _stages(ax, analysis, axis, x_min)
@@ -88,12 +92,14 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     labels = _targets(ax, analysis, axis)
     axis.format(ax)
     ax.set_xlabel(axis.label)
-    ax.set_ylabel(analysis.loss_key)
+    ax.set_ylabel(analysis.loss_key)  # its unit is the logger's: nothing here knows it
     ax.set_title(_title(analysis, name), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax)
-    fig.tight_layout()
-    place_labels(ax, labels, [t.xy for t in labels], plan_x)
+    fig.draw_without_rendering()  # the constrained layout, so the labels are placed in the final axes
+    for label in labels:
+        label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
+    place_labels(ax, labels, [t.xy for t in labels], plan_x, curves=curves)
     return fig
 
 
@@ -105,12 +111,14 @@ def _title(analysis: Analysis, name: str | None = None) -> str:
 
 
 def _plan_end(ax: Any, analysis: Analysis, axis: XAxis) -> float | None:
-    """A dotted line where the planned run ends, when the plan says; its x."""
-    fit = analysis.fit
-    timeline = getattr(fit, "timeline", None)
-    if timeline is None or timeline.plan_end is None:
+    """A dotted line where the planned run ends, when the plan says and it is in the frame; its x."""
+    end = plan_end_tokens(analysis)
+    if end is None:
         return None
-    x = float(axis.x(float(timeline.tokens_at(timeline.plan_end))))
+    x = float(axis.x(end))
+    low, high = ax.get_xlim()
+    if not low <= x <= high:
+        return None
     ax.axvline(x, color="0.3", ls=":", lw=1, label="planned end")
     return x
 
@@ -144,7 +152,9 @@ def _fit_curve(ax: Any, analysis: Analysis, axis: XAxis, tokens: np.ndarray, sta
     inside = np.geomspace(start, tokens[-1], 200)
     ax.plot(axis.x(inside), fit.predict(inside), color="tab:orange", lw=1.3, label=f"{fit.name} fit")
     if x_max > tokens[-1]:
-        beyond, curve = forecast_curve(analysis, x_max * 1.1)
+        # Up to the furthest point shown, and never past the plan's end: the run stops there.
+        plan_end = plan_end_tokens(analysis)
+        beyond, curve = forecast_curve(analysis, x_max if plan_end is None else min(x_max, plan_end))
         label = "forecast (EMA of the fit)" if isinstance(fit, LawFit) else "extrapolation"
         ax.plot(axis.x(beyond), curve, color="tab:orange", lw=1.3, ls="--", label=label)
     return x_max
@@ -153,23 +163,31 @@ def _fit_curve(ax: Any, analysis: Analysis, axis: XAxis, tokens: np.ndarray, sta
 def _targets(ax: Any, analysis: Analysis, axis: XAxis) -> list[Any]:
     """Each target's line, crossing and interval; return the crossings' labels (placed later)."""
     labels = []
-    curve = forecast_curve(analysis, furthest(analysis) * 1.1) if fitted(analysis) else None
+    curve = forecast_curve(analysis, furthest(analysis)) if fitted(analysis) else None
     for k, result in enumerate(analysis.targets):
         color = _COLORS[k % len(_COLORS)]
         ax.axhline(result.target, color=color, lw=0.8, ls="-.", alpha=0.7)
         if result.tokens is None:
-            ax.annotate(
-                f"{result.target:g}: {result.status}",
-                xy=(0.01, result.target),
-                xycoords=("axes fraction", "data"),
-                xytext=(0, 3),
-                textcoords="offset points",
-                fontsize=8,
-                color=color,
-            )
+            labels.append(_unlocated_label(ax, analysis, axis, result, color))
             continue
         labels.append(_target_mark(ax, analysis, axis, k, result, color, curve))
     return labels
+
+
+def _unlocated_label(ax: Any, analysis: Analysis, axis: XAxis, result: TargetResult, color: str) -> Any:
+    """The label of a target with no place on the axis, on its target line: at the run's end
+    for ``not_reached`` (the best smoothed loss, the end, the chance within the plan), else
+    at the left edge. No marker: nothing was reached or forecast."""
+    lines = [f"{result.target:g} {status_words(result.status)}"]
+    if result.status == Status.NOT_REACHED and result.end_tokens is not None and result.best_loss is not None:
+        ends = "ended" if result.run_finished else "ends"
+        lines.append(f"best {result.best_loss:.3f}; the run {ends} at {axis.short(result.end_tokens)}")
+        if result.p_reach_within_plan is not None:
+            lines.append(f"P(reached within plan) {result.p_reach_within_plan:.2f}")
+        x = min(float(axis.x(result.end_tokens)), ax.get_xlim()[1])
+    else:
+        x = ax.get_xlim()[0]
+    return crossing_label(ax, "\n".join(lines), (x, result.target), color, bold=False)
 
 
 def _target_mark(
@@ -178,7 +196,7 @@ def _target_mark(
     """A target's crossing: its marker and interval; return its label."""
     assert result.tokens is not None and result.step is not None
     x, y, off = mark_crossing(ax, axis, analysis, result, color, curve)
-    lines = [f"{result.target:g} {result.status}", axis.text(result.tokens, result.step)]
+    lines = [f"{result.target:g} {status_words(result.status)}", axis.text(result.tokens, result.step)]
     if off is not None:
         lines.append(f"curve at {off:.3f} here (median crossing with noise)")
     warning = warning_line(analysis, result)

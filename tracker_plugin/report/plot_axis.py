@@ -1,4 +1,5 @@
-"""The x axis of a run's plot: tokens (log scale) or the run's clock in hours (linear).
+"""The x axis of a run's plot: tokens (log scale) or the run's clock (linear), in hours, or
+in minutes for a run whose plot spans less than two hours.
 
 Everything a plot draws is placed in tokens; an axis maps tokens to its own x, so the
 curves, markers and intervals land where the same tokens are on either axis. A run with
@@ -27,7 +28,9 @@ class NoClock(ValueError):
 
 @dataclass(frozen=True)
 class XAxis:
-    """Tokens -> x. ``kind`` is "tokens" (x is tokens) or "time" (x is hours since the first row).
+    """Tokens -> x. ``kind`` is "tokens" (x is tokens) or "time" (x is time since the first
+    row, in hours, or in minutes where ``unit_seconds`` is 60: the label, the ticks and
+    every time a label says are in that one unit).
 
     On the time axis, tokens inside the log take the logged clock (interpolated), and
     tokens past it the measured throughput from the last logged row on: the rate the
@@ -40,11 +43,16 @@ class XAxis:
     hours_per_token: float = 0.0
     steps: bool = False  # a batch of one "token" per step: the token axis counts steps
     on_steps: bool = False  # no tokens at all (the analysis is on steps): nothing says tokens
+    unit_seconds: float = 3600.0  # the time axis's unit: an hour, or a minute
+
+    @property
+    def unit(self) -> str:
+        return "minutes" if self.unit_seconds == 60.0 else "hours"
 
     @property
     def label(self) -> str:
         if self.kind == "time":
-            return "hours since the first logged row"
+            return f"time since the first logged row ({self.unit})"
         if self.on_steps:
             return "steps"
         return "steps (a batch of 1: tokens count steps)" if self.steps else "tokens"
@@ -64,21 +72,29 @@ class XAxis:
             return values
         inside = np.interp(values, self.tokens, self.hours)
         past = self.hours[-1] + (values - self.tokens[-1]) * self.hours_per_token
-        return np.where(values > self.tokens[-1], past, inside)
+        return np.where(values > self.tokens[-1], past, inside) * (3600.0 / self.unit_seconds)
+
+    def at_seconds(self, seconds: float) -> float:
+        """Seconds since the first row on this axis (hours or minutes)."""
+        return seconds / self.unit_seconds
+
+    def in_unit(self, x: float) -> str:
+        """An x of the time axis as a label says it, in the axis's own unit."""
+        return f"{x:,.1f} h" if self.unit == "hours" else f"{x:,.1f} min"
 
     def text(self, tokens: float, step: float) -> str:
         """A place on this axis as a label says it: ``2.98B tokens, step 5,680`` (``, 5.2 h``
         added on the clock); on steps ``step 5,680``."""
         words = [f"step {step:,.0f}"] if self.on_steps else [f"{format_tokens(tokens)} tokens", f"step {step:,.0f}"]
         if self.kind == "time":
-            words.append(hours_text(float(self.x(tokens))))
+            words.append(self.in_unit(float(self.x(tokens))))
         return ", ".join(words)
 
     def short(self, tokens: float) -> str:
         """A place on this axis in its own units only: ``2.98B`` on tokens, ``5,680`` on
         steps, ``5.2 h`` on the clock."""
         if self.kind == "time":
-            return hours_text(float(self.x(tokens)))
+            return self.in_unit(float(self.x(tokens)))
         return tick_steps(tokens) if self.on_steps else format_tokens(tokens)
 
     def format(self, ax: Any) -> None:
@@ -116,8 +132,15 @@ def tick_steps(value: float) -> str:
     return f"{value:,.0f}" if abs(value) < 1e6 else tick_tokens(value)
 
 
-def x_axis(analysis: Analysis, kind: str) -> XAxis:
-    """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log."""
+# A plot whose time axis spans less than this is drawn in minutes: 0.05 h says nothing at a glance.
+_MINUTES_BELOW_HOURS = 2.0
+
+
+def x_axis(analysis: Analysis, kind: str, unit: str = "auto", span_tokens: float | None = None) -> XAxis:
+    """The axis ``kind`` names for this run; raises :class:`NoClock` for time on a clockless log.
+
+    ``unit`` ("auto", "hours" or "minutes") is the time axis's: "auto" takes minutes when
+    the plot (to ``span_tokens``, default the log's end) spans under two hours."""
     if kind == "tokens":
         on_steps = bool(analysis.history.on_steps)
         return XAxis("tokens", steps=on_steps or bool(np.all(analysis.history.batch == 1)), on_steps=on_steps)
@@ -135,4 +158,11 @@ def x_axis(analysis: Analysis, kind: str) -> XAxis:
     rate = 0.0
     if timing is not None and timing.throughput is not None:
         rate = timing.throughput.seconds_per_token / 3600.0
-    return XAxis("time", tokens[order], np.maximum.accumulate(hours[order]), rate, on_steps=bool(history.on_steps))
+    axis = XAxis("time", tokens[order], np.maximum.accumulate(hours[order]), rate, on_steps=bool(history.on_steps))
+    if unit == "auto":
+        span = float(axis.x(max(span_tokens or 0.0, float(tokens[order][-1]))))
+        unit = "minutes" if span < _MINUTES_BELOW_HOURS else "hours"
+    if unit not in ("hours", "minutes"):
+        raise ValueError(f"no time unit '{unit}'; hours or minutes")
+    return XAxis(axis.kind, axis.tokens, axis.hours, rate, on_steps=axis.on_steps,
+                 unit_seconds=60.0 if unit == "minutes" else 3600.0)

@@ -73,7 +73,7 @@ def plot_comparison(
     not be analysed; the figure says so under its title.
     """
     plot_format(path)
-    axes = [x_axis(a, x) for _, a in analyses]
+    axes = [x_axis(a, x, unit="hours") for _, a in analyses]
     with LOCK:
         save(_draw(analyses, axes, x, left_out), path)
 
@@ -82,7 +82,7 @@ def comparison_figure(
     analyses: Sequence[tuple[str, Analysis]], left_out: Sequence[str] = (), *, x: str = "tokens"
 ) -> Any:
     """The matplotlib Figure :func:`plot_comparison` writes (for tests and notebooks)."""
-    axes = [x_axis(a, x) for _, a in analyses]
+    axes = [x_axis(a, x, unit="hours") for _, a in analyses]
     with LOCK:
         return _draw(analyses, axes, x, left_out)
 

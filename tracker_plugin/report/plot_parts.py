@@ -22,6 +22,7 @@ from tracker_plugin.core.status import Status
 from tracker_plugin.report.plot_axis import XAxis
 
 __all__ = [
+    "BAND_HEIGHT",
     "LOCK",
     "PLOT_FORMATS",
     "Curve",
@@ -36,6 +37,7 @@ __all__ = [
     "mark_crossing",
     "open_top",
     "outside_legend",
+    "plan_end_tokens",
     "place_labels",
     "plot_format",
     "printable",
@@ -43,11 +45,15 @@ __all__ = [
     "save",
     "set_x_limits",
     "short",
+    "status_words",
     "warning_line",
 ]
 
 # What matplotlib's Agg, PDF and SVG backends write, by file extension.
 PLOT_FORMATS = ("png", "pdf", "svg")
+# An interval band's height, as a share of the loss axis: visible at any scale, thin
+# enough that the bands of targets close together stay apart.
+BAND_HEIGHT = 0.02
 # Columns of the log token axis the curves are binned into: about twice the figure's
 # pixel columns, so a bin's min and max draw what every row would have drawn.
 _BINS = 2048
@@ -63,7 +69,9 @@ def figure() -> Any:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(10, 6), dpi=110)
+    # Constrained layout keeps the outside legend, the title and the axis labels in the
+    # figure without squeezing the axes by hand.
+    fig = Figure(figsize=(10, 6), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -137,8 +145,20 @@ def forecast_curve(analysis: Analysis, end: float) -> Curve:
 
     For a schedule-aware law, the law's token-window EMA: the curve the forecasts are
     read from (the smoothed loss is compared with it), not the law's raw loss, which
-    levels off lower.
+    levels off lower. It starts where the smoothed loss ends: the smoothed loss's offset
+    from the law's at the last row fades as the EMA forgets it (by ``1 - 2/(span + 1)``
+    a step), which is what the EMA does with it when the loss follows the law from there.
     """
+    tokens, curve = _law_curve(analysis, end)
+    history = analysis.history
+    offset = float(analysis.smoothed[-1]) - float(curve[0])
+    span = analysis.config.ema_token_window / float(history.batch[-1])  # steps
+    steps_on = (tokens - tokens[0]) / float(history.batch[-1])
+    return tokens, curve + offset * (1.0 - 2.0 / (span + 1.0)) ** steps_on
+
+
+def _law_curve(analysis: Analysis, end: float) -> Curve:
+    """The fitted law's own curve from the log's last row to ``end`` (its EMA for a schedule law)."""
     fit = analysis.fit
     assert fit is not None and not isinstance(fit, FitFailure)
     last = float(np.maximum(analysis.history.tokens, analysis.history.batch[0])[-1])
@@ -155,12 +175,30 @@ def forecast_curve(analysis: Analysis, end: float) -> Curve:
     return beyond, fit.predict(beyond)
 
 
+# The planned end is drawn, and the forecast curve runs on to it, when it lies within this
+# factor of the furthest point otherwise shown: further, it would leave most of the plot empty.
+_PLAN_END_REACH = 4.0
+
+
+def plan_end_tokens(analysis: Analysis) -> float | None:
+    """Where the planned run ends, in tokens (None: no plan with an end, or no law to draw)."""
+    timeline = getattr(analysis.fit, "timeline", None)
+    if timeline is None or timeline.plan_end is None:
+        return None
+    return float(timeline.tokens_at(timeline.plan_end))
+
+
 def furthest(analysis: Analysis) -> float:
-    """The furthest tokens a plot of the run shows: its log, forecasts and bounded intervals."""
+    """The furthest tokens a plot of the run shows: its log, forecasts and bounded intervals,
+    and the plan's end when it is near (the forecast curve runs on to it)."""
     last = float(np.maximum(analysis.history.tokens, analysis.history.batch[0])[-1])
-    forecasts = [t.tokens for t in analysis.targets if t.status == Status.EXTRAPOLATED and t.tokens]
+    forecasts = [t.tokens for t in analysis.targets if t.status.forecast and t.tokens]
     highs = [t.tokens_interval[1] for t in analysis.targets if t.tokens_interval and np.isfinite(t.tokens_interval[1])]
-    return float(max([last, *forecasts, *highs]))
+    shown = float(max([last, *forecasts, *highs]))
+    end = plan_end_tokens(analysis)
+    if end is not None and shown < end <= _PLAN_END_REACH * shown:
+        return end
+    return shown
 
 
 def open_top(analysis: Analysis) -> bool:
@@ -171,12 +209,13 @@ def open_top(analysis: Analysis) -> bool:
 def set_x_limits(ax: Any, log: bool, low: float, high: float, open_top: bool) -> None:
     """x from ``low`` to past ``high`` (in the axis's own units), with room past the
     furthest forecast for an open interval's arrow; log or linear."""
-    room = 0.25 if open_top else 0.05
+    room = 0.15 if open_top else 0.04  # a share of the axis past ``high``
     if log:
         ax.set_xscale("log")
-        ax.set_xlim(low, high * (1.1 + 2 * room))
+        top = float(np.exp(np.log(high) + room / (1 - room) * (np.log(high) - np.log(low)))) if high > low else high * 1.1
+        ax.set_xlim(low, top)
     else:
-        ax.set_xlim(low, high + room * (high - low or 1.0))
+        ax.set_xlim(low, high + room / (1 - room) * (high - low or 1.0))
 
 
 def frame_loss(ax: Any, losses: Sequence[np.ndarray], targets: Sequence[float]) -> None:
@@ -206,27 +245,32 @@ def warning_line(analysis: Analysis, result: TargetResult) -> str | None:
 def mark_crossing(
     ax: Any, axis: XAxis, analysis: Analysis, result: TargetResult, color: str, curve: Curve | None
 ) -> tuple[float, float, float | None]:
-    """A crossing's marker: a circle where the smoothed loss crossed, a diamond for a
-    forecast, black-edged past the warn factor. Returns its ``(x, y)`` and, when the
-    forecast's curve is off the target where the eye sees it, the curve's value there.
+    """A crossing's marker on its target line: a circle where the smoothed loss crossed, a
+    diamond for a forecast, black-edged past the warn factor. Returns its ``(x, y)`` and,
+    when the forecast's curve is off the target where the eye sees it, the curve's value there.
 
     The point forecast is the median crossing of the fitted curve plus the loss's
     fluctuations: the curve itself may level off just above the target. The marker sits
-    on the curve, and a dotted tick joins it to the target line.
+    on the target line, and a dotted tick joins it to the curve.
     """
     assert result.tokens is not None
     x, y, off = float(axis.x(result.tokens)), result.target, None
-    if result.status == Status.EXTRAPOLATED and curve is not None and len(curve[0]) >= 2:
+    if result.status.forecast and curve is not None and len(curve[0]) >= 2:
         on_curve = float(np.interp(result.tokens, curve[0], curve[1]))
         low, high = ax.get_ylim()
         if abs(on_curve - y) > 0.01 * (high - low):  # only where the eye sees the gap
             ax.plot([x, x], [y, on_curve], color=color, lw=1, ls=":")
             off = on_curve
-        y = on_curve
     warn = warning_line(analysis, result) is not None
     ax.plot([x], [y], marker="o" if result.status == Status.REACHED else "D", color=color, ms=7, ls="none",
             zorder=4, markeredgecolor="black" if warn else color, markeredgewidth=2 if warn else 1)
     return x, y, off
+
+
+def status_words(status: Status) -> str:
+    """A status as a label says it: the JSON's word, its underscores spaced
+    (``not reached``, ``forecast beyond plan``)."""
+    return str(status).replace("_", " ")
 
 
 def crossing_label(ax: Any, text: str, xy: tuple[float, float], color: str, bold: bool) -> Any:
@@ -253,20 +297,26 @@ def interval_band(
     assert result.tokens_interval is not None
     lo, hi = result.tokens_interval
     level: str | None = f"{analysis.config.interval:.0%} interval"
-    if any(line.get_label() == level for line in ax.lines):  # one legend entry, from the first band
+    if any(band.get_label() == level for band in ax.collections):  # one legend entry, from the first band
         level = None
     left, right = float(axis.x(lo)), float(axis.x(hi)) if np.isfinite(hi) else math.inf
     timing = analysis.timing
     timed = timing.targets[k] if timing is not None and k < len(timing.targets) else None
     if axis.kind == "time" and timed is not None and timed.seconds_interval is not None:
-        # The report's hours: the forecast's interval widened by the throughput's spread.
-        left, right = (v / 3600.0 for v in timed.seconds_interval)
+        # The report's times: the forecast's interval widened by the throughput's spread.
+        left, right = (axis.at_seconds(v) for v in timed.seconds_interval)
     at = ax.transData + ScaledTranslation(0, lift / 72.0, ax.figure.dpi_scale_trans)
-    style = {"color": color, "lw": 4, "alpha": 0.35, "solid_capstyle": "butt", "label": level, "transform": at}
     y = result.target
+    low, high = ax.get_ylim()
+    half = BAND_HEIGHT / 2 * (high - low)  # a filled band, as tall at any loss scale
+
+    def band(x_from: float, x_to: float) -> None:
+        ax.fill_between([x_from, x_to], [y - half] * 2, [y + half] * 2, color=color, alpha=0.3, lw=0,
+                        label=level, transform=at, zorder=3)
+
     x0, x1 = ax.get_xlim()
     if np.isfinite(right) and right <= x1:
-        ax.plot([left, right], [y, y], **style)
+        band(left, right)
         return
     # Open at the top (or going on past the frame): the band stops short of the edge and
     # ends in an arrow, so it reads as going on, not as ending where the axes do.
@@ -277,7 +327,7 @@ def interval_band(
         return x0 + share * (x1 - x0)
 
     end = max(along(0.95), left)
-    ax.plot([left, end], [y, y], **style)
+    band(left, end)
     ax.annotate("", xy=(along(0.995), y), xytext=(end, y), xycoords=at, textcoords=at,
                 arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.5, "alpha": 0.6})
     if say_open and not np.isfinite(right):
