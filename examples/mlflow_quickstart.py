@@ -51,12 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nThe runs table of '{EXPERIMENT}' as MLflow serves it (sorted on a forecast column):")
     print(mlflow_table(client, experiment_id, "loss_eta/target_3p30"))
     print(
-        f"\nIn the MLflow UI (mlflow ui --backend-store-uri {uri}), open the experiment\n"
+        f"\nIn the MLflow UI ({_ui_hint(uri)}), open the experiment\n"
         f"'{EXPERIMENT}'; under Columns, add the Metrics loss_eta/target_3p30/tokens and\n"
         ".../step (sortable) and the Tag loss_eta/target_3p30/status. Each run's Artifacts\n"
         "tab shows loss_eta/loss_eta.png and loss_eta/loss_eta.json."
     )
     return code
+
+
+def _ui_hint(uri: str) -> str:
+    """How to open the UI: a server already serves it; a local store needs ``mlflow ui``."""
+    if uri.startswith(("http://", "https://")):
+        return f"open {uri} in a browser"
+    return f"mlflow ui --backend-store-uri {uri}"
 
 
 def mlflow_table(client, experiment_id: str, prefix: str) -> str:
