@@ -148,7 +148,7 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     runs = sorted(p.stem for p in (ROOT / "examples" / "runs").glob("*.csv"))
     table = out.split("\n\n")[0]
     assert sorted({row.split()[0] for row in table.splitlines()[2:]}) == runs
-    sample = re.search(r"```\n(run +target .*?)```", README, re.S)
+    sample = re.search(r"```\n(run +action +target .*?)```", README, re.S)
     assert sample is not None, "the README shows what the main job prints"
     printed = out.splitlines()
     for shown in sample.group(1).splitlines():  # each row shown is printed (the elided ones are "...")
