@@ -255,8 +255,8 @@ def source_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--time-col",
             multiple=True,
-            help="Column or key holding the run's clock, seconds since start or Unix time "
-            "[default: time, timestamp, _timestamp, _runtime, train_time, ...].",
+            help="Column or key holding the run's clock: seconds since start, Unix time or ISO 8601 dates; "
+            "--time-col none reads no clock [default: time, timestamp, _timestamp, _runtime, train_time, ...].",
         ),
         click.option(
             "--batch-size",

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.errors import ConfigError, DataError
-from tracker_plugin.frame.time import read_clock
+from tracker_plugin.frame.time import LoggedTimes, logged_times, read_clock
 
 if TYPE_CHECKING:
     from tracker_plugin.plan.schedule import LrSchedule
@@ -236,7 +236,13 @@ def build_history(
     nan_loss = _spelled_nan(data[loss_key])
     if logged_nan_loss is not None:
         nan_loss = nan_loss | np.asarray(logged_nan_loss, bool)  # not in place: pandas hands out read-only arrays
-    cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None}
+    # The clock is read apart: dates count, and a column that is no clock is a note, not an error.
+    times = logged_times(data[names["time"]], names["time"]) if names["time"] is not None else LoggedTimes(None)
+    if times.values is None:
+        names["time"] = None
+    cols = {key: _numeric(data[name], name, run) for key, name in names.items() if name is not None and key != "time"}
+    if times.values is not None:
+        cols["time"] = times.values
     cols["nan_loss"] = nan_loss
     has_step = ~np.isnan(cols["step"])
     logged = ~np.isnan(cols["loss"]) | nan_loss
@@ -271,8 +277,8 @@ def build_history(
     tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
     _lr_not_negative(cols.get("lr"), names["lr"], step, run)
     lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
-    clock = read_clock(cols.get("time"), step, keep, names["time"], run, tokens)
-    notes += clock.notes
+    clock = read_clock(cols.get("time"), step, keep, names["time"], run, tokens, dates=times.dates)
+    notes += (*times.notes, *clock.notes)
     if not keep.all():
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]
     return History(

@@ -11,6 +11,11 @@ A clock must also be the training's. A log written after the fact (a backfill, a
 from a CSV, ``mlflow.log_metrics`` in one burst) carries the times it was written at, not
 the times the steps ran at: many steps share one timestamp, or the steps go faster than
 any training does. Such a clock gives no hours, and a note says why.
+
+A CSV's clock may also be dates as text (ISO 8601 / RFC 3339, ``2024-05-01T12:00:03Z``):
+:func:`logged_times` reads them as Unix seconds (a date naming no zone is UTC, and a note
+says so). A time column that is neither numbers nor dates is no clock, with a note: the
+hours are the only thing it feeds, and ``step_time`` or ``throughput`` can still give them.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from tracker_plugin.errors import DataError
 
-__all__ = ["Clock", "read_clock"]
+__all__ = ["Clock", "LoggedTimes", "logged_times", "read_clock"]
 
 # Unix time from 2001 to 5138 in seconds; the same span in ms, µs or ns is 1e3, 1e6 or 1e9
 # times larger, and the spans do not overlap: the magnitude alone says the unit.
@@ -42,6 +48,14 @@ _RESTART_SHARE = 0.5
 _SHARED_STAMPS = 0.5
 _FASTEST_STEP_SECONDS = 1e-3
 _MOST_TOKENS_PER_SECOND = 2e8
+# A text time column is read (as numbers or as dates) when more than this share of its
+# cells read one way; the rest count as not logged, and a note counts them.
+_READABLE_SHARE = 0.5
+# An ISO 8601 time of day that names its zone (``Z``, ``+02:00``, ``-0500``, ``+02``) at
+# the end: after the time, so that a date's own ``-01`` is no zone.
+_ZONE = r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
+_NAN_SPELLINGS = ("nan", "+nan", "-nan")
+_UNIX_EPOCH = pd.Timestamp(0, tz="UTC")
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +69,91 @@ class Clock:
     start: float | None = None  # the first logged time, on any row (the run's start)
 
 
+@dataclass(frozen=True, eq=False)
+class LoggedTimes:
+    """A time column's cells as numbers, and how they were read."""
+
+    values: np.ndarray | None  # NaN where not logged or not read; None: the column is no clock
+    dates: bool = False  # read from dates: Unix seconds
+    notes: tuple[str, ...] = ()
+
+
+def logged_times(cells: pd.Series, column: str) -> LoggedTimes:
+    """A time column's cells as numbers: numbers as they are, ISO 8601 dates as Unix seconds.
+
+    Text cells are read the way most of them read (numbers, else dates); cells that read
+    neither way count as not logged, as a blank cell does, and a note counts them. A column
+    where most cells read neither way is no clock, with a note naming it and the way out:
+    a clock feeds only the hours, so it never stops the analysis.
+    """
+    if pd.api.types.is_bool_dtype(cells.dtype):
+        return LoggedTimes(None, notes=(_no_clock(column, "holds true/false values"),))
+    if pd.api.types.is_numeric_dtype(cells.dtype):
+        return LoggedTimes(cells.to_numpy(dtype=float, na_value=np.nan))
+    text = cells.where(cells.isna(), cells.astype(str).str.strip())
+    logged = (text.notna() & (text != "") & ~text.str.lower().isin(_NAN_SPELLINGS)).to_numpy(bool)
+    numbers = _as_numbers(text)
+    if (~np.isnan(numbers) | ~logged).all():  # numbers, some spelled as text: the usual case
+        return LoggedTimes(numbers)
+    dates = _as_unix_seconds(text)
+    use_dates = int(np.count_nonzero(~np.isnan(dates) & logged)) > int(np.count_nonzero(~np.isnan(numbers) & logged))
+    values = np.where(logged, dates if use_dates else numbers, np.nan)
+    unread = logged & np.isnan(values)
+    if np.count_nonzero(~unread & logged) <= _READABLE_SHARE * np.count_nonzero(logged):
+        why = f"holds text that is neither numbers nor ISO 8601 dates ({_first(cells, unread)})"
+        return LoggedTimes(None, notes=(_no_clock(column, why),))
+    notes = []
+    if unread.any():
+        notes.append(
+            f"{np.count_nonzero(unread):,} of {np.count_nonzero(logged):,} times in '{column}' are neither numbers "
+            f"nor ISO 8601 dates (the first {_first(cells, unread)}): read as not logged"
+        )
+    if use_dates:
+        notes += _naive_note(text, ~np.isnan(values), column)
+    return LoggedTimes(values, use_dates, tuple(notes))
+
+
+def _as_numbers(text: pd.Series) -> np.ndarray:
+    try:
+        return pd.to_numeric(text, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    except OverflowError:  # an integer past 1e308: no time, like any cell that is no number
+        return np.array([_float_or_nan(cell) for cell in text])
+
+
+def _float_or_nan(cell: object) -> float:
+    try:
+        return float(str(cell))
+    except ValueError:
+        return np.nan
+
+
+def _as_unix_seconds(text: pd.Series) -> np.ndarray:
+    """ISO 8601 / RFC 3339 dates as Unix seconds (NaN where a cell is no such date); a date
+    naming no zone is taken as UTC, as the trackers' own clocks are."""
+    parsed = pd.to_datetime(text, utc=True, format="ISO8601", errors="coerce")
+    return (parsed - _UNIX_EPOCH).dt.total_seconds().to_numpy(dtype=float, na_value=np.nan)
+
+
+def _naive_note(text: pd.Series, dates: np.ndarray, column: str) -> list[str]:
+    naive = dates & ~text.str.contains(_ZONE, regex=True, na=False).to_numpy(bool)
+    if not naive.any():
+        return []
+    which = "the" if naive.sum() == dates.sum() else f"{int(naive.sum()):,} of the {int(dates.sum()):,}"
+    return [f"{which} dates in '{column}' name no time zone: read as UTC"]
+
+
+def _first(cells: pd.Series, where: np.ndarray) -> str:
+    row = int(np.flatnonzero(where)[0])
+    return f"{str(cells.iloc[row])[:40]!r} in row {row + 1}"
+
+
+def _no_clock(column: str, why: str) -> str:
+    return (
+        f"time column '{column}' {why}: no clock read from it (name the clock column with columns.time, or "
+        "columns.time none to read no clock; for hours give step_time (seconds per step) or throughput)"
+    )
+
+
 def read_clock(
     logged: np.ndarray | None,
     step: np.ndarray,
@@ -62,8 +161,11 @@ def read_clock(
     column: str | None,
     run: str,
     tokens: np.ndarray | None = None,
+    *,
+    dates: bool = False,
 ) -> Clock:
-    """Seconds at each kept row from a numeric time column (NaN where not logged).
+    """Seconds at each kept row from a time column read as numbers (NaN where not logged);
+    ``dates``: they are Unix seconds read from dates (:func:`logged_times`).
 
     Rows without a time take it interpolated on step between the rows that have one. A
     column that holds a bulk log's times (see the module's docstring) is no clock.
@@ -75,7 +177,8 @@ def read_clock(
         return Clock(None)
     if known.sum() < 2:  # one time (a trainer's end-of-run runtime) is no rate
         return Clock(None, notes=(f"'{column}' is logged on one row only: no clock read from it",))
-    values, absolute, notes = _in_seconds(logged[known], column)
+    # Dates are Unix seconds whatever their year: no unit is guessed from their size.
+    values, absolute, notes = (logged[known], True, []) if dates else _in_seconds(logged[known], column)
     if values is None:
         return Clock(None, notes=tuple(notes))
     values, stitched = _forward(values, step[known], absolute, column, run)
@@ -87,7 +190,7 @@ def read_clock(
         values = np.interp(step, step[known], values)
     else:
         values = values.copy()
-    kind = "Unix time" if absolute else "seconds since the run's start"
+    kind = "ISO 8601 dates, Unix time" if dates else "Unix time" if absolute else "seconds since the run's start"
     return Clock(values[keep], absolute, f"column '{column}' ({kind})", tuple(notes), float(values[0]))
 
 
@@ -127,7 +230,7 @@ def _forward(
             raise DataError(
                 f"the clock goes backwards from {before:g} s at step {int(step[i])} to {after:g} s at step "
                 f"{int(step[i + 1])}; a restarted logger's clock is stitched only when it starts again near 0 "
-                "(fix the log or name another column with columns.time)",
+                "(fix the log, name another column with columns.time, or give columns.time none)",
                 run=run,
                 column=column,
             )
