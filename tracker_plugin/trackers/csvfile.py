@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import json
 import lzma
 import os
+import re
 import tarfile
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +53,31 @@ _WIDE = 3
 # What pandas raises for a compressed file (by its suffix) that is not one, is cut short
 # or has data after its end: the standard library's decompressors' own errors.
 _UNPACKING = (EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
+# The delimiters a log is sniffed for, in the order a tie goes; the lines sniffed.
+_DELIMITERS = (",", "\t", ";", "|")
+_NAMES = {",": "','", "\t": "tab", ";": "';'", "|": "'|'"}
+_SNIFF_LINES = 20
+# ``run.tsv``, also compressed (``run.tsv.gz``): tab-separated, whatever the lines hold.
+_TSV = re.compile(r"\.tsv(?:\.(?:gz|bz2|xz|zip|zst|tar))?$", re.IGNORECASE)
+# A number with a decimal comma (``3,25``, ``-1,5e-3``), as European spreadsheets export
+# beside ``;``; and one with a decimal point, which says the commas are no decimal mark.
+_DECIMAL_COMMA = re.compile(r"[+-]?\d*,\d+(?:[eE][+-]?\d+)?")
+_DECIMAL_POINT = re.compile(r"[+-]?(?:\d*\.\d+|\d+\.)(?:[eE][+-]?\d+)?")
+
+
+@dataclass(frozen=True)
+class _Dialect:
+    """How a log's text splits into cells: its delimiter and decimal mark."""
+
+    sep: str = ","
+    decimal: str = "."
+
+    def noted(self, history: History) -> History:
+        """The history, with a note where a number's reading rests on the sniffed decimal mark."""
+        if self.decimal == ".":
+            return history
+        note = "read ',' as the decimal mark: the file is ';'-separated and writes its numbers like '3,25'"
+        return replace(history, notes=(note, *history.notes))
 
 
 def read_csv(
@@ -59,6 +88,10 @@ def read_csv(
     options: ReadOptions | None = None,
 ) -> History:
     """Read a CSV training log into a :class:`~tracker_plugin.History`.
+
+    The delimiter (comma, tab, ``;`` or ``|``; tab for a ``.tsv``) is sniffed from the
+    header and first rows, and a ``;``-separated file whose numbers are written ``3,25``
+    is read with the decimal comma, which a note says.
 
     A trainer's own log (Lightning ``CSVLogger``'s ``metrics.csv``: ``lr-<Optimizer>``,
     ``*_step``/``*_epoch`` keys) is read by its trainer's conventions, with
@@ -74,28 +107,48 @@ def read_csv(
         :func:`~tracker_plugin.frame.history.build_history`).
     """
     run = os.fspath(path)
-    columns = columns or Columns()
     if not os.path.isfile(run):
         raise RunNotFound("no such file" if not os.path.isdir(run) else "is a directory, not a CSV file", run=run)
-    try:
-        header = pd.read_csv(run, nrows=0).columns
-        _no_duplicate_columns(run, header, columns)
+    with _csv_errors(run):
+        dialect = _dialect(run)
+    return dialect.noted(_read_csv(run, dialect, columns or Columns(), batch_size, options))
+
+
+def _read_csv(
+    run: str, dialect: _Dialect, columns: Columns, batch_size: float | None, options: ReadOptions | None
+) -> History:
+    with _csv_errors(run):
+        header = pd.read_csv(run, nrows=0, sep=dialect.sep, decimal=dialect.decimal).columns
+        _no_duplicate_columns(run, header, columns, dialect)
         alone = eval_loss_alone(list(map(str, header)), columns)
         if alone is not None:  # the only loss logged is an eval loss: read it, and say so
             pinned = None if options is None else replace(options, columns=options.columns.with_overrides(loss=alone))
-            history = read_csv(path, columns=columns.with_overrides(loss=alone), batch_size=batch_size, options=pinned)
+            history = _read_csv(run, dialect, columns.with_overrides(loss=alone), batch_size, pinned)
             return replace(history, notes=(*history.notes, eval_loss_note(alone)))
         if trainer_detected(header):
             options = options or ReadOptions(columns=columns, batch_size=batch_size)
-            data = _read_rows(run)
+            data = _read_rows(run, dialect)
             config = sibling_hparams(Path(run))
             return read_frame_as_trainer(data, config, options, run=run, native_step="step", finished=True)
         wanted = [c for c in header if c in set(columns.keys())]
         if not any(c in wanted for c in columns.loss) or not any(c in wanted for c in columns.step):
             return build_history(pd.DataFrame(columns=header), run=run, columns=columns, batch_size=batch_size)
         # Selecting columns slows the parser down by half; it pays only on wide exports.
-        wide = len(header) > _WIDE * len(wanted) and _rows_fit_header(run, len(header))
-        data = _read_rows(run, wanted if wide else None)
+        wide = len(header) > _WIDE * len(wanted) and _rows_fit_header(run, len(header), dialect.sep)
+        data = _read_rows(run, dialect, wanted if wide else None)
+    if batch_size is None and batch_from_name(run) is None and not any(c in data.columns for c in columns.batch):
+        # No batch anywhere: tokens per step from a tokens column, else the analysis is on
+        # steps; read as any run is (conventions.read_as), which says so and never refuses.
+        options = options or ReadOptions(columns=columns)
+        return read_frame_as_trainer(data, {}, options, run=run, native_step="step", finished=True)
+    return build_history(data, run=run, columns=columns, batch_size=batch_size)
+
+
+@contextmanager
+def _csv_errors(run: str) -> Iterator[None]:
+    """A read's failures as one line naming the file: pandas', the decompressors' and the OS's."""
+    try:
+        yield
     except pd.errors.EmptyDataError:
         raise DataError("the file is empty", run=run) from None
     except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
@@ -112,12 +165,59 @@ def read_csv(
         if exc.errno is None:  # gzip's and bz2's own errors for a stream that is no such stream
             raise _undecompressed(run, exc) from None
         raise SourceError(f"cannot be read ({exc.strerror})", run=run) from None
-    if batch_size is None and batch_from_name(run) is None and not any(c in data.columns for c in columns.batch):
-        # No batch anywhere: tokens per step from a tokens column, else the analysis is on
-        # steps; read as any run is (conventions.read_as), which says so and never refuses.
-        options = options or ReadOptions(columns=columns)
-        return read_frame_as_trainer(data, {}, options, run=run, native_step="step", finished=True)
-    return build_history(data, run=run, columns=columns, batch_size=batch_size)
+
+
+def _dialect(run: str) -> _Dialect:
+    """The log's delimiter (``.tsv``: tab; else sniffed from its first lines) and its
+    decimal mark (a comma only in a ``;``-separated file whose numbers are written so)."""
+    lines = _first_lines(run)
+    sep = "\t" if _TSV.search(run) else _delimiter(lines, run)
+    return _Dialect(sep, "," if sep == ";" and _decimal_commas(lines) else ".")
+
+
+def _first_lines(run: str) -> list[str]:
+    """The file's first lines as text, decompressed as its read will be: pandas reads each
+    line as one cell (a separator no text log holds; quotes kept as they are)."""
+    lines = pd.read_csv(
+        run, header=None, nrows=_SNIFF_LINES, sep="\x1e", quoting=csv.QUOTE_NONE, dtype=str, na_filter=False
+    )
+    return [str(line) for line in lines.iloc[:, 0]] if lines.shape[1] else []
+
+
+def _delimiter(lines: list[str], run: str) -> str:
+    """The delimiter that splits the header into the most columns that the first rows keep
+    (the most rows of the header's width, then the most columns, then the order of
+    ``_DELIMITERS``): a decimal comma in a ``;`` file splits no header."""
+    best, score = ",", (0, 0)
+    for sep in _DELIMITERS:
+        rows = _split(lines, sep)
+        if len(rows[0]) < 2:
+            continue
+        fits = (sum(len(row) == len(rows[0]) for row in rows[1:]), len(rows[0]))
+        if fits > score:
+            best, score = sep, fits
+    if score == (0, 0) and lines:
+        held = [sep for sep in _DELIMITERS[1:] if any(sep in line for line in lines[1:])]
+        if held:  # a one-column read would name the wrong fix (--step-col)
+            raise DataError(
+                f"its header is one column while its rows hold {_NAMES[held[0]]}: the delimiter was not "
+                "recognised (a log's header and rows are split by one of ',', tab, ';' or '|')",
+                run=run,
+            )
+    return best
+
+
+def _split(lines: list[str], sep: str) -> list[list[str]]:
+    try:
+        return list(csv.reader(io.StringIO("\n".join(lines)), delimiter=sep)) or [[]]
+    except csv.Error:  # a quoted cell the sniffed lines cut short
+        return [[]]
+
+
+def _decimal_commas(lines: list[str]) -> bool:
+    """Do the first rows write numbers with a decimal comma, and none with a point?"""
+    cells = [cell.strip() for row in _split(lines[1:], ";") for cell in row]
+    return any(_DECIMAL_COMMA.fullmatch(c) for c in cells) and not any(_DECIMAL_POINT.fullmatch(c) for c in cells)
 
 
 def _undecompressed(run: str, exc: Exception) -> DataError:
@@ -128,7 +228,7 @@ def _undecompressed(run: str, exc: Exception) -> DataError:
     )
 
 
-def _read_rows(run: str, usecols: list[str] | None = None) -> pd.DataFrame:
+def _read_rows(run: str, dialect: _Dialect, usecols: list[str] | None = None) -> pd.DataFrame:
     """The file's rows, as text where a cell is not a number.
 
     Raises ``pd.errors.ParserWarning`` where the first row has more fields than the header:
@@ -139,22 +239,27 @@ def _read_rows(run: str, usecols: list[str] | None = None) -> pd.DataFrame:
         # Mixed types in a column: build_history names the bad value itself.
         warnings.simplefilter("ignore", pd.errors.DtypeWarning)
         warnings.simplefilter("error", pd.errors.ParserWarning)
-        return pd.read_csv(run, usecols=usecols, index_col=False, keep_default_na=False, na_values=_MISSING)
+        return pd.read_csv(
+            run, sep=dialect.sep, decimal=dialect.decimal, usecols=usecols, index_col=False, keep_default_na=False,
+            na_values=_MISSING,
+        )
 
 
-def _rows_fit_header(run: str, fields: int) -> bool:
+def _rows_fit_header(run: str, fields: int, sep: str) -> bool:
     """Can the file be read by selected columns: is it plain text with no row wider than
     its header? pandas drops a wider row's extra fields unseen when it reads selected
     columns, where a whole read refuses the row. A file that is compressed, or quotes a
-    field (which may hold a comma or a line break), is read whole."""
+    field (which may hold a separator or a line break), is read whole."""
+    mark = sep.encode()
     with open(run, "rb") as lines:
-        if lines.readline().count(b",") != fields - 1:
+        if lines.readline().count(mark) != fields - 1:
             return False  # compressed, or a quoted header
-        return not any(b'"' in line or line.count(b",") >= fields for line in lines)
+        return not any(b'"' in line or line.count(mark) >= fields for line in lines)
 
 
 def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
-    """A planned lr schedule from a CSV with columns ``step`` and ``lr`` (``--lr-schedule``).
+    """A planned lr schedule from a CSV with columns ``step`` and ``lr`` (``--lr-schedule``),
+    its delimiter sniffed as a log's is.
 
     ``learning_rate`` is taken for ``lr`` too; other columns are ignored.
 
@@ -169,9 +274,12 @@ def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
     if not os.path.isfile(name):
         raise ConfigError(f"{where}: no such file")
     try:
-        data = pd.read_csv(name)
+        dialect = _dialect(name)
+        data = pd.read_csv(name, sep=dialect.sep, decimal=dialect.decimal)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{where}: cannot be read as CSV ({_first_line(exc)})") from None
+    except DataError as exc:  # the sniffed delimiter: said about the flag's file
+        raise ConfigError(f"{where}: {exc.problem}") from None
     lower = {str(c).strip().lower(): c for c in data.columns}
     step_col = lower.get("step")
     lr_col = lower.get("lr", lower.get("learning_rate"))
@@ -191,12 +299,12 @@ def read_lr_schedule(path: str | os.PathLike[str]) -> LrSchedule:
     return replace(schedule, description=f"{where} ({len(schedule.steps)} rows, steps {schedule.steps[0]:,.0f} to {schedule.steps[-1]:,.0f})")
 
 
-def _no_duplicate_columns(run: str, header: pd.Index, columns: Columns) -> None:
+def _no_duplicate_columns(run: str, header: pd.Index, columns: Columns, dialect: _Dialect) -> None:
     """Two columns of one name the read would use: pandas renames the second ``name.1``
     and the first would silently win."""
     if not any(str(c).rsplit(".", 1)[-1].isdigit() for c in header):
         return  # no renamed duplicate: skip reading the header row again
-    first = pd.read_csv(run, nrows=1, header=None, dtype=str, keep_default_na=False)
+    first = pd.read_csv(run, nrows=1, header=None, dtype=str, keep_default_na=False, sep=dialect.sep)
     names = [str(c) for c in first.iloc[0]] if len(first) else []
     wanted = set(columns.keys())
     duplicated = sorted({n for n in names if names.count(n) > 1} & wanted)
@@ -210,7 +318,7 @@ def _first_line(exc: Exception) -> str:
 
 
 class CsvSource(Source):
-    """CSV logs: a file, or a directory of ``*.csv`` files (one run each).
+    """CSV logs: a file, or a directory of ``*.csv`` and ``*.tsv`` files (one run each).
 
     Annotating a CSV run writes its artifacts beside it: ``run.loss_eta.json`` and
     ``run.loss_eta.png`` for ``run.csv``. The file itself is never changed.
@@ -221,9 +329,10 @@ class CsvSource(Source):
     def runs(self) -> list[RunInfo]:
         path = Path(self.spec)
         if path.is_dir():
-            files = sorted(p for p in [*path.glob("*.csv"), *path.glob(TRAINER_STATE)] if p.is_file())
+            logs = [*path.glob("*.csv"), *path.glob("*.tsv"), *path.glob(TRAINER_STATE)]
+            files = sorted(p for p in logs if p.is_file())
             if not files:
-                raise RunNotFound(f"the directory holds no *.csv or {TRAINER_STATE} files", run=self.spec)
+                raise RunNotFound(f"the directory holds no *.csv, *.tsv or {TRAINER_STATE} files", run=self.spec)
         elif path.is_file():
             files = [path]
         else:
