@@ -244,6 +244,51 @@ def test_a_clock_of_no_unit(tmp_path_factory, capsys, frame, biggest):
     _count("clock of no unit", "noted results" if noted else "silent")
 
 
+# -- other dialects, and clocks written as dates ----------------------------------------------
+_CLOCKS: dict[str, Callable[[pd.Series], pd.Series] | None] = {
+    "none": None,
+    "Z": lambda t: t.dt.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z",
+    "offset": lambda t: t.dt.tz_convert("Asia/Kolkata").dt.strftime("%Y-%m-%d %H:%M:%S.%f%z"),
+    "naive": lambda t: t.dt.strftime("%Y-%m-%dT%H:%M:%S.%f"),
+    "text": lambda t: pd.Series(["after lunch"] * len(t)),
+}
+
+
+@_SETTINGS
+@given(frame=logs(), sep=st.sampled_from([",", "\t", ";", "|"]), decimal_comma=st.booleans(), tsv=st.booleans(),
+       clock=st.sampled_from(sorted(_CLOCKS)), start=st.datetimes(datetime(2001, 9, 10), datetime(2100, 1, 1)),
+       seconds_per_row=st.floats(0.5, 600.0))
+def test_a_log_in_another_dialect(tmp_path_factory, capsys, frame, sep, decimal_comma, tsv, clock, start,
+                                  seconds_per_row):
+    """Tab, ``;`` (with decimal commas or points), ``|``, a ``.tsv``, with a clock of dates or
+    text: the comma file's crossings, and the clock's seconds or a note saying there is none."""
+    write = _CLOCKS[clock]
+    instants = pd.Series(pd.Timestamp(start, tz="UTC") + pd.to_timedelta(np.arange(len(frame)) * seconds_per_row, "s"))
+    if write is not None:
+        frame["timestamp"] = write(instants)
+    folder = tmp_path_factory.mktemp("d")
+    frame.to_csv(folder / "comma.csv", index=False)
+    sep, name = ("\t", "run.tsv") if tsv else (sep, "run.csv")
+    frame.to_csv(folder / name, index=False, sep=sep, decimal="," if sep == ";" and decimal_comma else ".")
+    _, want, _ = _cli(capsys, _analyze(folder / "comma.csv"))
+    code, out, err = _cli(capsys, _analyze(folder / name))
+    if code != 0:
+        _judge_error("dialect", code, err, name)  # no dialect of a readable log is an error
+        return
+    got, want = json.loads(out), json.loads(want)
+    same = [g["tokens"] == pytest.approx(w["tokens"], rel=1e-9) if w["tokens"] else g["tokens"] == w["tokens"]
+            for g, w in zip(got["targets"], want["targets"])]
+    seconds = got["observed"]["seconds"]
+    if clock == "text":
+        timed = seconds is None and any("--time-col none" in note for note in in_flags("\n".join(got["notes"])).split("\n"))
+    elif clock == "none":
+        timed = seconds is None
+    else:
+        naive = any("no time zone: read as UTC" in note for note in got["notes"])
+        timed = seconds == pytest.approx((len(frame) - 1) * seconds_per_row, rel=1e-6) and naive == (clock == "naive")
+    _count("dialect", "noted results" if all(same) and timed else "silent")
+
+
 # -- a row with one field more than the header ------------------------------------------------
 @_SETTINGS
 @given(frame=logs(extra_columns=0) | logs(extra_columns=20), data=st.data())
