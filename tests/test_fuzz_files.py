@@ -7,7 +7,9 @@ Lightning ``hparams.yaml`` that loops, explodes ("billion laughs"), nests 100,00
 is not UTF-8, a ``trainer_state.json`` nested 100,000 deep, a ``.wandb`` file whose last
 record's length points past its end, a CSV whose annotation files' names exceed the file
 system's limit, an annotation killed between its two files, a tokens count that gives no
-tokens per step, and runs whose failures the comparison must say in flags.
+tokens per step, runs whose failures the comparison must say in flags, and a log in
+another dialect (tab, ``;`` with decimal commas, ``|``, ``.tsv``) with a clock of dates or
+of text.
 
 Every case runs ``tracker_plugin.cli.main`` in-process under a timer, and must end in a
 clear error (exit 1 or 2, one line on stderr, naming the file, in the command line's
