@@ -114,12 +114,24 @@ def test_mixed_decimal_marks_in_a_semicolon_file_are_a_clear_error(tmp_path, cap
     assert code == 2 and err.count("\n") == 1 and "non-numeric value '4,91'" in err and "train_loss" in err
 
 
-def test_a_one_column_header_over_tabbed_rows_says_the_delimiter_was_not_recognised(tmp_path, capsys):
+@pytest.mark.parametrize(("row_sep", "said"), [("\t", "tabs"), (" ", "spaces")])
+def test_a_one_column_header_over_split_rows_says_the_delimiter_was_not_recognised(tmp_path, capsys, row_sep, said):
+    """A header the sniffer cannot split (spaces) over rows that are: no one-column read,
+    whose 'no step column' would send the user to --step-col."""
     path = tmp_path / "run.csv"
-    path.write_text("step train_loss global_batch\n" + "".join(f"{s}\t{5 - s / 100}\t1000\n" for s in range(30)))
+    rows = "".join(row_sep.join([str(s), str(5 - s / 100), "1000"]) + "\n" for s in range(30))
+    path.write_text("step train_loss global_batch\n" + rows)
     code, _, err = _analyze(capsys, path)
-    assert code == 2 and "delimiter was not recognised" in err and "tab" in err
+    assert code == 2 and err.count("\n") == 1
+    assert "delimiter was not recognised" in err and f"rows hold {said}" in err
     assert "--step-col" not in err and "--loss-col" not in err
+
+
+def test_a_one_column_log_still_names_the_missing_column(tmp_path, capsys):
+    path = tmp_path / "run.csv"
+    path.write_text("step\n" + "".join(f"{s}\n" for s in range(30)))
+    code, _, err = _analyze(capsys, path)
+    assert code == 2 and "--loss-col" in err and "delimiter" not in err
 
 
 def test_a_tab_file_without_a_step_column_names_step_col(log, tmp_path, capsys):

@@ -55,7 +55,7 @@ _WIDE = 3
 _UNPACKING = (EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
 # The delimiters a log is sniffed for, in the order a tie goes; the lines sniffed.
 _DELIMITERS = (",", "\t", ";", "|")
-_NAMES = {",": "','", "\t": "tab", ";": "';'", "|": "'|'"}
+_NAMES = {",": "','", "\t": "tabs", ";": "';'", "|": "'|'", " ": "spaces"}
 _SNIFF_LINES = 20
 # ``run.tsv``, also compressed (``run.tsv.gz``): tab-separated, whatever the lines hold.
 _TSV = re.compile(r"\.tsv(?:\.(?:gz|bz2|xz|zip|zst|tar))?$", re.IGNORECASE)
@@ -197,14 +197,21 @@ def _delimiter(lines: list[str], run: str) -> str:
         if fits > score:
             best, score = sep, fits
     if score == (0, 0) and lines:
-        held = [sep for sep in _DELIMITERS[1:] if any(sep in line for line in lines[1:])]
-        if held:  # a one-column read would name the wrong fix (--step-col)
-            raise DataError(
-                f"its header is one column while its rows hold {_NAMES[held[0]]}: the delimiter was not "
-                "recognised (a log's header and rows are split by one of ',', tab, ';' or '|')",
-                run=run,
-            )
+        _one_column(lines, run)
     return best
+
+
+def _one_column(lines: list[str], run: str) -> None:
+    """Refuse a header of one column over rows that hold a delimiter (spaces too, where
+    the header holds them): a one-column read would name the wrong fix (--step-col)."""
+    held = [sep for sep in (*_DELIMITERS[1:], " ") if any(sep in line.strip() for line in lines[1:])]
+    held = [sep for sep in held if sep != " " or " " in lines[0].strip()]
+    if held:
+        raise DataError(
+            f"its header is one column while its rows hold {_NAMES[held[0]]}: the delimiter was not "
+            "recognised (a log's header and rows are split by one of ',', tab, ';' or '|')",
+            run=run,
+        )
 
 
 def _split(lines: list[str], sep: str) -> list[list[str]]:
