@@ -195,6 +195,22 @@ def test_iso_dates_are_the_clock(tmp_path, fmt):
     assert naive == (["the dates in 'timestamp' name no time zone: read as UTC"] if fmt == "naive" else [])
 
 
+@pytest.mark.parametrize(("cell", "zoned"), [
+    ("2024-05-01t14:00:03.5+02:00", True),  # RFC 3339 allows a lower-case t and z
+    ("2024-05-01t12:00:03.5z", True),
+    ("20240501T120003.5Z", True),  # ISO 8601's basic format
+    ("2024-05-01T07:00:03.5-0500", True),
+    ("2024-05-01 12:00:03.5", False),
+])
+def test_iso_spellings_read_as_one_instant(cell, zoned):
+    from tracker_plugin.frame.time import logged_times
+
+    times = logged_times(pd.Series([cell, cell], dtype=object), "timestamp")
+    assert times.dates and times.values is not None
+    assert times.values[0] == START.timestamp() + 3.5
+    assert bool(times.notes) is not zoned  # only a date naming no zone is noted (as UTC)
+
+
 def test_dates_in_mixed_zones_are_one_clock(tmp_path):
     """Each row says its own zone (a run moved between machines): the instants are what count."""
     instants = pd.Series(_instants())

@@ -51,9 +51,10 @@ _MOST_TOKENS_PER_SECOND = 2e8
 # A text time column is read (as numbers or as dates) when more than this share of its
 # cells read one way; the rest count as not logged, and a note counts them.
 _READABLE_SHARE = 0.5
-# An ISO 8601 time of day that names its zone (``Z``, ``+02:00``, ``-0500``, ``+02``) at
-# the end: after the time, so that a date's own ``-01`` is no zone.
-_ZONE = r"\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?\s*(?:[zZ]|[+-]\d{2}(?::?\d{2})?)$"
+# An ISO 8601 time of day (also the basic ``T120003``) that names its zone (``Z``,
+# ``+02:00``, ``-0500``, ``+02``) at the end: after the time, so that a date's own ``-01``
+# is no zone. Matched on upper-cased text (RFC 3339 allows ``t`` and ``z``).
+_ZONE = r"[T ]\d{2}:?\d{2}(?::?\d{2}(?:[.,]\d+)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$"
 _NAN_SPELLINGS = ("nan", "+nan", "-nan")
 _UNIX_EPOCH = pd.Timestamp(0, tz="UTC")
 
@@ -95,6 +96,7 @@ def logged_times(cells: pd.Series, column: str) -> LoggedTimes:
     numbers = _as_numbers(text)
     if (~np.isnan(numbers) | ~logged).all():  # numbers, some spelled as text: the usual case
         return LoggedTimes(numbers)
+    text = text.str.upper()  # RFC 3339's ``t`` and ``z``, which pandas reads only as ``T`` and ``Z``
     dates = _as_unix_seconds(text)
     use_dates = int(np.count_nonzero(~np.isnan(dates) & logged)) > int(np.count_nonzero(~np.isnan(numbers) & logged))
     values = np.where(logged, dates if use_dates else numbers, np.nan)
