@@ -12,6 +12,7 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.cli import expand_multi_value, main
+from tracker_plugin.core.status import Status
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -36,7 +37,7 @@ def test_text_report_has_every_part(capsys, data_dir):
     assert "stage" in out and "tokens (before step)" in out  # the stage table
     assert "target=5.5      REACHED (interpolated): step=" in out
     assert "stability sweep" in out and "verdict:" in out
-    assert "NOT REACHED, unreachable" in out
+    assert "target=2.1      UNREACHABLE: unreachable under this fit" in out
 
 
 def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
@@ -215,16 +216,24 @@ def test_console_script_and_module(command, data_dir):
     assert "REACHED" in done.stdout
 
 
-def test_auto_json_has_the_forecast_fields(capsys, data_dir):
-    path = data_dir / "olmo-ladder-190M-1xC.csv"
+def _cut_190m(data_dir, tmp_path, last_step: int = 4000):
+    """The 190M-1xC log up to ``last_step`` of its planned 7,300: a run still going, whose
+    smoothed loss reaches 3.65 near step 5,500 (the full log ends its plan at 7,272)."""
+    lines = (data_dir / "olmo-ladder-190M-1xC.csv").read_text().splitlines()
+    cut = tmp_path / "cut.csv"
+    cut.write_text("\n".join(line for line in lines if not line[0].isdigit() or int(line.split(",")[0]) <= last_step) + "\n")
+    return cut
+
+
+def test_auto_json_has_the_forecast_fields(capsys, data_dir, tmp_path):
     code, out, _ = run_cli(
-        capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.5", "--lr-spec", "cosine:warmup=400,total=7300,final=0.1",
-        "--interval", "0.9", "--json",
+        capsys, "analyze", _cut_190m(data_dir, tmp_path), "--loss-col", "val_loss", "-t", "3.65",
+        "--lr-spec", "cosine:warmup=400,total=7300,final=0.1", "--interval", "0.9", "--json",
     )
     assert code == 0
     doc = json.loads(out)
     (target,) = doc["targets"]
-    assert target["status"] == "forecast_beyond_plan"
+    assert target["status"] == Status.FORECAST and 4000 < target["step"] <= 7300  # within the plan
     low, high = target["tokens_interval"]
     assert low < target["tokens"] < high
     s_low, s_high = target["step_interval"]
@@ -239,12 +248,13 @@ def test_auto_json_has_the_forecast_fields(capsys, data_dir):
 def test_auto_text_names_the_model_interval_and_plan(capsys, data_dir, tmp_path):
     plan = tmp_path / "plan.csv"
     plan.write_text("step,lr\n0,0\n400,1\n7300,0.1\n")
-    code, out, _ = run_cli(capsys, "analyze", data_dir / "olmo-ladder-190M-1xC.csv", "--loss-col", "val_loss", "-t", "3.5",
+    code, out, _ = run_cli(capsys, "analyze", _cut_190m(data_dir, tmp_path), "--loss-col", "val_loss", "-t", "3.65",
                            "--lr-schedule", plan)
     assert code == 0
     assert "model: " in out and "auto:" in out
     assert f"note: planned lr: --lr-schedule {plan}" in out
-    line = next(line for line in out.splitlines() if line.startswith("target=3.5"))
+    line = next(line for line in out.splitlines() if line.startswith("target=3.65"))
+    assert "FORECAST within the plan (" in line, line
     # Written as the tables write an interval (tests/test_tables.py): low–high, no brackets.
     assert re.search(r"80% interval: tokens=\S+B\u2013\S+ steps=[\d,]+\u2013\S+ ", line), line
     assert "P(reached within plan)=" in line
@@ -302,20 +312,35 @@ def _strict(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def test_an_unbounded_interval_is_null_in_every_json(capsys, data_dir, tmp_path):
-    """A finished run forecast past its planned end: some replicates never get there."""
-    path = tmp_path / "run.csv"
-    path.write_bytes((data_dir / "olmo-ladder-370M-5xC.csv").read_bytes())
-    code, out, _ = run_cli(capsys, "analyze", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+def test_a_finished_run_short_of_its_target_is_not_reached(capsys, olmo):
+    """370M-5xC ran its plan to the end (step 47,219 of 47,266), its smoothed loss above 3.1:
+    no crossing as a number, the best smoothed loss and where the run ended instead."""
+    code, out, _ = run_cli(capsys, "analyze", olmo, "--loss-col", "val_loss", "-t", "3.1", "--json")
     assert code == 0
     (target,) = _strict(out)["targets"]
-    assert target["status"] == "forecast_beyond_plan" and target["tokens_interval"][1] is None
-    assert target["p_reach_within_plan"] == 0.0
-    code, out, _ = run_cli(capsys, "compare", path, "--loss-col", "val_loss", "-t", "3.1", "--json",
+    assert target["status"] == Status.NOT_REACHED and target["run_finished"] is True
+    assert target["tokens"] is None and target["step"] is None and target["tokens_interval"] is None
+    assert target["p_reach_within_plan"] == 0.0 and target["end_step"] == 47_219
+    assert 3.1 < target["best_smoothed_loss"] < 3.2
+
+
+def test_an_unbounded_interval_is_null_in_every_json(capsys, olmo, tmp_path):
+    """A forecast with no planned end (the 370M-5xC log without its lr column, no plan given)
+    that some replicates never reach within the horizon: the interval's upper end is open."""
+    path = tmp_path / "run.csv"
+    path.write_text("".join(",".join(row.split(",")[:3] + row.split(",")[4:]) for row in
+                            olmo.read_text().splitlines(keepends=True)))
+    assert path.read_text().startswith("step,tokens,global_batch,val_loss\n")
+    code, out, _ = run_cli(capsys, "analyze", path, "--loss-col", "val_loss", "-t", "2.8", "--json")
+    assert code == 0
+    (target,) = _strict(out)["targets"]
+    assert target["status"] == Status.FORECAST_BEYOND_PLAN and target["tokens_interval"][1] is None
+    assert target["p_reach_within_plan"] is None  # no plan: no chance within it
+    code, out, _ = run_cli(capsys, "compare", path, "--loss-col", "val_loss", "-t", "2.8", "--json",
                            "--plot", tmp_path / "compare.png")
     assert code == 0 and _strict(out)[0]["rows"][0]["tokens_high"] is None
     assert (tmp_path / "compare.png").stat().st_size > 10_000
-    code, out, _ = run_cli(capsys, "annotate", path, "--loss-col", "val_loss", "-t", "3.1", "--json")
+    code, out, _ = run_cli(capsys, "annotate", path, "--loss-col", "val_loss", "-t", "2.8", "--json")
     assert code == 0 and _strict(out)[0]["tokens_interval"][1] is None
 
 
