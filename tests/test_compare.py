@@ -111,8 +111,9 @@ OVERLAY_TARGETS = (3.6, 3.4, 3.3)
 
 @cache
 def ladder() -> list[tuple[str, Analysis]]:
-    """Runs of different lengths: 3.6 reached by two and forecast for the shortest; 3.4 reached
-    by the longest, forecast for a cut one; 3.1 forecast with an interval open at the top."""
+    """Runs of different lengths: 3.6 reached by two, not reached by the shortest (it finished
+    just above it); 3.4 reached by the longest, forecast for a cut one (its lr still held:
+    beyond the plan); 3.1 not reached by the finished ones, forecast for the cut one."""
     columns = tp.Columns().with_overrides(loss="val_loss")
     runs = [("short", DATA / "olmo-ladder-190M-1xC.csv"), ("long", DATA / "olmo-ladder-370M-5xC.csv")]
     runs.append(("cut", DATA / "olmo-ladder-370M-5xC.csv"))
@@ -151,27 +152,40 @@ def test_the_ladder_has_reached_and_forecast_crossings_of_one_target() -> None:
 
 
 @pytest.mark.parametrize("kind", ["tokens", "time"])
-def test_each_runs_markers_sit_on_its_own_curve(kind: str) -> None:
+def test_each_runs_markers_sit_on_their_target_lines_joined_to_their_own_curve(kind: str) -> None:
+    """A marker sits on its target's line at the run's crossing; where the run's curve is
+    off the line there (a forecast's median crossing), a dotted tick in its colour joins them."""
     analyses = ladder() if kind == "tokens" else speedruns()
     _, ax = _overlay(analyses, x=kind)
-    curves = [line for line in ax.lines if line.get_marker() in ("None", "", None) and line.get_linewidth() < 3]
+    curves = [line for line in ax.lines if line.get_marker() in ("None", "", None) and line.get_linestyle() in ("-", "--")]
+    ticks = [line for line in ax.lines if line.get_linestyle() == ":" and len(line.get_xdata()) == 2]
+    target_lines = {float(line.get_ydata()[0]) for line in ax.lines
+                    if line.get_linestyle() == ":" and to_rgb(line.get_color()) == to_rgb("0.35")}
     colors = [to_rgb(line.get_color()) for line in ax.get_legend().get_lines()[: len(analyses)]]
     assert len(set(colors)) == len(analyses)  # one colour per run
+    low, high = ax.get_ylim()
+    located = 0
     for color, (_, analysis) in zip(colors, analyses, strict=True):
         mine = [m for m in _markers(ax) if to_rgb(m.get_color()) == color]
         drawn = [r for r in analysis.targets if r.tokens is not None]
-        assert len(mine) == len(drawn) > 0
+        assert len(mine) == len(drawn)
+        located += len(drawn)
         own = [c for c in curves if to_rgb(c.get_color()) == color and len(c.get_xdata()) > 2]
-        for marker in mine:
+        for marker, result in zip(mine, drawn, strict=True):
             mx, my = float(marker.get_xdata()[0]), float(marker.get_ydata()[0])
-            gaps = []
-            for curve in own:
-                x, y = np.asarray(curve.get_xdata(), float), np.asarray(curve.get_ydata(), float)
-                if x[0] <= mx <= x[-1]:
-                    gaps.append(abs(float(np.interp(mx, x, y)) - my))
-            # Within 1% of the loss frame: on the curve as the eye sees it.
-            low, high = ax.get_ylim()
-            assert gaps and min(gaps) < 0.01 * (high - low), (analysis.run, mx, my, gaps)
+            assert my == result.target and my in target_lines  # on its target's line
+            assert marker.get_marker() == ("o" if result.status == Status.REACHED else "D")
+            at = [float(np.interp(mx, c.get_xdata(), c.get_ydata())) for c in own if c.get_xdata()[0] <= mx <= c.get_xdata()[-1]]
+            assert at, (analysis.run, mx)
+            gap = min(abs(y - my) for y in at)
+            if gap < 0.01 * (high - low):  # on the curve as the eye sees it (1% of the loss frame)
+                continue
+            # Else a dotted tick of its colour from the line to the curve at the marker's x.
+            tick = [t for t in ticks if to_rgb(t.get_color()) == color and float(t.get_xdata()[0]) == mx]
+            assert tick, (analysis.run, mx, my, gap)
+            assert sorted(tick[0].get_ydata())[0] <= my <= sorted(tick[0].get_ydata())[1]
+            assert min(abs(y - float(end)) for y in at for end in tick[0].get_ydata()) < 1e-3 * (high - low)
+    assert located >= 4
 
 
 @pytest.mark.parametrize("kind", ["tokens", "time"])
@@ -212,31 +226,48 @@ def test_the_time_axis_puts_each_run_on_hours_since_its_own_first_row() -> None:
         assert timing is not None
         last = (float(analysis.history.time[-1]) - analysis.history.time_start) / 3600.0
         for result, timed in zip(analysis.targets, timing.targets, strict=True):
-            if result.status != Status.FORECAST_BEYOND_PLAN:
+            if not result.status.forecast:
                 continue
             at = last + timed.seconds_left / 3600.0
             assert any(float(m.get_xdata()[0]) == pytest.approx(at, rel=1e-6) for m in _markers(ax))
 
 
 def test_bands_of_runs_at_one_target_are_drawn_apart() -> None:
+    """Two runs' filled interval bands at one target: stacked about its line, apart, one row each."""
     fig, ax = _overlay(speedruns())
-    bands = [line for line in ax.lines if line.get_linewidth() == 4]
-    assert len(bands) >= 2
-    heights = {}
+    renderer = fig.canvas.get_renderer()
+    bands = [c for c in ax.collections if len(c.get_paths()) == 1]
+    rows: dict[float, list] = {}
     for band in bands:
-        y = float(band.get_ydata()[0])
-        px = float(band.get_transform().transform((band.get_xdata()[0], y))[1])
-        heights.setdefault(y, []).append(px)
-    shared = [pxs for pxs in heights.values() if len(pxs) > 1]
-    assert shared, heights
-    for pxs in shared:
-        assert min(np.diff(sorted(pxs))) >= 4.0  # pixels: two bands never on one row
+        box = band.get_window_extent(renderer)
+        assert box.width >= 3.0 and box.height >= 3.0  # a filled band, seen
+        ys = band.get_paths()[0].vertices[:, 1]
+        target = min(OVERLAY_TARGETS, key=lambda t: abs(t - float(ys.min() + ys.max()) / 2))
+        rows.setdefault(target, []).append(box)
+    shared = {target: boxes for target, boxes in rows.items() if len(boxes) > 1}
+    assert shared, rows
+    for target, boxes in shared.items():
+        boxes.sort(key=lambda b: b.y0)
+        for below, above in zip(boxes, boxes[1:]):
+            assert above.y0 - below.y1 >= 1.0, (target, below, above)  # pixels: never on one row
+        mid = (boxes[0].y0 + boxes[-1].y1) / 2
+        assert mid == pytest.approx(float(ax.transData.transform((1.0, target))[1]), abs=1.0)  # about the line
+
+
+@cache
+def open_ended() -> list[tuple[str, Analysis]]:
+    """The 370M-5xC log read without its lr (no plan: beyond the plan) to 2.8, which some
+    replicates never reach: an interval open at the top; and the cut run of the ladder."""
+    frame = pd.read_csv(DATA / "olmo-ladder-370M-5xC.csv").drop(columns="lr")
+    columns = tp.Columns().with_overrides(loss="val_loss")
+    return [("no lr", tp.analyze(frame, [3.3, 2.8], run="no lr", columns=columns)), ladder()[2]]
 
 
 def test_an_interval_open_at_the_top_ends_in_an_arrow_inside_the_frame() -> None:
-    _, ax = _overlay(ladder())
-    (long,) = [a for name, a in ladder() if name == "long"]
-    assert not np.isfinite(long.targets[2].tokens_interval[1])
+    _, ax = _overlay(open_ended())
+    (open_run,) = [a for name, a in open_ended() if name == "no lr"]
+    assert open_run.targets[1].status == Status.FORECAST_BEYOND_PLAN
+    assert not np.isfinite(open_run.targets[1].tokens_interval[1])
     arrows = [t for t in ax.texts if t.arrow_patch is not None and t.arrowprops.get("arrowstyle") == "-|>"]
     assert arrows
     x1 = ax.get_xlim()[1]

@@ -1,7 +1,7 @@
 """Several runs' smoothed losses overlaid on one axis, with their crossings and forecasts.
 
 Drawn with the single-run plot's pieces (:mod:`.plot_parts`): the same forecast curve
-and markers on it, interval bands and arrows, WARNING lines, label placement, tick
+and the markers on the target lines, interval bands and arrows, WARNING lines, label placement, tick
 formats and legend outside the axes.
 """
 
@@ -42,7 +42,6 @@ __all__ = ["clockless", "comparison_figure", "plot_comparison"]
 # Ten colours told apart at a glance (matplotlib's tab10, minus grey, which the key uses).
 _RUN_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink",
                "tab:olive", "tab:cyan", "black")
-_BAND_GAP = 4.5  # points between two runs' interval bands at one target
 
 
 def clockless(analyses: Sequence[tuple[str, Analysis]]) -> list[str]:
@@ -65,9 +64,10 @@ def plot_comparison(
 ) -> None:
     """Overlay several runs' smoothed losses, with their crossings and forecasts.
 
-    Each run gets a colour; a circle is a crossing the smoothed loss made, a diamond a
-    forecast, on the dashed forecast curve; a bar at the target's height the forecast's
-    interval (ending in an arrow when open at the top). ``x`` is "tokens" (log scale) or
+    Each run gets a colour; on the target's line, a circle is a crossing the smoothed loss
+    made, a diamond a forecast (read from the dashed forecast curve, a dotted tick joining
+    them where they part); a filled band at the target's height the forecast's interval
+    (ending in an arrow when open at the top; the runs' bands at one target stacked apart). ``x`` is "tokens" (log scale) or
     "time": each run on hours since its own first logged row (:class:`NoClock` for a run
     without a clock; :func:`clockless` names them). ``left_out`` names the runs that could
     not be analysed; the figure says so under its title.
@@ -125,7 +125,9 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
     ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
-    fig.tight_layout()
+    fig.draw_without_rendering()  # the constrained layout, so the labels are placed in the final axes
+    for label in labels:
+        label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
     place_labels(ax, labels, [t.xy for t in labels], avoid=names, curves=ax.lines)
     return fig
 
@@ -152,14 +154,15 @@ def _curves(
 
 
 def _band_lifts(analyses: Sequence[tuple[str, Analysis]]) -> list[dict[float, float]]:
-    """Per run, per target, the points its interval band is lifted by: the bands of the
-    runs with one at a target are stacked, centred on the target line."""
+    """Per run, per target, the slot its interval band is lifted to (in band heights, see
+    :func:`interval_band`): the bands of the runs with one at a target are stacked, apart,
+    centred on the target line."""
     lifts: list[dict[float, float]] = [{} for _ in analyses]
     for target in {t.target for _, a in analyses for t in a.targets}:
         banded = [k for k, (_, a) in enumerate(analyses)
                   if any(t.target == target and t.tokens_interval is not None for t in a.targets)]
         for j, k in enumerate(banded):
-            lifts[k][target] = _BAND_GAP * ((len(banded) - 1) / 2 - j)
+            lifts[k][target] = (len(banded) - 1) / 2 - j
     return lifts
 
 
@@ -181,7 +184,7 @@ def _crossings(ax: Any, analysis: Analysis, axis: XAxis, color: str, lifts: dict
             lines.append(warning.split(" (")[0])  # the warn factor is in the key
         if result.tokens_interval is not None:
             # Each run's band a little apart from the others': at one target they would overlap.
-            interval_band(ax, axis, analysis, j, color, lift=lifts.get(result.target, 0.0), say_open=False)
+            interval_band(ax, axis, analysis, j, color, slot=lifts.get(result.target, 0.0), say_open=False)
         labels.append(crossing_label(ax, "\n".join(lines), (x, y), color, bold=warning is not None))
     return labels
 
@@ -245,15 +248,16 @@ def _batch_words(analysis: Analysis) -> str:
 def _key_handles(analyses: Sequence[tuple[str, Analysis]]) -> list[Any]:
     """What the marks mean, drawn in grey so they read apart from the runs' colours."""
     from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
     first = next((a for _, a in analyses), None)
     level = first.config.interval if first is not None else 0.8
     warn = first.config.extrapolation_warn_factor if first is not None else None
     handles = [
         Line2D([], [], marker="o", color="0.3", ls="none", label="reached (smoothed loss crossed)"),
-        Line2D([], [], marker="D", color="0.3", ls="none", label="forecast, on its curve"),
+        Line2D([], [], marker="D", color="0.3", ls="none", label="forecast, on the target's line"),
         Line2D([], [], color="0.3", ls="--", label="forecast curve (EMA of the fit)"),
-        Line2D([], [], color="0.3", lw=4, alpha=0.35, label=f"{level:.0%} interval (arrow: it goes on past the frame)"),
+        Patch(color="0.3", alpha=0.3, lw=0, label=f"{level:.0%} interval (arrow: it goes on past the frame)"),
     ]
     if any(t.beyond_warn_factor for _, a in analyses for t in a.targets):
         handles.append(Line2D([], [], marker="D", color="0.3", markeredgecolor="black", markeredgewidth=2,

@@ -54,6 +54,9 @@ PLOT_FORMATS = ("png", "pdf", "svg")
 # An interval band's height, as a share of the loss axis: visible at any scale, thin
 # enough that the bands of targets close together stay apart.
 BAND_HEIGHT = 0.02
+# Between two runs' bands at one target (stacked by ``interval_band``'s slot): this share
+# of a band's height, so they read as two rows.
+_BAND_GAP = 0.25
 # Columns of the log token axis the curves are binned into: about twice the figure's
 # pixel columns, so a bin's min and max draw what every row would have drawn.
 _BINS = 2048
@@ -284,15 +287,13 @@ def crossing_label(ax: Any, text: str, xy: tuple[float, float], color: str, bold
 
 
 def interval_band(
-    ax: Any, axis: XAxis, analysis: Analysis, k: int, color: str, *, lift: float = 0.0, say_open: bool = True
+    ax: Any, axis: XAxis, analysis: Analysis, k: int, color: str, *, slot: float = 0.0, say_open: bool = True
 ) -> None:
-    """Target ``k``'s forecast interval as a band at its height (``lift`` points above it,
-    so several runs' bands at one target stay apart); an open top ends in an arrow, not
+    """Target ``k``'s forecast interval as a band at its height (``slot`` band heights and
+    a gap above it, so several runs' bands at one target stay apart); an open top ends in an arrow, not
     at the edge, with "no upper bound" beside it when ``say_open``. The first band drawn
     names the level in the legend.
     """
-    from matplotlib.transforms import ScaledTranslation
-
     result = analysis.targets[k]
     assert result.tokens_interval is not None
     lo, hi = result.tokens_interval
@@ -305,10 +306,10 @@ def interval_band(
     if axis.kind == "time" and timed is not None and timed.seconds_interval is not None:
         # The report's times: the forecast's interval widened by the throughput's spread.
         left, right = (axis.at_seconds(v) for v in timed.seconds_interval)
-    at = ax.transData + ScaledTranslation(0, lift / 72.0, ax.figure.dpi_scale_trans)
-    y = result.target
+    at = ax.transData
     low, high = ax.get_ylim()
     half = BAND_HEIGHT / 2 * (high - low)  # a filled band, as tall at any loss scale
+    y = result.target + slot * 2.0 * half * (1.0 + _BAND_GAP)
 
     def band(x_from: float, x_to: float) -> None:
         ax.fill_between([x_from, x_to], [y - half] * 2, [y + half] * 2, color=color, alpha=0.3, lw=0,
