@@ -134,14 +134,7 @@ def _curve_paths(ax):
             or line.get_linestyle() == "--"]
 
 
-# Still open: on these finished runs a label placed near its target still touches a curve.
-_OVERLAP_OPEN = {"nanogpt-124M-adamw-llmc", "olmo-ladder-190M-2xC", "olmo-ladder-370M-2xC"}
-
-
-@pytest.mark.parametrize(("name", "x"), [
-    pytest.param(n, x, marks=pytest.mark.xfail(strict=True, reason="a label still touches a curve")) if n in _OVERLAP_OPEN
-    else (n, x) for n, x in CASES
-])
+@pytest.mark.parametrize(("name", "x"), CASES)
 def test_no_label_overlaps_a_curve_or_another_label(name: str, x: str) -> None:
     from matplotlib.text import Text
 

@@ -350,7 +350,9 @@ def outside_legend(ax: Any, handles: Sequence[Any] | None = None) -> Any:
 # planned-end line.
 _PLACES = tuple(
     (dx, dy, "left" if dx > 0 else "right", "bottom" if dy > 0 else "top")
-    for dxs in ((6, -6), (40, -40))  # further aside only where nothing near is clear
+    # further aside only where nothing near is clear: a label at a finished run's end, where
+    # the curves come down to its target, may have to go well left of it
+    for dxs in ((6, -6), (40, -40), (120, -120), (240, -240))
     for dy in (6, -6, 24, -24, 42, -42, 64, -64, 90, 120, 150)
     for dx in dxs
 )
