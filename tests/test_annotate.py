@@ -15,7 +15,7 @@ import pytest
 import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import KEY_PATTERN, target_slug
+from tracker_plugin.keys import KEY_PATTERN, TARGET_LABELS, TARGET_METRICS, target_slug
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 
@@ -37,8 +37,11 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
-    # Per target 8 keys and 6 time keys; the 7 run keys, the report digest and the plot digest.
-    assert len(keys) == 4 * (8 + 6) + 9
+    # Per target 10 keys (tokens, step, their intervals, the extrapolation factor,
+    # p_within_plan, best_loss and the status) and 6 time keys; the 7 run keys, the report
+    # digest and the plot digest.
+    assert len(TARGET_METRICS) + len(TARGET_LABELS) == 10
+    assert len(keys) == 4 * (10 + 6) + 9
     for key in keys:
         assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] segments
         assert MLFLOW_KEY.match(key), key

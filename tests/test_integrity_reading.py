@@ -202,9 +202,12 @@ def test_compare_says_why_a_run_failed_in_every_format(tmp_path, capsys, data_di
     reason = "the batch must be at least 1 token per step"
     for fmt in ("", "--markdown", "--csv", "--json"):
         code = main(["compare", str(tmp_path), "-t", "4.5", "--model", "power-law", *([fmt] if fmt else [])])
-        out, _ = capsys.readouterr()
+        out, err = capsys.readouterr()
         assert code == 1
-        assert reason in out, fmt
+        # The run is named with its reason on stderr in every format (stdout keeps the text
+        # table alone); the Markdown, CSV and JSON documents carry it in the failed row too.
+        assert f"bad ({tmp_path / 'bad.csv'}): column 'global_batch': {reason}" in err, fmt
+        assert (reason in out) == (fmt != ""), fmt
     import matplotlib
 
     plot = tmp_path / "cmp.svg"
