@@ -72,6 +72,11 @@ class Convention:
     seqs_per_step: tuple[str, ...] = ()
     world: tuple[str, ...] = ()
     seq_len: tuple[str, ...] = ()
+    # A truncation cap on each sequence (TRL's max_length): tokens per step composed from it
+    # would be an upper bound, so it is the sequence length only under a ``packed`` flag
+    # that fills every sequence to it (torchtune's PackedDataset pads each pack to the cap).
+    seq_cap: tuple[str, ...] = ()
+    packed: tuple[str, ...] = ()
     planned_steps: tuple[str, ...] = ()
     # The trainer's own clock, tried after the common time names (Columns.time).
     time: tuple[str, ...] = ()
@@ -90,11 +95,15 @@ _HF = Convention(
     loss=("train/loss", "loss"),  # never train_loss: the end-of-run mean, logged once
     eval_loss=("eval/loss", "eval_loss"),
     lr=("train/learning_rate", "learning_rate"),
-    tokens=("train/num_input_tokens_seen", "num_input_tokens_seen"),
+    # TRL's SFTTrainer (trl/trainer/sft_trainer.py compute_loss) logs num_tokens: the
+    # attention mask's sum gathered over every process, cumulative (W&B: train/num_tokens).
+    tokens=("train/num_input_tokens_seen", "num_input_tokens_seen", "train/num_tokens", "num_tokens"),
     device_batch=("per_device_train_batch_size", "train_batch_size"),
     accumulation=("gradient_accumulation_steps",),
     world=("world_size",),
-    seq_len=("max_seq_length", "max_length", "block_size", "sequence_len", "seq_len"),
+    seq_len=("block_size", "sequence_len", "seq_len"),
+    # TRL's SFTConfig max_length (max_seq_length before TRL 0.20) truncates each sequence to it.
+    seq_cap=("max_length", "max_seq_length"),
     planned_steps=("max_steps",),
     time=("train_runtime",),
 )
@@ -165,11 +174,13 @@ _OLMO = Convention(
 # are counts before the batch, so the token rate between rows is tokens per step. Config:
 # mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-125m.yaml (global_train_batch_size,
 # device_train_microbatch_size, max_seq_len, max_duration "4800ba", scheduler.t_warmup).
+# llm-foundry's train metrics (ComposerHFCausalLM's LanguageCrossEntropy, logged by the trainer
+# as metrics/train/{name} each batch) are the loss of a run that logs no loss/train/total.
 _COMPOSER = Convention(
     name="Composer / llm-foundry",
-    markers=(("loss/train/total",),),
+    markers=(("loss/train/total",), ("metrics/train/LanguageCrossEntropy",)),
     step=("time/batch", "trainer/global_step"),
-    loss=("loss/train/total",),
+    loss=("loss/train/total", "metrics/train/LanguageCrossEntropy"),
     eval_loss=("metrics/eval/LanguageCrossEntropy", "metrics/eval/CrossEntropy"),
     lr=("lr-DecoupledAdamW/group0", "lr-*/group0"),
     tokens=("time/token",),
@@ -217,6 +228,61 @@ _NEMO = Convention(
     seq_len=("model.encoder_seq_length", "encoder_seq_length", "seq_length"),
     planned_steps=("trainer.max_steps", "max_steps"),
 )
+# torchtune: pytorch/torchtune recipes/full_finetune_distributed.py (and the single-device and
+# LoRA recipes) train(): every log_every_n_steps optimizer steps, self._metric_logger.log_dict(
+# {"loss", "lr", "tokens_per_second_per_gpu", ...}, step=self.global_step), global_step counted
+# from 1 after the optimizer step; torchtune/training/metric_logging.py WandBLogger (wandb.log(
+# payload, step=step); log_config: wandb.config.update of the resolved config) and MLFlowLogger
+# (mlflow.log_metrics(payload, step=step); log_config: mlflow.log_params of the flattened
+# config, dotted). No cumulative tokens are logged and the world size is torchrun's, in no
+# config. Config: batch_size (per device), gradient_accumulation_steps, tokenizer.max_seq_len
+# (a cap on each sample, the length of every pack with dataset.packed: PackedDataset pads each
+# pack to it), epochs, max_steps_per_epoch.
+_TORCHTUNE = Convention(
+    name="torchtune",
+    markers=(("tokens_per_second_per_gpu",),),
+    loss=("loss",),
+    lr=("lr",),
+    device_batch=("batch_size",),
+    accumulation=("gradient_accumulation_steps",),
+    seq_cap=("tokenizer.max_seq_len", "max_seq_len"),
+    packed=("dataset.packed", "packed"),
+)
+# OLMo-core: allenai/OLMo-core src/olmo_core/train/trainer.py (record_metric names
+# "train/CE loss", "train/PPL"), train/callbacks/speed_monitor.py ("throughput/total tokens",
+# every rank's tokens: global_train_tokens_seen), optim/scheduler hooks in
+# train/train_module/transformer ("optim/LR (group 0)"), train/callbacks/wandb.py
+# (wandb.log(metrics, step=step), trainer.global_step, counted from 1) and
+# train/callbacks/evaluator_callback.py ("eval/{evaluator}/CE loss"). Config: data_loader
+# .global_batch_size counts tokens (NumpyDataLoaderConfig), dataset.sequence_length.
+_OLMO_CORE = Convention(
+    name="OLMo-core",
+    markers=(("train/CE loss",),),
+    loss=("train/CE loss",),
+    eval_loss=("eval/*/CE loss",),
+    lr=("optim/LR (group 0)", "optim/LR"),
+    tokens=("throughput/total tokens",),
+    seq_len=("dataset.sequence_length", "sequence_length"),
+)
+# Accelerate's tracking API, as huggingface/transformers examples/pytorch/language-modeling/
+# run_clm_no_trainer.py uses it: accelerator.init_trackers(name, vars(args)) (W&B
+# wandb.config.update; MLflow mlflow.log_params) and accelerator.log(values, step=
+# completed_steps) (the optimizer steps) with the script's own keys: train_loss, eval_loss,
+# step, and the tokens the loop counts (tokens_seen). Config: per_device_train_batch_size,
+# gradient_accumulation_steps, block_size (every sequence: group_texts), max_train_steps.
+_ACCELERATE = Convention(
+    name="Accelerate",
+    markers=(("tokens_seen",), ("train_loss", "perplexity", "epoch", "step")),
+    step=("step",),
+    loss=("train_loss", "loss"),
+    eval_loss=("eval_loss",),
+    lr=("lr", "learning_rate"),
+    tokens=("tokens_seen",),
+    device_batch=("per_device_train_batch_size",),
+    accumulation=("gradient_accumulation_steps",),
+    seq_len=("block_size",),
+    planned_steps=("max_train_steps",),
+)
 # Lightning's keys are the user's own names, with its suffixes (_step, _epoch) and
 # LearningRateMonitor's lr-<Optimizer>[/pg<N>]; its step is trainer/global_step (W&B) or
 # the step column (CSVLogger).
@@ -232,9 +298,14 @@ _LIGHTNING = Convention(
 )
 # In the order they are tried: the more specific markers first (litgpt logs through
 # Lightning's loggers, so its runs carry trainer/global_step too).
-CONVENTIONS = (_LITGPT, _NANOGPT, _TORCHTITAN, _OLMO, _COMPOSER, _MEGATRON, _NEMO, _HF, _LIGHTNING)
+CONVENTIONS = (
+    _LITGPT, _NANOGPT, _TORCHTITAN, _OLMO, _OLMO_CORE, _COMPOSER, _MEGATRON, _NEMO, _TORCHTUNE, _HF, _ACCELERATE,
+    _LIGHTNING,
+)
 
-_LR_PATTERN = re.compile(r"^(lr-.+|lr/.+|.*learning_rate.*|.*learning-rate.*)$")
+# Megatron-LM's TensorBoard writer logs each scalar again as '<key> vs samples' at the sample
+# count (a TensorBoard synced to W&B carries them): never the lr or the loss.
+_LR_PATTERN = re.compile(r"^(?!.* vs (samples|tokens)$)(lr-.+|lr/.+|.*learning_rate.*|.*learning-rate.*)$")
 _LIGHTNING_LOSS = re.compile(r"^(?!val|eval|test).*loss.*_step$")
 
 
@@ -349,6 +420,7 @@ def read_as(
     batch_size_out: float | None = None
     batch_source: str | None = None
     on_steps = False
+    world_used = tokens_key == _SCALED_TOKENS and convention is not None and scaled in convention.device_tokens
     if batch_key is not None:
         described["tokens"] = f"{tokens_key} (logged)" if tokens_key else f"from the batch column {batch_key}"
     samples = _first(convention.samples, logged) if convention else None
@@ -374,7 +446,8 @@ def read_as(
         batch_key = BATCH_FROM_TOKENS
         described["tokens"] = described.get("tokens", f"{tokens_key} (logged)")
     if batch_key is None:
-        composed = _composed(convention, config, batch_size, batch_params, seq_len, world, world_from == "world_size")
+        composed = _composed(convention, config, batch_size, batch_params, seq_len, world)
+        world_used = world_used or composed.world_used
         batch_size_out, batch_source = composed.tokens, composed.source
         if batch_size_out is None:
             on_steps, batch_size_out, batch_source = True, 1.0, "no tokens: one per step"
@@ -384,6 +457,8 @@ def read_as(
         else:
             described["tokens"] = composed.how
             notes += composed.assumed
+    if world_size is not None and not world_used:
+        notes.append(_world_unused(world_size, described["tokens"]))
     planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
     return Reading(
         framework=convention.name if convention else "generic",
@@ -572,6 +647,13 @@ def _world(convention: Convention | None, config: Mapping[str, Any], given: floa
     return number * (nodes or 1), f"config '{name}'" + (" x num_nodes" if nodes else "")
 
 
+def _world_unused(world_size: float, tokens: str) -> str:
+    """The note for a world size the user gave that multiplies nothing: the tokens already
+    count every device (a logged total, a global batch), or there are none."""
+    return (f"world_size {world_size:g} is not used: the tokens are {tokens}, which already count every device "
+            "or need no device count")
+
+
 def _tokens(
     pinned: Any,
     convention: Convention | None,
@@ -609,13 +691,14 @@ class _Composed:
 
     ``remedy``: the settings that would give tokens, for the on-steps note. ``assumed``: a
     note for each part the tokens rest on that the config does not record (the gradient
-    accumulation, the world size)."""
+    accumulation, the world size). ``world_used``: the world size multiplied a per-device batch."""
 
     tokens: float | None
     source: str | None
     how: str
     remedy: str = "pass seq_len (and world_size) or batch_size for tokens, or name the tokens column with columns.tokens"
     assumed: tuple[str, ...] = ()
+    world_used: bool = False
 
 
 def _composed(
@@ -625,15 +708,14 @@ def _composed(
     batch_params: Sequence[str],
     seq_len: float | None,
     world: float | None,
-    world_given: bool,
 ) -> _Composed:
     """Tokens per step from the flag, a tokens-per-step param, or the trainer's parts.
 
     A config that gives the batch in sequences but not the gradient accumulation (HF's
     ``trainer_state.json``, Lightning's hparams: ``accumulate_grad_batches`` is a Trainer
-    argument) composes tokens only when the user gave ``seq_len`` or ``world_size``, and
-    then says what it assumes: a guess of one micro-batch per step would be off by the
-    accumulation, silently."""
+    argument) composes tokens only when the user gave ``seq_len``, and then says it assumes
+    none: a guess of one micro-batch per step would be off by the accumulation, silently.
+    A world size says nothing of the accumulation, so it alone composes nothing."""
     if batch_size is not None:
         return _Composed(float(batch_size), "batch_size", f"{batch_size:,.0f} per step (batch_size)")
     explicit = _batch_param(config, batch_params)
@@ -643,38 +725,44 @@ def _composed(
     if convention is None:
         remedy = "pass batch_size (tokens per step) or name the tokens column with columns.tokens"
         return _Composed(None, None, "no batch key or param", remedy)
-    seq_found = _param(config, convention.seq_len, with_name=True)
-    seq, seq_from = (float(seq_len), "seq_len") if seq_len is not None else (
-        (as_float(seq_found[0]), f"'{seq_found[1]}'") if seq_found else (None, "")
-    )
-    seqs, parts, accumulated, one_device = _sequences(convention, config, world)
-    if seqs is None:
+    named = _seq_len_named(convention, config, seq_len)
+    seq, seq_from = named if named else (None, "")
+    seqs = _sequences(convention, config, world)
+    if seqs.problem:
+        return _Composed(None, None, seqs.problem, "pass batch_size (tokens per step) or name the tokens column "
+                         "with columns.tokens")
+    if seqs.count is None:
         return _Composed(None, None, "no batch size in the config")
-    unaccumulated = not accumulated and seq_len is None and not world_given
+    unaccumulated = not seqs.accumulated and seq_len is None
     remedy = _Composed.remedy if not unaccumulated else (
         "pass batch_size (tokens per step), or seq_len to compose them assuming no accumulation, "
         "or name the tokens column with columns.tokens"
     )
-    no_seq = seq is None or seq <= 0
     if unaccumulated:
-        device = parts.split(" x ")[0]  # "'train_batch_size' 4": the per-device part alone is known
-        missing = "no gradient accumulation" + (" and no sequence length" if no_seq else "")
+        device = seqs.parts.split(" x ")[0]  # "'train_batch_size' 4": the per-device part alone is known
+        missing = "no gradient accumulation" + (" and no sequence length" if seq is None else "")
         return _Composed(None, None, f"{device} sequences per device, but {missing} in the config", remedy)
-    if seq is None or no_seq:
-        return _Composed(None, None, f"{parts} sequences per step, but no sequence length", remedy)
-    tokens = seqs * seq
-    how = f"from params: {parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
-    assumed: tuple[str, ...] = () if accumulated else (
+    if seq is None:
+        cap = _seq_cap(convention, config)
+        if cap is not None:
+            # A cap gives an upper bound only (3.4x the truth on a TRL SFT run): no tokens from it.
+            return _Composed(None, None, f"{seqs.parts} sequences per step, but {cap}", "pass seq_len (the mean "
+                             "tokens a sequence holds) or batch_size (tokens per step), or name the tokens column "
+                             "with columns.tokens")
+        return _Composed(None, None, f"{seqs.parts} sequences per step, but no sequence length", remedy)
+    tokens = seqs.count * seq
+    how = f"from params: {seqs.parts} x seq {seq:g} ({seq_from}) = {tokens:,.0f} per step"
+    assumed: tuple[str, ...] = () if seqs.accumulated else (
         f"tokens per step ({tokens:,.0f}) assume no gradient accumulation: the config records none "
         "(pass batch_size with the tokens per step if the run accumulated)",
     )
-    if one_device:
+    if seqs.one_device:
         # A multi-GPU run's tokens would be short by its device count, and nothing would say so.
         assumed += (
             f"tokens per step ({tokens:,.0f}) assume one device: the config records a per-device batch "
             "but no world size (pass world_size with the number of devices if the run used more)",
         )
-    return _Composed(tokens, "params", how, assumed=assumed)
+    return _Composed(tokens, "params", how, assumed=assumed, world_used=seqs.per_device and world is not None)
 
 
 def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float, str] | None:
@@ -689,45 +777,118 @@ def _batch_param(config: Mapping[str, Any], names: Sequence[str]) -> tuple[float
 def _seq_len_named(
     convention: Convention | None, config: Mapping[str, Any], given: float | None
 ) -> tuple[float, str] | None:
-    """The sequence length and where it came from: the user's, else the config's."""
+    """The sequence length and where it came from: the user's, else the config's, else a cap
+    the config fills every sequence to (``packed``)."""
     if given is not None:
         return float(given), "seq_len"
-    found = _param(config, convention.seq_len, with_name=True) if convention else None
+    if convention is None:
+        return None
+    found = _param(config, convention.seq_len, with_name=True)
     number = as_float(found[0]) if found else None
-    return (number, f"config '{found[1]}'") if number and found else None
+    if number and number > 0 and found:
+        return number, f"config '{found[1]}'"
+    cap = _param(config, convention.seq_cap, with_name=True)
+    number = as_float(cap[0]) if cap else None
+    packed = _param(config, convention.packed, with_name=True)
+    if number and number > 0 and cap and packed and _true(packed[0]):
+        return number, f"config '{cap[1]}', every sequence packed to it ('{packed[1]}')"
+    return None
+
+
+def _seq_cap(convention: Convention, config: Mapping[str, Any]) -> str | None:
+    """What to say of a truncation cap that is the config's only sequence length."""
+    cap = _param(config, convention.seq_cap, with_name=True)
+    if cap is None or not as_float(cap[0]):
+        return None
+    return (f"'{cap[1]}' {cap[0]} only caps each sequence ({convention.name} truncates to it): tokens per step "
+            "composed from it would be an upper bound")
+
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "1", "yes")
 
 
 def _seq_len(convention: Convention | None, config: Mapping[str, Any], given: float | None) -> float | None:
-    if given is not None:
-        return float(given)
-    return as_float(_param(config, convention.seq_len)) if convention else None
+    named = _seq_len_named(convention, config, given)
+    return named[0] if named else None
 
 
-def _sequences(
-    convention: Convention, config: Mapping[str, Any], world: float | None
-) -> tuple[float | None, str, bool, bool]:
-    """Sequences per optimizer step: a global count, else per-device x accumulation x world;
-    how; whether the accumulation is known (a global count includes it); and whether a
-    per-device count was taken for one device, no world size being known."""
+@dataclass(frozen=True)
+class _Sequences:
+    """Sequences per optimizer step (None: not known), how, and what they rest on.
+
+    ``accumulated``: the accumulation is known (a global count includes it). ``per_device``:
+    a per-device count times the world size; ``one_device``: taken for one device, no world
+    size being known. ``problem``: why no count can be had though the parts are there."""
+
+    count: float | None
+    parts: str = ""
+    accumulated: bool = False
+    per_device: bool = False
+    one_device: bool = False
+    problem: str = ""
+
+
+def _sequences(convention: Convention, config: Mapping[str, Any], world: float | None) -> _Sequences:
+    """Sequences per optimizer step: a global count, else per-device x accumulation x world."""
     found = _param(config, convention.seqs_per_step, with_name=True)
     if found is not None and (as_float(found[0]) or 0) > 0:
-        return as_float(found[0]), f"'{found[1]}' {found[0]}", True, False
+        return _Sequences(as_float(found[0]), f"'{found[1]}' {found[0]}", accumulated=True)
     device = _param(config, convention.device_batch, with_name=True)
     if device is None or not as_float(device[0]):
-        return None, "", False, False
-    found_accum = as_float(_param(config, convention.accumulation))
+        return _Sequences(None)
+    found_accum, accum_from, problem = _accumulation(convention, config)
+    if problem:
+        return _Sequences(None, problem=problem)
     accum = found_accum or 1.0
-    accum_word = f"{accum:g}" if found_accum else "1 (assumed: not in the config)"
+    accum_word = f"{accum:g}{accum_from}" if found_accum else "1 (assumed: not in the config)"
     per_device = as_float(device[0]) or 0.0
     # A trainer with no accumulation setting of its own counts it in a global batch (torchtitan,
     # Megatron): without one, its default is one micro-batch per step.
     known = found_accum is not None or not convention.accumulation
     if convention.accumulation_is_global:
-        return per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known, False
+        return _Sequences(per_device * accum, f"'{device[1]}' {per_device:g} x accumulation {accum_word}", known)
     size = world or 1.0
     word = f"{size:g}" if world is not None else "1 (assumed; world_size)"
     parts = f"'{device[1]}' {per_device:g} x accumulation {accum_word} x world {word}"
-    return per_device * accum * size, parts, known, world is None
+    return _Sequences(per_device * accum * size, parts, known, per_device=True, one_device=world is None)
+
+
+_ACCUMULATION_SCHEDULER = "GradientAccumulationScheduler"
+
+
+def _accumulation(convention: Convention, config: Mapping[str, Any]) -> tuple[float | None, str, str]:
+    """The gradient accumulation the config records, where from (blank: the trainer's own
+    name), and why it cannot be one number.
+
+    Lightning's GradientAccumulationScheduler callback (lightning/pytorch/callbacks/
+    gradient_accumulation_scheduler.py; LightningCLI's config.yaml lists it under
+    trainer.callbacks with init_args.scheduling {epoch: factor}) overrides the Trainer's
+    accumulate_grad_batches, which Lightning then requires to be 1: one factor from epoch 0
+    is the accumulation, several change the tokens per step by epoch."""
+    if convention is _LIGHTNING:
+        scheduling = _scheduler_of(config)
+        if scheduling is not None:
+            factors = {int(k): as_float(v) for k, v in scheduling.items() if as_float(k) is not None}
+            if len(factors) == 1 and 0 in factors and factors[0]:
+                return factors[0], f" ({_ACCUMULATION_SCHEDULER})", ""
+            return None, "", (f"the accumulation changes by epoch ({_ACCUMULATION_SCHEDULER} {dict(sorted(factors.items()))}): "
+                              "tokens per step are no one number")
+    return as_float(_param(config, convention.accumulation)), "", ""
+
+
+def _scheduler_of(config: Mapping[str, Any]) -> Mapping[Any, Any] | None:
+    """The ``scheduling`` of a GradientAccumulationScheduler in a config's callback list."""
+    for value in config.values():
+        if not isinstance(value, list):
+            continue
+        for item in value:
+            if isinstance(item, Mapping) and str(item.get("class_path", "")).endswith(_ACCUMULATION_SCHEDULER):
+                args = item.get("init_args")
+                scheduling = args.get("scheduling") if isinstance(args, Mapping) else None
+                if isinstance(scheduling, Mapping):
+                    return scheduling
+    return None
 
 
 def _param(config: Mapping[str, Any], names: Sequence[str], *, with_name: bool = False) -> Any:
