@@ -91,30 +91,40 @@ def _json_depth(text: str) -> int:
 
 
 def sibling_hparams(path: Path) -> dict[str, Any]:
-    """Lightning's ``hparams.yaml`` beside a ``metrics.csv``, flattened; empty without one
-    (or without PyYAML).
+    """Lightning's ``hparams.yaml`` beside a ``metrics.csv``, flattened, with LightningCLI's
+    ``config.yaml`` there too (SaveConfigCallback writes the parsed config, the Trainer's
+    arguments such as ``trainer.accumulate_grad_batches`` among them, into the first logger's
+    log_dir); the hparams win a name both hold. Empty without either (or without PyYAML).
 
     Raises
     ------
     DataError
-        The file cannot be read as YAML text, nests too deep, loops, or its aliases expand
-        past any config's size; the error names ``hparams.yaml``.
+        A file cannot be read as YAML text, nests too deep, loops, or its aliases expand
+        past any config's size; the error names the file.
     """
-    hparams = path.with_name("hparams.yaml")
-    if not hparams.is_file():
+    config: dict[str, Any] = {}
+    for name in ("hparams.yaml", "config.yaml"):
+        for key, value in _yaml_file(path.with_name(name)).items():
+            config.setdefault(key, value)
+    return config
+
+
+def _yaml_file(path: Path) -> dict[str, Any]:
+    """A YAML mapping file, flattened; empty when it is absent (or PyYAML is)."""
+    if not path.is_file():
         return {}
     try:
         import yaml
     except ImportError:
         return {}
     try:
-        loaded = yaml.load(hparams.read_text(), Loader=_bounded_loader())
+        loaded = yaml.load(path.read_text(), Loader=_bounded_loader())
     except UnicodeDecodeError as exc:
-        raise DataError(f"cannot be read: not UTF-8 text ({exc.reason} at byte {exc.start})", run=str(hparams)) from None
+        raise DataError(f"cannot be read: not UTF-8 text ({exc.reason} at byte {exc.start})", run=str(path)) from None
     except OSError as exc:
-        raise DataError(f"cannot be read ({exc.strerror})", run=str(hparams)) from None
+        raise DataError(f"cannot be read ({exc.strerror})", run=str(path)) from None
     except yaml.YAMLError as exc:
-        raise DataError(f"cannot be read as YAML ({_yaml_problem(exc)})", run=str(hparams)) from None
+        raise DataError(f"cannot be read as YAML ({_yaml_problem(exc)})", run=str(path)) from None
     return flat_params(loaded) if isinstance(loaded, Mapping) else {}
 
 
