@@ -6,7 +6,8 @@ trains a one-parameter module whose loss is a known function of the optimizer st
 ``tests/test_frameworks.py``). Make the throwaway venv and run it from the worktree::
 
     python -m venv /tmp/fw-venv && /tmp/fw-venv/bin/pip install torch==2.13.0 transformers \
-        lightning mlflow wandb accelerate datasets
+        lightning mlflow wandb accelerate datasets trl 'jsonargparse[signatures]' omegaconf
+    /tmp/fw-venv/bin/pip install --no-deps ai2-olmo-core torchtune==0.6.1 dataclass-extensions
     /tmp/fw-venv/bin/python tests/data/make_framework_runs.py tests/data/frameworks
     # or only some runs, every other fixture left as it is:
     /tmp/fw-venv/bin/python tests/data/make_framework_runs.py --only olmo,composer,megatron tests/data/frameworks
@@ -34,8 +35,22 @@ What writes what:
   and Composer's ``WandBLogger`` and ``MLFlowLogger`` (Composer's MLflow run in its own
   store, ``composer/mlflow.db.gz``, gzipped).
 
-The W&B runs are offline (``WANDB_MODE=offline`` in this script's own environment); only
-their ``.wandb`` files are kept. MLflow runs go to one sqlite store, ``mlflow.db``.
+- ``trl``: TRL's ``SFTTrainer`` (real, on CPU: a tiny GPT-2 from a config, 19-token samples,
+  ``max_length`` 64) with ``report_to=["wandb", "mlflow"]``.
+- ``accelerate``: a loop on Accelerate's tracking API (``log_with=["wandb", "mlflow"]``,
+  ``init_trackers``, ``accelerator.log``), run_clm_no_trainer.py's style, ``tokens_seen`` logged.
+- ``torchtune``: torchtune's own ``WandBLogger`` and ``MLFlowLogger`` driven with the dicts
+  recipes/full_finetune_distributed.py logs, for 2 ranks (its recipes need GPUs and weights).
+- ``olmo-core``: OLMo-core's own ``WandBCallback`` driven with the metrics its trainer
+  collects (its trainer needs GPUs).
+- ``lightning-cli``: ``LightningCLI`` with ``--trainer.accumulate_grad_batches 4`` and
+  CSVLogger, WandbLogger, MLFlowLogger; ``metrics.csv``, ``hparams.yaml`` and the CLI's
+  ``config.yaml`` in ``lightning-cli/``.
+
+Composer and each of the new setups with an MLflow logger write their MLflow run into a
+store of their own, ``<setup>/mlflow.db.gz``, gzipped. The W&B runs are offline
+(``WANDB_MODE=offline`` in this script's own environment); only their ``.wandb`` files are
+kept. MLflow runs go to one sqlite store, ``mlflow.db``.
 """
 
 from __future__ import annotations
@@ -522,6 +537,259 @@ def _megatron(out: Path) -> None:
     wandb.finish()
 
 
+# --- trainers beyond the first eight (issue 30) ------------------------------------------------
+# Each of these writes its MLflow run (where the trainer has an MLflow logger) into its own
+# store, ``<name>/mlflow.db.gz``, as Composer's, so the shared mlflow.db stays as it is.
+TRL_LEN = 19  # tokens in every TRL sample: 3.4x fewer than its max_length cap of 64
+TORCHTUNE_DP = 2  # torchtune's data-parallel ranks: torchrun's, recorded in no config
+
+
+def _own_store(out: Path, name: str) -> str:
+    (out / name).mkdir(exist_ok=True)
+    return f"sqlite:///{out / name / 'mlflow.db'}"
+
+
+def _trl(out: Path) -> None:
+    """TRL's ``SFTTrainer`` (trl/trainer/sft_trainer.py): its ``compute_loss`` adds the
+    attention mask's sum, gathered over processes, to ``_total_train_tokens`` and logs it as
+    ``num_tokens`` (W&B ``train/num_tokens``); ``SFTConfig.max_length`` (64) only truncates.
+    A tiny GPT-2 built from a config, a word-level tokenizer made here, a pre-tokenized
+    dataset of 19-token samples; the loss is ``curve(step)`` through the Trainer's
+    ``compute_loss_func`` hook."""
+    import datasets
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(out, "trl")
+    vocab = {"[PAD]": 0, "[EOS]": 1, **{f"w{i}": i + 2 for i in range(30)}}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[PAD]")),
+                                        pad_token="[PAD]", eos_token="[EOS]")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=SEQ, n_embd=8, n_layer=1, n_head=1))
+    state = {"step": 1}
+
+    def curve_loss(outputs, labels, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+        # Trainer's compute_loss_func hook, which SFTTrainer calls in place of its own loss; with
+        # it the Trainer sums the micro-batches' losses (the hook is to normalise), so each is
+        # curve / ACCUM and the logged loss is curve(step).
+        return torch.tensor(curve(state["step"]) / ACCUM) + 0.0 * outputs.logits.sum()
+
+    class StepOf(TrainerCallback):
+        def on_step_begin(self, args, trainer_state, control, **kwargs):  # type: ignore[no-untyped-def]
+            state["step"] = trainer_state.global_step + 1
+
+    ids = [[2 + (i + j) % 30 for j in range(TRL_LEN)] for i in range(STEPS * BATCH * ACCUM)]
+    data = datasets.Dataset.from_dict({"input_ids": ids})
+    args = SFTConfig(
+        output_dir=str(out / "_trl"), run_name="trl-sft", max_steps=STEPS, per_device_train_batch_size=BATCH,
+        gradient_accumulation_steps=ACCUM, learning_rate=PEAK_LR, lr_scheduler_type="cosine", warmup_steps=WARMUP,
+        logging_steps=LOG_EVERY, save_strategy="no", report_to=["wandb", "mlflow"], use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, max_length=SEQ, packing=False,
+    )
+    SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=[StepOf()],
+               compute_loss_func=curve_loss).train()
+
+
+def _accelerate(out: Path) -> None:
+    """Accelerate's tracking API as transformers' examples/pytorch/language-modeling/
+    run_clm_no_trainer.py uses it: ``Accelerator(log_with=...)``, ``init_trackers(name,
+    experiment_config)`` with the script's args (per_device_train_batch_size,
+    gradient_accumulation_steps, block_size, ...), ``accelerator.accumulate`` and
+    ``accelerator.log(values, step=completed_steps)``; the loop counts ``tokens_seen``
+    (every process's tokens, gathered), as the issue's run does."""
+    import torch
+    from accelerate import Accelerator
+
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(out, "accelerate")
+    accelerator = Accelerator(gradient_accumulation_steps=ACCUM, log_with=["wandb", "mlflow"], cpu=True)
+    config = {
+        "per_device_train_batch_size": BATCH, "gradient_accumulation_steps": ACCUM, "block_size": SEQ,
+        "learning_rate": PEAK_LR, "lr_scheduler_type": "cosine", "num_warmup_steps": WARMUP, "max_train_steps": STEPS,
+        "with_tracking": True, "report_to": "all",
+    }
+    accelerator.init_trackers("frameworks", config, init_kwargs={"wandb": {"name": "accelerate-wandb"},
+                                                                 "mlflow": {"run_name": "accelerate-mlflow"}})
+    w = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([w], lr=PEAK_LR)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: cosine_lr(s) / PEAK_LR)
+    data = torch.utils.data.DataLoader(torch.zeros(STEPS * ACCUM * BATCH, SEQ, dtype=torch.long), batch_size=BATCH)
+    optimizer, data, scheduler = accelerator.prepare(optimizer, data, scheduler)
+    completed_steps, tokens_seen = 0, 0
+    for batch in data:
+        with accelerator.accumulate(w):
+            loss = torch.tensor(curve(completed_steps + 1)) + 0.0 * w.sum()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            tokens_seen += int(accelerator.gather(torch.tensor(batch.numel())).sum())
+        if accelerator.sync_gradients:
+            completed_steps += 1
+            if completed_steps % LOG_EVERY == 0:
+                accelerator.log({"train_loss": loss.item(), "tokens_seen": tokens_seen,
+                                 "lr": scheduler.get_last_lr()[0], "step": completed_steps}, step=completed_steps)
+    accelerator.end_training()
+
+
+def _torchtune_loggers() -> tuple[type, type]:
+    """torchtune's own WandBLogger and MLFlowLogger (torchtune/training/metric_logging.py,
+    torchtune 0.6.1). torchtune's package __init__ refuses to import without a torchao that
+    runs on this torch, so the module is loaded on its own; it needs torchtune.utils only."""
+    import importlib.util
+    import types
+
+    import torch
+
+    root = Path(torch.__file__).parents[1] / "torchtune"
+    package = types.ModuleType("torchtune")
+    package.__path__ = [str(root)]
+    sys.modules.setdefault("torchtune", package)
+    spec = importlib.util.spec_from_file_location("torchtune.training.metric_logging", root / "training" / "metric_logging.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.WandBLogger, module.MLFlowLogger
+
+
+def _torchtune(out: Path) -> None:
+    """torchtune's recipes/full_finetune_distributed.py train() on 2 ranks: every
+    ``log_every_n_steps`` optimizer steps ``self._metric_logger.log_dict({"loss", "lr",
+    "tokens_per_second_per_gpu"}, step=self.global_step)``; ``log_config(cfg)`` at setup.
+    WandBLogger logs ``{**payload, "global_step": step}`` (no W&B step: ``_step`` counts log
+    calls); MLFlowLogger ``mlflow.log_metrics(payload, step=step)`` and the config flattened
+    with dots. ``dataset.packed``: PackedDataset pads every pack to tokenizer.max_seq_len."""
+    from omegaconf import OmegaConf
+
+    wandb_logger, mlflow_logger = _torchtune_loggers()
+    cfg = OmegaConf.create({
+        "output_dir": str(out / "_torchtune"), "batch_size": BATCH, "gradient_accumulation_steps": ACCUM,
+        "epochs": 1, "max_steps_per_epoch": STEPS, "log_every_n_steps": LOG_EVERY, "seed": 17,
+        "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "max_seq_len": SEQ},
+        "dataset": {"_component_": "torchtune.datasets.alpaca_dataset", "packed": True},
+        "optimizer": {"_component_": "torch.optim.AdamW", "lr": PEAK_LR},
+        "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+                         "num_warmup_steps": WARMUP},
+    })
+    (out / "_torchtune").mkdir(exist_ok=True)
+    # MLFlowLogger takes tracking_uri only when MLFLOW_TRACKING_URI is unset: the store is set there.
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(out, "torchtune")
+    loggers = [wandb_logger(project="frameworks", name="torchtune-wandb", dir=str(out / "_wandb")),
+               mlflow_logger(experiment_name="frameworks", run_name="torchtune-mlflow")]
+    for logger in loggers:
+        logger.log_config(cfg)
+    num_tokens = BATCH * ACCUM * TORCHTUNE_DP * SEQ  # all_reduced over ranks; packs are full
+    for global_step in range(1, STEPS + 1):
+        if global_step % LOG_EVERY == 0:
+            log_dict = {"loss": curve(global_step), "lr": cosine_lr(global_step),
+                        "tokens_per_second_per_gpu": num_tokens / (0.5 * TORCHTUNE_DP), "grad_norm": 1.0}
+            for logger in loggers:
+                logger.log_dict(log_dict, step=global_step)
+    for logger in loggers:
+        logger.close()
+
+
+def _olmo_core(out: Path) -> None:
+    """OLMo-core's WandBCallback (olmo_core/train/callbacks/wandb.py, ai2-olmo-core 3.0.0):
+    ``pre_train`` calls ``wandb.init(config=self.config)`` (the experiment's config dict), and
+    the trainer hands each collected step's metrics to ``log_metrics(step, metrics)``, which
+    calls ``wandb.log(metrics, step=step)`` at ``trainer.global_step`` (from 1). The names are
+    olmo_core/train/common.py's TRAIN_CE_LOSS_METRIC ``train/CE loss``, SpeedMonitor's
+    ``throughput/total tokens`` (global_train_tokens_seen, every rank) and the train module's
+    ``optim/LR (group 0)``. OLMo-core logs to W&B and Comet only (no MLflow). The trainer
+    itself needs a model and data on GPUs: the callback is driven with a stand-in trainer
+    holding only its work_dir."""
+    import importlib
+    import types
+
+    import olmo_core
+
+    # olmo_core.train's package __init__ imports the trainer, which needs transformer-engine
+    # (CUDA): the callback's own module is imported beneath stand-in packages.
+    root = Path(olmo_core.__file__).parent
+    for name, path in (("olmo_core.train", root / "train"), ("olmo_core.train.callbacks", root / "train" / "callbacks")):
+        package = types.ModuleType(name)
+        package.__path__ = [str(path)]
+        sys.modules[name] = package
+    WandBCallback = importlib.import_module("olmo_core.train.callbacks.wandb").WandBCallback
+
+    dp = 2
+    tokens_per_step = BATCH * ACCUM * dp * SEQ
+    config = {
+        "run_name": "olmo-core-wandb",
+        "dataset": {"sequence_length": SEQ, "tokenizer": {"vocab_size": 100278}},
+        "data_loader": {"global_batch_size": tokens_per_step, "seed": 34521},  # tokens (NumpyDataLoaderConfig)
+        "train_module": {"rank_microbatch_size": BATCH * SEQ, "optim": {"lr": PEAK_LR, "weight_decay": 0.1},
+                         "scheduler": {"warmup_steps": WARMUP}},
+        "trainer": {"max_duration": {"value": STEPS, "unit": "steps"}, "metrics_collect_interval": LOG_EVERY},
+    }
+    callback = WandBCallback(name="olmo-core-wandb", project="frameworks", config=config)
+    callback._trainer = types.SimpleNamespace(work_dir=out / "_wandb")  # W&B writes into work_dir/wandb
+    callback.pre_train()
+    for step in range(1, STEPS + 1):
+        if step % LOG_EVERY == 0:
+            callback.log_metrics(step, {"train/CE loss": curve(step), "train/PPL": math.exp(curve(step)),
+                                        "throughput/total tokens": step * tokens_per_step,
+                                        "throughput/device/TPS": 1000.0, "optim/LR (group 0)": cosine_lr(step)})
+    callback.wandb.finish()  # finalize() passes quiet=, which wandb 0.31's finish() no longer takes
+
+
+def _lightning_cli(out: Path) -> None:
+    """LightningCLI with ``--trainer.accumulate_grad_batches 4`` (a Trainer argument: not in the
+    module's hparams) and CSVLogger, WandbLogger and MLFlowLogger; SaveConfigCallback writes
+    the whole parsed config to ``config.yaml`` in the first logger's log_dir, beside
+    CSVLogger's ``metrics.csv`` and ``hparams.yaml`` (kept in ``lightning-cli/``). The W&B
+    and MLflow runs hold the hparams only."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import LearningRateMonitor
+    from lightning.pytorch.cli import LightningCLI
+    from lightning.pytorch.loggers import CSVLogger, MLFlowLogger, WandbLogger
+    from torch import nn
+
+    accum = 4
+
+    class Module(L.LightningModule):
+        def __init__(self, batch_size: int = BATCH, block_size: int = SEQ) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def training_step(self, batch: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            loss = torch.tensor(curve(self.global_step + 1)) + 0.0 * self.w.sum()
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+            data = torch.zeros(STEPS * accum * BATCH, SEQ, dtype=torch.long)
+            return torch.utils.data.DataLoader(data, batch_size=self.hparams["batch_size"])
+
+        def configure_optimizers(self) -> dict[str, object]:
+            opt = torch.optim.AdamW(self.parameters(), lr=PEAK_LR)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_lr(s) / PEAK_LR)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    loggers = [
+        CSVLogger(str(out / "_csv"), name="lightning-cli"),
+        WandbLogger(project="frameworks", name="lightning-cli-wandb", save_dir=str(out / "_wandb"), offline=True),
+        MLFlowLogger(experiment_name="frameworks", run_name="lightning-cli-mlflow",
+                     tracking_uri=_own_store(out, "lightning-cli")),
+    ]
+    LightningCLI(
+        Module, trainer_defaults={"logger": loggers, "callbacks": [LearningRateMonitor(logging_interval="step")],
+                                  "accelerator": "cpu", "enable_checkpointing": False, "enable_progress_bar": False,
+                                  "enable_model_summary": False},
+        args=["fit", "--trainer.max_steps", str(STEPS), "--trainer.accumulate_grad_batches", str(accum),
+              "--trainer.log_every_n_steps", str(LOG_EVERY)],
+        save_config_kwargs={"overwrite": True},
+    )
+    (metrics,) = (out / "_csv").rglob("metrics.csv")
+    (out / "lightning-cli").mkdir(exist_ok=True)
+    for name in ("metrics.csv", "hparams.yaml", "config.yaml"):
+        shutil.copy(metrics.with_name(name), out / "lightning-cli" / name)
+
+
 _SETUPS = {
     "hf-mlflow": lambda out: _hf(out, "mlflow"),
     "hf-wandb": lambda out: _hf(out, "wandb"),
@@ -534,7 +802,16 @@ _SETUPS = {
     "olmo": _olmo,
     "composer": _composer,
     "megatron": _megatron,
+    "trl": _trl,
+    "accelerate": _accelerate,
+    "torchtune": _torchtune,
+    "olmo-core": _olmo_core,
+    "lightning-cli": _lightning_cli,
 }
+# Setups whose MLflow run (or trainer files) go to a folder of their own, kept as it is
+# written (its mlflow.db gzipped).
+_OWN_FOLDERS = {"composer": "composer", "trl": "trl", "accelerate": "accelerate", "torchtune": "torchtune",
+                "lightning-cli": "lightning-cli"}
 
 
 def _keep_wandb(out: Path) -> None:
@@ -555,7 +832,8 @@ def _run_name(wandb_file: Path) -> str:
 
 
 def _gzip(db: Path) -> None:
-    """Composer logs every batch: its store is kept gzipped (1.6 MB as sqlite, 0.1 MB so)."""
+    """An MLflow store of its own, kept gzipped (Composer logs every batch: 1.6 MB as sqlite,
+    0.1 MB so)."""
     with db.open("rb") as raw, gzip.GzipFile(db.with_suffix(".db.gz"), "wb", compresslevel=9, mtime=0) as packed:
         shutil.copyfileobj(raw, packed)
     db.unlink()
@@ -576,14 +854,15 @@ def main(out: Path, only: list[str] | None = None) -> None:
         for db in work.rglob("mlflow.db"):
             with sqlite3.connect(db) as connection:
                 connection.execute("VACUUM")
-        if (work / "composer" / "mlflow.db").exists():
-            _gzip(work / "composer" / "mlflow.db")
+        for folder in set(_OWN_FOLDERS.values()):
+            if (work / folder / "mlflow.db").exists():
+                _gzip(work / folder / "mlflow.db")
         out.mkdir(parents=True, exist_ok=True)
         if only:
             items = [f"wandb/{path.name}" for path in (work / "wandb").iterdir()]
-            items += ["composer"] if "composer" in only else []
+            items += sorted({_OWN_FOLDERS[name] for name in only if name in _OWN_FOLDERS})
         else:
-            items = ["hf", "lightning", "wandb", "mlflow.db", "composer"]
+            items = ["hf", "lightning", "wandb", "mlflow.db", *sorted(set(_OWN_FOLDERS.values()))]
         for item in items:
             target = out / item
             if target.is_dir():
