@@ -1,0 +1,187 @@
+"""Every trainer x tracker fixture in tests/data/frameworks/, read as a user would: one line each.
+
+Each fixture was written by its trainer's own code (tests/data/make_framework_runs.py) with
+a loss that is a known function of the optimizer step, so the tokens and the crossing have
+answers computed here without the plugin. Each setup is read twice: with no flags at all,
+and with only the facts no run of that setup holds (``--world-size`` for torchtune, whose
+world size is torchrun's; ``--batch-size`` for an HF ``trainer_state.json``, which records
+no accumulation, and ``--seq-len`` for HF's MLflow params, which record no length). A line
+says, for each reading:
+
+- ``right``: tokens within 2% of the truth (the token error beside it);
+- ``on steps (FLAG)``: no tokens, and a note names the flag that gives them;
+- ``noted (err)``: tokens off the truth, and a note says what they assume (one device,
+  no accumulation);
+- ``WRONG (err)``: tokens off the truth and nothing says so.
+
+Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
+from tracker_plugin.errors import TrackerPluginError  # noqa: E402
+from tracker_plugin.trackers import ReadOptions  # noqa: E402
+from tracker_plugin.trackers.csvfile import CsvSource  # noqa: E402
+from tracker_plugin.trackers.wandb_offline import WandbOfflineSource  # noqa: E402
+
+FRAMEWORKS = ROOT / "tests" / "data" / "frameworks"
+CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
+STEPS, SEQ, BATCH, ACCUM = CONFIG["steps"], CONFIG["seq"], CONFIG["batch"], CONFIG["accum"]
+TARGET, EMA_STEPS = 3.5, 20
+ONE = BATCH * ACCUM * SEQ  # 512 tokens per step on one device
+
+
+@dataclass(frozen=True)
+class Setup:
+    """A fixture, the truth of its run, and the facts no run of its kind holds."""
+
+    name: str
+    source: str  # wandb-offline:DIR, mlflow:RUN_NAME@STORE, or a file under FRAMEWORKS
+    per_step: float  # true tokens per optimizer step
+    last: int  # the true last step, in the trainer's numbering
+    mean_over: int = 1  # HF-style trainers log the mean loss since their last log
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+_HF = {"mean_over": CONFIG["log_every"]}
+SETUPS = (
+    Setup("HF -> W&B", "wandb-offline:wandb/hf-wandb", ONE, STEPS, **_HF),
+    Setup("HF -> MLflow", "mlflow:hf-mlflow@mlflow.db", ONE, STEPS, facts={"seq_len": SEQ}, **_HF),
+    Setup("HF -> trainer_state.json", "hf/trainer_state.json", ONE, STEPS, facts={"batch_size": ONE}, **_HF),
+    Setup("Lightning -> W&B", "wandb-offline:wandb/lightning-wandb", ONE, STEPS - 1),
+    Setup("Lightning -> MLflow", "mlflow:lightning-mlflow@mlflow.db", ONE, STEPS - 1),
+    Setup("Lightning -> metrics.csv", "lightning/metrics.csv", ONE, STEPS - 1),
+    Setup("nanoGPT -> W&B", "wandb-offline:wandb/nanogpt-wandb", ONE, STEPS),
+    Setup("torchtitan -> W&B", "wandb-offline:wandb/torchtitan-wandb", 2 * ONE, STEPS),
+    Setup("litgpt -> W&B", "wandb-offline:wandb/litgpt-wandb", CONFIG["litgpt"]["global"] * SEQ, STEPS),
+    Setup("litgpt -> MLflow", "mlflow:litgpt-mlflow@mlflow.db", CONFIG["litgpt"]["global"] * SEQ, STEPS),
+    Setup("OLMo -> W&B", "wandb-offline:wandb/olmo-wandb", 2 * ONE, STEPS),
+    Setup("Composer -> W&B", "wandb-offline:wandb/composer-wandb", 2 * ONE, STEPS - 1),
+    Setup("Composer -> MLflow", "mlflow:composer-mlflow@composer/mlflow.db.gz", 2 * ONE, STEPS - 1),
+    Setup("Megatron-LM -> W&B", "wandb-offline:wandb/megatron-wandb", 2 * ONE, STEPS),
+    # Beyond the first eight (issue 30).
+    Setup("TRL SFT -> W&B", "wandb-offline:wandb/trl-sft", BATCH * ACCUM * 19, STEPS, **_HF),
+    Setup("TRL SFT -> MLflow", "mlflow:trl-sft@trl/mlflow.db.gz", BATCH * ACCUM * 19, STEPS, **_HF),
+    Setup("Accelerate -> W&B", "wandb-offline:wandb/accelerate-wandb", ONE, STEPS),
+    Setup("Accelerate -> MLflow", "mlflow:accelerate-mlflow@accelerate/mlflow.db.gz", ONE, STEPS),
+    Setup("torchtune -> W&B", "wandb-offline:wandb/torchtune-wandb", 2 * ONE, STEPS, facts={"world_size": 2}),
+    Setup("torchtune -> MLflow", "mlflow:torchtune-mlflow@torchtune/mlflow.db.gz", 2 * ONE, STEPS,
+          facts={"world_size": 2}),
+    Setup("OLMo-core -> W&B", "wandb-offline:wandb/olmo-core-wandb", 2 * ONE, STEPS),
+    Setup("Lightning CLI accum 4 -> metrics.csv", "lightning-cli/metrics.csv", 4 * BATCH * SEQ, STEPS - 1),
+    Setup("Lightning CLI accum 4 -> W&B", "wandb-offline:wandb/lightning-cli-wandb", 4 * BATCH * SEQ, STEPS - 1),
+    Setup("Lightning CLI accum 4 -> MLflow", "mlflow:lightning-cli-mlflow@lightning-cli/mlflow.db.gz",
+          4 * BATCH * SEQ, STEPS - 1),
+)
+
+
+def expected_crossing(mean_over: int) -> float:
+    """Where pandas' EMA (span EMA_STEPS) of the loss as logged reaches TARGET (1-based steps)."""
+    steps = np.arange(1, STEPS + 1, dtype=float)
+    loss = pd.Series(2.0 + 6.0 * (steps / 20.0 + 1.0) ** -0.6).rolling(mean_over, min_periods=1).mean()
+    ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()
+    i = int(np.flatnonzero(ema <= TARGET)[0])
+    return float(np.interp(TARGET, [ema[i], ema[i - 1]], [steps[i], steps[i - 1]]))
+
+
+def _store(relative: str, tmp: Path) -> str:
+    """An MLflow store as a sqlite URI (a gzipped one unpacked into ``tmp``)."""
+    path = FRAMEWORKS / relative
+    if relative.endswith(".gz"):
+        target = tmp / relative.removesuffix(".gz")
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with gzip.open(path, "rb") as raw, target.open("wb") as out:
+                shutil.copyfileobj(raw, out)
+        path = target
+    return f"sqlite:///{path}"
+
+
+def read(setup: Setup, options: ReadOptions, tmp: Path) -> Any:
+    spec = setup.source
+    if spec.startswith("mlflow:"):
+        from mlflow import MlflowClient
+
+        from tracker_plugin.trackers.mlflow_runs import MlflowSource
+        from tracker_plugin.trackers.options import MlflowOptions
+
+        name, _, store = spec.removeprefix("mlflow:").partition("@")
+        uri = _store(store, tmp)
+        client = MlflowClient(uri)
+        (run_id,) = [r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
+                     if r.info.run_name == name]
+        source: Any = MlflowSource(run_id, options, MlflowOptions(tracking_uri=uri))
+    elif spec.startswith("wandb-offline:"):
+        source = WandbOfflineSource(str(FRAMEWORKS / spec.removeprefix("wandb-offline:")), options)
+    else:
+        source = CsvSource(str(FRAMEWORKS / spec), options)
+    (run,) = source.runs()
+    return source.read(run)
+
+
+_FLAGS = {"batch_size": "--batch-size", "seq_len": "--seq-len", "world_size": "--world-size",
+          "columns.tokens": "--tokens-col"}
+
+
+def verdict(setup: Setup, facts: dict[str, Any], tmp: Path) -> tuple[str, str]:
+    """(what the reading gave, the crossing's error against the truth)."""
+    try:
+        history = read(setup, ReadOptions(use_cache=False, **facts), tmp)
+    except TrackerPluginError as exc:
+        return f"error: {str(exc)[:60]}", "-"
+    notes = " ".join(history.notes)
+    window = {"ema_steps": EMA_STEPS} if history.on_steps else {"ema_token_window": EMA_STEPS * setup.per_step}
+    result = run_analysis(history, AnalysisConfig(targets=(TARGET,), model="power-law", **window)).targets[0]
+    truth = expected_crossing(setup.mean_over)
+    crossing = "-" if result.step is None else f"{abs(result.step - truth) / truth:.1%}"
+    if history.last_step != setup.last:
+        return f"WRONG step {history.last_step} (want {setup.last})", crossing
+    if history.on_steps:
+        named = [flag for word, flag in _FLAGS.items() if re.search(rf"\b{re.escape(word)}\b", notes)]
+        return f"on steps ({', '.join(named) or 'NO FLAG NAMED'})", crossing
+    error = abs(history.last_tokens - setup.per_step * setup.last) / (setup.per_step * setup.last)
+    if error < 0.02:
+        return f"right ({error:.1%})", crossing
+    if "assume" in notes:
+        return f"noted ({error:.0%} off: {'one device' if 'one device' in notes else 'assumed'})", crossing
+    return f"WRONG ({error:.0%} off, silent)", crossing
+
+
+def main() -> None:
+    rows = [("setup", "no flags", "crossing", "facts given", "with the facts", "crossing")]
+    with tempfile.TemporaryDirectory() as folder:
+        tmp = Path(folder)
+        for setup in SETUPS:
+            bare, bare_cross = verdict(setup, {}, tmp)
+            if setup.facts:
+                given, given_cross = verdict(setup, setup.facts, tmp)
+                words = " ".join(f"{_FLAGS[k]} {v:g}" for k, v in setup.facts.items())
+            else:
+                given, given_cross, words = "(same)", "", "-"
+            rows.append((setup.name, bare, bare_cross, words, given, given_cross))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    wrong = sum("WRONG" in cell for row in rows[1:] for cell in row)
+    print(f"\n{len(SETUPS)} setups; {wrong} WRONG")
+
+
+if __name__ == "__main__":
+    main()
