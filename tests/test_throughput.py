@@ -228,7 +228,6 @@ def test_cli_text_says_the_eta_and_throughput(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("frame", "args", "message"),
     [
-        (_log(np.array([f"12:00:0{i % 10}" for i in range(N)], dtype=object)), [], "column 'time'"),
         (_log(1.7e9 + steady()), ["--deadline", "2001-01-01T00:00"], "is in the past"),
         (_log(steady()), ["--deadline", "+0"], "+HOURS must be a number above 0"),
         (_log(steady()), ["--deadline", "2030-01-01"], "no Unix clock"),
@@ -241,6 +240,16 @@ def test_bad_time_input_is_one_line_and_exit_2(tmp_path, capsys, frame, args, me
     assert message in err and len(err.strip().splitlines()) == 1
     assert "Traceback" not in err
     assert math.isfinite(len(err))
+
+
+def test_a_time_column_of_times_of_day_is_no_clock_and_a_note(tmp_path, capsys):
+    """Times of day name no date: no clock, with a note naming the column and the way out
+    (issue 33: it no longer stops the analysis)."""
+    path = _csv(tmp_path, _log(np.array([f"12:00:0{i % 10}" for i in range(N)], dtype=object)))
+    assert main(["analyze", path, "-t", "2.4"]) == 0
+    out = capsys.readouterr().out
+    assert "time column 'time' holds text that is neither numbers nor ISO 8601 dates ('12:00:00' in row 1)" in out
+    assert "--time-col none" in out and "no time in the log" in out
 
 
 def test_annotation_writes_the_time_keys(tmp_path):
