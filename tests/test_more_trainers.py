@@ -209,3 +209,39 @@ def test_composer_llm_foundry_train_metric_is_the_loss_when_no_total_is_logged()
     assert dict(history.read_as)["framework"] == "Composer / llm-foundry"
     assert history.loss_key == "metrics/train/LanguageCrossEntropy"
     np.testing.assert_allclose(history.batch, 1024)
+
+
+# Megatron-LM's TensorBoard synced into W&B (make_framework_runs.py --only megatron-tb): its
+# writer logs 'lm loss', 'learning-rate', 'batch-size' and 'samples vs steps' at the iteration
+# and each '<key> vs samples' again at the sample count; W&B's sync logs every event's step as
+# global_step on a row of its own, so half the rows carry samples there. No config reached
+# W&B (the user's own wandb.init(sync_tensorboard=True)), so the sequence length is given.
+MEGATRON_TB = "wandb/megatron-tb"
+
+
+@pytest.mark.parametrize("facts", [{"seq_len": SEQ}, {}])
+def test_megatron_tensorboard_synced_into_wandb_reads_iterations_not_samples(facts):
+    history = WandbOfflineSource(str(FRAMEWORKS / MEGATRON_TB), ReadOptions(use_cache=False, **facts)).read(
+        *WandbOfflineSource(str(FRAMEWORKS / MEGATRON_TB), ReadOptions(use_cache=False)).runs()
+    )
+    read = dict(history.read_as)
+    assert read["framework"] == "Megatron-LM" and read["step"] == "global_step"
+    assert history.loss_key == "lm loss" and read["lr"] == "learning-rate"
+    # The iterations, every LOG_EVERY of STEPS: never the sample counts (16 per iteration).
+    np.testing.assert_array_equal(history.step, np.arange(10, STEPS + 1, 10))
+    np.testing.assert_allclose(history.loss, curve(history.step.astype(float)), rtol=1e-6)
+    per_step = 2 * ONE  # 2 ranks x 4 x accumulation 2 = 16 samples of 64 tokens
+    if not facts:
+        assert history.on_steps
+        assert any("'samples vs steps' counts sequences" in n and "seq_len" in n for n in history.notes)
+        window: dict[str, float] = {"ema_steps": EMA_STEPS}
+    else:
+        assert not history.on_steps
+        np.testing.assert_allclose(history.batch, per_step, rtol=TOKENS_RTOL)
+        np.testing.assert_allclose(history.last_tokens, per_step * STEPS, rtol=TOKENS_RTOL)
+        window = {"ema_token_window": EMA_STEPS * per_step}
+    (result,) = run_analysis(history, AnalysisConfig(targets=(TARGET,), model="power-law", **window)).targets
+    assert result.status.value == "reached"
+    np.testing.assert_allclose(result.step, expected_crossing(1), rtol=CROSSING_RTOL)
+    if facts:
+        np.testing.assert_allclose(result.tokens, expected_crossing(1) * per_step, rtol=CROSSING_RTOL)

@@ -35,6 +35,10 @@ What writes what:
   and Composer's ``WandBLogger`` and ``MLFlowLogger`` (Composer's MLflow run in its own
   store, ``composer/mlflow.db.gz``, gzipped).
 
+- ``megatron-tb``: Megatron-LM's TensorBoard scalars (each key at the iteration and its
+  ``... vs samples`` twin at the sample count) through torch's ``SummaryWriter`` into a W&B
+  offline run with ``sync_tensorboard=True`` (``pip install tensorboard`` in the venv).
+
 - ``trl``: TRL's ``SFTTrainer`` (real, on CPU: a tiny GPT-2 from a config, 19-token samples,
   ``max_length`` 64) with ``report_to=["wandb", "mlflow"]``.
 - ``accelerate``: a loop on Accelerate's tracking API (``log_with=["wandb", "mlflow"]``,
@@ -537,6 +541,42 @@ def _megatron(out: Path) -> None:
     wandb.finish()
 
 
+
+def _megatron_tb(out: Path) -> None:
+    """Megatron-LM's TensorBoard scalars synced into W&B. training_log
+    (https://github.com/NVIDIA/Megatron-LM/blob/86df799dc4c78e4bd7fbae972b3ee743e8b14f02/megatron/training/training.py)
+    writes, every ``tensorboard_log_interval`` iterations, with ``writer.add_scalar``:
+    ``samples vs steps`` (consumed_train_samples) at ``iteration``; ``learning-rate`` and
+    ``batch-size`` at ``iteration`` and again as ``learning-rate vs samples`` and
+    ``batch-size vs samples`` at ``args.consumed_train_samples``; each loss_dict key
+    (``lm loss``) at ``iteration`` and ``lm loss vs samples`` at the sample count. The
+    writer is torch's ``SummaryWriter`` (megatron/training/global_vars.py
+    ``_set_tensorboard_writer``); the W&B run is the user's own ``wandb.init(
+    sync_tensorboard=True)`` with no config (Megatron's args reach W&B only through its own
+    wandb writer, not used here), so the sequence length is in no run."""
+    import wandb
+    from torch.utils.tensorboard import SummaryWriter
+
+    dp = 2
+    wandb.init(project="frameworks", name="megatron-tb", sync_tensorboard=True)
+    writer = SummaryWriter(log_dir=str(out / "_tb" / "megatron-tb"), max_queue=1000)
+    iteration, consumed_train_samples = 0, 0
+    batch_size = dp * BATCH * ACCUM
+    while iteration < STEPS:
+        iteration += 1
+        consumed_train_samples += batch_size
+        if iteration % LOG_EVERY == 0:
+            learning_rate, loss = megatron_lr(iteration), curve(iteration)
+            writer.add_scalar("samples vs steps", consumed_train_samples, iteration)
+            writer.add_scalar("learning-rate", learning_rate, iteration)
+            writer.add_scalar("learning-rate vs samples", learning_rate, consumed_train_samples)
+            writer.add_scalar("batch-size", batch_size, iteration)
+            writer.add_scalar("batch-size vs samples", batch_size, consumed_train_samples)
+            writer.add_scalar("lm loss", loss, iteration)
+            writer.add_scalar("lm loss vs samples", loss, consumed_train_samples)
+    writer.close()
+    wandb.finish()
+
 # --- trainers beyond the first eight (issue 30) ------------------------------------------------
 # Each of these writes its MLflow run (where the trainer has an MLflow logger) into its own
 # store, ``<name>/mlflow.db.gz``, as Composer's, so the shared mlflow.db stays as it is.
@@ -802,6 +842,7 @@ _SETUPS = {
     "olmo": _olmo,
     "composer": _composer,
     "megatron": _megatron,
+    "megatron-tb": _megatron_tb,
     "trl": _trl,
     "accelerate": _accelerate,
     "torchtune": _torchtune,

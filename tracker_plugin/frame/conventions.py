@@ -305,6 +305,9 @@ CONVENTIONS = (
 
 # Megatron-LM's TensorBoard writer logs each scalar again as '<key> vs samples' at the sample
 # count (a TensorBoard synced to W&B carries them): never the lr or the loss.
+_VS_SAMPLES = " vs samples"
+# W&B's TensorBoard sync (wandb/integration/tensorboard/log.py) logs each event's step as this.
+_TB_STEP = "global_step"
 _LR_PATTERN = re.compile(r"^(?!.* vs (samples|tokens)$)(lr-.+|lr/.+|.*learning_rate.*|.*learning-rate.*)$")
 _LIGHTNING_LOSS = re.compile(r"^(?!val|eval|test).*loss.*_step$")
 
@@ -327,6 +330,10 @@ class Reading:
     planned_steps: float | None = None
     eval_loss: str | None = None
     seq_len: float | None = None  # the sequence length, when the config or the user gave it
+    # Only rows holding one of these keys give a step (empty: every row). A TensorBoard
+    # synced into W&B logs its own step as ``global_step`` on every row: Megatron-LM's
+    # '<key> vs samples' rows carry the sample count there, not the iteration.
+    step_rows: tuple[str, ...] = ()
 
     def keys(self) -> list[str]:
         """The logged keys the frame needs, each once."""
@@ -343,6 +350,13 @@ class Reading:
     @property
     def _device_tokens(self) -> str:
         return self.described.get("_device_tokens", "")
+
+    def stepped_rows(self, frame: pd.DataFrame) -> np.ndarray | None:
+        """Which rows of ``frame`` give a step (:attr:`step_rows`); None: every row."""
+        held = [k for k in self.step_rows if k in frame]
+        if not held:
+            return None
+        return frame[held].notna().any(axis=1).to_numpy(bool)
 
     def prepare(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame`` with the columns this reading adds: per-device tokens times the world
@@ -460,6 +474,11 @@ def read_as(
     if world_size is not None and not world_used:
         notes.append(_world_unused(world_size, described["tokens"]))
     planned = _planned_steps(_param(config, convention.planned_steps)) if convention else None
+    step_rows: tuple[str, ...] = ()
+    if step == _TB_STEP and pinned("step") is None and any(k.endswith(_VS_SAMPLES) for k in logged):
+        # Megatron-LM's TensorBoard synced into W&B: the iteration is global_step on the rows
+        # of the keys logged at the iteration; the '<key> vs samples' rows hold the sample count.
+        step_rows = tuple(k for k in (loss, lr, scaled or tokens_key) if k and not k.startswith("__"))
     return Reading(
         framework=convention.name if convention else "generic",
         columns=Columns(
@@ -480,6 +499,7 @@ def read_as(
         planned_steps=planned,
         eval_loss=eval_loss,
         seq_len=_seq_len(convention, config, seq_len),
+        step_rows=step_rows,
     )
 
 
@@ -494,6 +514,10 @@ def build_read_history(
     """``build_history`` on ``frame`` as ``reading`` reads it. A loss key with one value
     (a run aggregate, such as HF's ``train_loss`` in MLflow) is an error that names the
     run's other loss keys."""
+    kept = reading.stepped_rows(frame)
+    if kept is not None:
+        frame = frame[kept].reset_index(drop=True)
+        logged_nan_loss = None if logged_nan_loss is None else np.asarray(logged_nan_loss, bool)[kept]
     try:
         return build_history(
             reading.prepare(frame),

@@ -133,12 +133,17 @@ def build_wandb_history(
         return build_history(pd.DataFrame(columns=names), run=run, columns=columns, batch_size=batch_size)
     cleaned = {key: numbers_of(key, steps, values) for key, (steps, values) in data.items() if key != ROW_KEY}
     aligned = align_on_step({key: column.history for key, column in cleaned.items()}, step=ROW_KEY)
+    frame, logged_nan = aligned.frame, aligned.logged_nan.get(loss_key)
+    kept = reading.stepped_rows(frame)
+    if kept is not None:  # a TensorBoard's global_step on rows of another axis (frame/conventions.py)
+        frame = frame[kept].reset_index(drop=True)
+        logged_nan = None if logged_nan is None else np.asarray(logged_nan, bool)[kept]
     history = build_history(
-        reading.prepare(aligned.frame),
+        reading.prepare(frame),
         run=run,
         columns=columns,
         batch_size=batch_size,
-        logged_nan_loss=aligned.logged_nan.get(loss_key),
+        logged_nan_loss=logged_nan,
     )
     odd = tuple(note for column in cleaned.values() for note in column.notes)
     if odd:
