@@ -132,3 +132,16 @@ def test_a_fast_tokens_rate_alone_marks_a_bulk_log(frame, tmp_path):
         source.close()
     assert history.time is None
     assert any("tokens per second" in note for note in history.notes)
+
+
+def test_whole_second_stamps_on_sub_second_steps_are_a_clock(frame, tmp_path):
+    """Integer Unix seconds at 0.4 s per step: steps share stamps by the clock's resolution."""
+    coarse = frame.assign(timestamp=np.floor(START_MS / 1000 + frame["step"] * SECONDS_PER_STEP))
+    coarse.to_csv(tmp_path / "coarse.csv", index=False)
+    source = open_source(str(tmp_path / "coarse.csv"), SourceOptions())
+    try:
+        (run,) = source.runs()
+        doc = to_json(run_analysis(source.read(run), CONFIG))
+    finally:
+        source.close()
+    assert doc["throughput"]["seconds_per_step"] == pytest.approx(SECONDS_PER_STEP, rel=0.01)

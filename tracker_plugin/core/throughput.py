@@ -24,6 +24,7 @@ import pandas as pd
 
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import History
+from tracker_plugin.frame.time import COARSE_TICK
 
 __all__ = ["Deadline", "TargetTime", "Throughput", "Timing", "measure_throughput", "parse_deadline", "time_target"]
 
@@ -122,7 +123,22 @@ def measure_throughput(
         return Throughput("step_time", step_time / batch, step_time, 0.0)
     if history.time is None or len(history) < 3:
         return None
-    return _measured(history, count_pauses)
+    return _measured(_clock_ticks(history), count_pauses)
+
+
+def _clock_ticks(history: History) -> History:
+    """The rows where a coarse clock ticks, or the history as it is.
+
+    Whole-second stamps on sub-second steps put several rows on one stamp: an interval
+    inside a stamp reads as no time at all and the next as a pause. Between the first rows
+    of consecutive stamps the rate is the clock's, measured over whole ticks.
+    """
+    assert history.time is not None
+    dt = np.diff(history.time)
+    moved = dt > 0
+    if moved.all() or not moved.any() or float(dt[moved].min()) < COARSE_TICK:
+        return history
+    return history.take(np.r_[0, np.flatnonzero(moved) + 1])
 
 
 def _measured(history: History, count_pauses: bool) -> Throughput | None:

@@ -141,15 +141,19 @@ class History:
 
     def head(self, rows: int) -> History:
         """The first ``rows`` rows: the run as it stood when it had logged that far."""
-        lr = None if self.lr is None else self.lr[:rows]
-        time = None if self.time is None else self.time[:rows]
+        return self.take(slice(0, rows))
+
+    def take(self, rows: slice | np.ndarray) -> History:
+        """The history at ``rows`` only (a slice, or row indices in order)."""
+        lr = None if self.lr is None else self.lr[rows]
+        time = None if self.time is None else self.time[rows]
         return replace(
             self,
             time=time,
-            step=self.step[:rows],
-            tokens=self.tokens[:rows],
-            batch=self.batch[:rows],
-            loss=self.loss[:rows],
+            step=self.step[rows],
+            tokens=self.tokens[rows],
+            batch=self.batch[rows],
+            loss=self.loss[rows],
             lr=lr,
         )
 

@@ -46,6 +46,7 @@ _RESTART_SHARE = 0.5
 # largest public runs take about 3e6 tokens/s and 50+ ms per step; tiny models on one
 # device take a few ms per step. The ceilings leave 1-2 orders of magnitude of room.
 _SHARED_STAMPS = 0.5
+COARSE_TICK = 0.5  # seconds: a clock whose smallest tick is this long or more is coarse
 _FASTEST_STEP_SECONDS = 1e-3
 _MOST_TOKENS_PER_SECOND = 2e8
 # A text time column is read (as numbers or as dates) when more than this share of its
@@ -253,9 +254,13 @@ def _bulk_log(seconds: np.ndarray, step: np.ndarray, tokens: np.ndarray | None, 
     if pairs < 2:
         return None
     why = ""
-    shared = int(np.count_nonzero(np.diff(seconds)[moved] <= 0))
+    gaps = np.diff(seconds)[moved]
+    shared = int(np.count_nonzero(gaps <= 0))
     span, steps = float(seconds[-1] - seconds[0]), float(step[-1] - step[0])
-    if shared >= _SHARED_STAMPS * pairs:
+    # Whole-second stamps on sub-second steps share stamps by their resolution alone:
+    # only a clock that can tell milliseconds apart is judged by its shared stamps.
+    fine = not (gaps > 0).any() or float(gaps[gaps > 0].min()) < COARSE_TICK
+    if fine and shared >= _SHARED_STAMPS * pairs:
         why = f"{shared:,} of {pairs + 1:,} logged steps share the timestamp of the step before"
     elif span < _FASTEST_STEP_SECONDS * steps:
         why = f"{steps:,.0f} steps in {span:.3g} s ({1e3 * span / steps:.2g} ms per step)"
