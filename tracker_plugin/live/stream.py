@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
+from tracker_plugin.core.status import Status
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.conventions import batch_from_tokens
 from tracker_plugin.frame.history import Columns, History, build_history
@@ -70,7 +71,9 @@ class LiveResult:
 
     def lines(self) -> list[str]:
         """One line per target for a console or a progress bar:
-        ``3.30 at step 15,490 (80%: 8,855-19,460), in 52 min (19-72 min)``."""
+        ``3.30 forecast at step 15,490 (80%: 8,855–19,460), in 52 min (19–72 min)``; a target
+        the plan ends before: ``3.20 not_reached: best 3.262 at step 5,000, the run ends at
+        step 9,536, P(within plan) 0.45``."""
         return [_line(self.analysis, k) for k in range(len(self.analysis.targets))]
 
 
@@ -320,6 +323,12 @@ _COLUMNS = Columns(step=("step",), loss=("loss",), tokens=("tokens",), batch=("b
 def _line(analysis: Analysis, k: int) -> str:
     result = analysis.targets[k]
     head = f"{result.target:.2f} {result.status}"
+    if result.status == Status.NOT_REACHED and result.best_loss is not None and result.end_step is not None:
+        # No crossing to say: the best smoothed loss so far, where the run ends, the chance.
+        ends = "ended" if result.run_finished else "ends"
+        chance = "" if result.p_reach_within_plan is None else f", P(within plan) {result.p_reach_within_plan:.2f}"
+        return (f"{head}: best {result.best_loss:.3f} at step {result.best_step:,.0f}, "
+                f"the run {ends} at step {result.end_step:,.0f}{chance}")
     if result.step is None or not math.isfinite(result.step):
         return head
     text = f"{head} at step {result.step:,.0f}"
