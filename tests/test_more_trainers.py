@@ -245,3 +245,35 @@ def test_megatron_tensorboard_synced_into_wandb_reads_iterations_not_samples(fac
     np.testing.assert_allclose(result.step, expected_crossing(1), rtol=CROSSING_RTOL)
     if facts:
         np.testing.assert_allclose(result.tokens, expected_crossing(1) * per_step, rtol=CROSSING_RTOL)
+
+
+_CLI_DUMP = """# lightning.pytorch==2.6.6
+seed_everything: 0
+trainer:
+  accelerator: cpu
+  max_steps: 150
+  accumulate_grad_batches: 5
+  log_every_n_steps: 3
+model:
+  batch_size: 8
+  block_size: 32
+"""
+
+
+@pytest.mark.parametrize(("logged", "per_step"), [(_CLI_DUMP, 5 * 8 * 32), ("trainer: [unclosed\n", None),
+                                                  ("a: &a [*a]\n", None)])
+def test_lightning_cli_config_logged_as_one_yaml_string_gives_the_accumulation(logged, per_step):
+    """Lightning's documented LoggerSaveConfigCallback logs log_hyperparams({"config": dump}):
+    the run's config holds the whole CLI config as one YAML text, the accumulation in it.
+    Text that is no YAML, or a loop the bounded loader refuses, is left as text: on steps."""
+    steps = np.arange(2, 150, 3)
+    frame = pd.DataFrame({"trainer/global_step": steps, "train_loss_step": curve(steps + 1.0), "lr-AdamW": 1e-3})
+    config = {"config": logged, "batch_size": 8, "block_size": 32}
+    reading = ReadOptions(use_cache=False).reading(set(frame.columns), config, native_step="_step")
+    history = finish_reading(build_read_history(frame, reading, run="run", logged=frame.columns), reading)
+    if per_step is None:
+        assert history.on_steps and any("no gradient accumulation" in n for n in history.notes)
+    else:
+        assert not history.on_steps
+        np.testing.assert_allclose(history.batch, per_step)
+        assert "accumulation 5" in dict(history.read_as)["tokens"]

@@ -42,10 +42,13 @@ class ReadOptions:
     ) -> Reading:
         """Which of a run's ``logged`` keys are what, by its trainer's conventions (see
         :func:`~tracker_plugin.frame.conventions.read_as`); ``native_step`` is the source's
-        own step, ``batch_size`` a fallback in place of :attr:`batch_size`."""
+        own step, ``batch_size`` a fallback in place of :attr:`batch_size`. A whole config
+        logged as one YAML text (LightningCLI's) is read as the mapping it holds."""
+        from tracker_plugin.trackers.trainer_files import with_logged_yaml  # it imports this module
+
         return read_as(
             {str(k) for k in logged},
-            config,
+            with_logged_yaml(config),
             self.columns,
             native_step=native_step,
             seq_len=self.seq_len,

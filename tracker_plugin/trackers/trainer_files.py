@@ -128,6 +128,37 @@ def _yaml_file(path: Path) -> dict[str, Any]:
     return flat_params(loaded) if isinstance(loaded, Mapping) else {}
 
 
+# Longer text than any config dump logged as one value: not parsed.
+_LONGEST_LOGGED_YAML = 1_000_000
+
+
+def with_logged_yaml(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` with each value that is a whole config logged as one YAML text read as the
+    mapping it holds, its keys under the value's name. Lightning documents this for
+    LightningCLI (``LoggerSaveConfigCallback``: ``trainer.logger.log_hyperparams({"config":
+    self.parser.dump(self.config)})``), so W&B's config or MLflow's params hold
+    ``config`` = the YAML text and ``config.trainer.accumulate_grad_batches`` is found as
+    if the config were nested. Read with the bounded loader; text that is no YAML mapping,
+    or that the loader refuses (a loop, an alias bomb, nesting too deep), is left as text:
+    what it would have given is then simply not known, and said so where it is needed."""
+    out = dict(config)
+    for key, value in config.items():
+        if not isinstance(value, str) or "\n" not in value or ":" not in value or len(value) > _LONGEST_LOGGED_YAML:
+            continue
+        try:
+            import yaml
+
+            loaded = yaml.load(value, Loader=_bounded_loader())
+        except ImportError:
+            return out
+        except (yaml.YAMLError, ValueError, TypeError, RecursionError):
+            continue
+        if isinstance(loaded, Mapping):
+            for name, item in flat_params(loaded).items():
+                out.setdefault(f"{key}.{name}", item)
+    return out
+
+
 def _yaml_problem(exc: Exception) -> str:
     """The problem of a YAML error in one line, with where it is."""
     problem = getattr(exc, "problem", None) or str(exc).strip().splitlines()[0]
