@@ -138,17 +138,21 @@ def with_logged_yaml(config: Mapping[str, Any]) -> dict[str, Any]:
     LightningCLI (``LoggerSaveConfigCallback``: ``trainer.logger.log_hyperparams({"config":
     self.parser.dump(self.config)})``), so W&B's config or MLflow's params hold
     ``config`` = the YAML text and ``config.trainer.accumulate_grad_batches`` is found as
-    if the config were nested. Read with the bounded loader; text that is no YAML mapping,
+    if the config were nested. Text cut short (a tracker's limit on a param's length) is
+    read to its last whole line. Read with the bounded loader; text that is no YAML mapping,
     or that the loader refuses (a loop, an alias bomb, nesting too deep), is left as text:
     what it would have given is then simply not known, and said so where it is needed."""
     out = dict(config)
     for key, value in config.items():
         if not isinstance(value, str) or "\n" not in value or ":" not in value or len(value) > _LONGEST_LOGGED_YAML:
             continue
+        # A dump ends its last line; text that does not was cut short (Lightning's MLFlowLogger
+        # keeps 250 characters of a param): only its whole lines are read, never a cut number.
+        whole_lines = value if value.endswith("\n") else value[: value.rfind("\n") + 1]
         try:
             import yaml
 
-            loaded = yaml.load(value, Loader=_bounded_loader())
+            loaded = yaml.load(whole_lines, Loader=_bounded_loader())
         except ImportError:
             return out
         except (yaml.YAMLError, ValueError, TypeError, RecursionError):
