@@ -76,6 +76,9 @@ SETUPS = (
     Setup("Composer -> W&B", "wandb-offline:wandb/composer-wandb", 2 * ONE, STEPS - 1),
     Setup("Composer -> MLflow", "mlflow:composer-mlflow@composer/mlflow.db.gz", 2 * ONE, STEPS - 1),
     Setup("Megatron-LM -> W&B", "wandb-offline:wandb/megatron-wandb", 2 * ONE, STEPS),
+    # Its TensorBoard synced into W&B with no config: the sequence length is in no run.
+    Setup("Megatron-LM TensorBoard -> W&B sync", "wandb-offline:wandb/megatron-tb", 2 * ONE, STEPS,
+          facts={"seq_len": SEQ}),
     # Beyond the first eight (issue 30).
     Setup("TRL SFT -> W&B", "wandb-offline:wandb/trl-sft", BATCH * ACCUM * 19, STEPS, **_HF),
     Setup("TRL SFT -> MLflow", "mlflow:trl-sft@trl/mlflow.db.gz", BATCH * ACCUM * 19, STEPS, **_HF),
