@@ -56,10 +56,12 @@ def curve(step: float) -> float:
     return 2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6
 
 
-def _env(work: Path) -> dict[str, str]:
+def _env(work: Path, name: str = "") -> dict[str, str]:
+    """The writer's environment; each setup's W&B runs in a folder of its own, ``_wandb/NAME``."""
     env = dict(os.environ)
+    (work / "_wandb" / name).mkdir(parents=True, exist_ok=True)
     env.update(
-        WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_CODE="true", WANDB_DIR=str(work / "_wandb"),
+        WANDB_MODE="offline", WANDB_SILENT="true", WANDB_DISABLE_CODE="true", WANDB_DIR=str(work / "_wandb" / name),
         MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}", HF_MLFLOW_LOG_ARTIFACTS="0",
         TOKENIZERS_PARALLELISM="false",
     )
@@ -175,7 +177,7 @@ def _lightning(work: Path, name: str) -> None:
     train = torch.utils.data.DataLoader(torch.zeros(batches * batch, SEQ, dtype=torch.long), batch_size=batch)
     val = torch.utils.data.DataLoader(torch.zeros(2 * batch, SEQ, dtype=torch.long), batch_size=batch)
     csv = CSVLogger(str(work / "_csv"), name=name)
-    wandb_logger = WandbLogger(project="outside", name=name, save_dir=str(work / "_wandb"), offline=True)
+    wandb_logger = WandbLogger(project="outside", name=name, save_dir=os.environ["WANDB_DIR"], offline=True)
     mlflow_logger = MLFlowLogger(experiment_name="outside", run_name=name, tracking_uri=_env(work)["MLFLOW_TRACKING_URI"])
     trainer = L.Trainer(
         max_epochs=epochs, accumulate_grad_batches=accum, log_every_n_steps=log_every, val_check_interval=0.5,
@@ -185,7 +187,7 @@ def _lightning(work: Path, name: str) -> None:
     trainer.fit(Module(batch, SEQ, 1e-3), train, val)
     import pandas as pd
 
-    (metrics,) = (work / "_csv").rglob("metrics.csv")
+    (metrics,) = (work / "_csv" / name).rglob("metrics.csv")
     logged = pd.read_csv(metrics).dropna(subset=["train_loss_step"])["step"].astype(int).tolist()
     per_epoch = math.ceil(batches / accum)
     steps = trainer.global_step
@@ -200,44 +202,338 @@ def _lightning(work: Path, name: str) -> None:
     })
 
 
+# -- trainers beyond the first eight (issue 30) -----------------------------------------------
+
+
+def _fixtures_module():  # type: ignore[no-untyped-def]
+    """make_framework_runs.py: its loaders of torchtune's metric loggers and OLMo-core's callback."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_framework_runs", Path(__file__).with_name("make_framework_runs.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _own_store(work: Path, name: str) -> str:
+    """An MLflow store of the setup's own (the trainers that set the URI themselves)."""
+    (work / name).mkdir(exist_ok=True)
+    return f"sqlite:///{work / name / 'mlflow.db'}"
+
+
+def _trl(work: Path, name: str) -> None:
+    """TRL's SFTTrainer on samples of 7 to 30 tokens, ``max_length`` 24 (it truncates the
+    longer ones), accumulation 3, ``logging_steps`` 7, cosine with a warmup ratio, to MLflow
+    and W&B at once; ``packing`` on (``bfd``: whole samples packed into rows of 24, padding
+    free) or off. The tokens each optimizer step took are counted in the collator TRL built
+    (the attention mask's sum, or with packing the row length), not from TRL's log."""
+    import datasets
+    import torch
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    packing = name == "trl-pack"
+    batch, accum, logging_steps, max_length, steps = 3, 3, 7, 24, 90
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(work, name)
+    vocab = {"[PAD]": 0, "[EOS]": 1, **{f"w{i}": i + 2 for i in range(30)}}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="[PAD]")),
+                                        pad_token="[PAD]", eos_token="[EOS]")
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(vocab), n_positions=64, n_embd=8, n_layer=1, n_head=1))
+    state = {"step": 1}
+    micro: list[int] = []
+
+    def curve_loss(outputs, labels, num_items_in_batch=None):  # type: ignore[no-untyped-def]
+        return torch.tensor(curve(state["step"]) / accum) + 0.0 * outputs.logits.sum()
+
+    class StepOf(TrainerCallback):
+        def on_step_begin(self, args, trainer_state, control, **kwargs):  # type: ignore[no-untyped-def]
+            state["step"] = trainer_state.global_step + 1
+
+    lengths = [7 + (i * 11) % 24 for i in range(steps * batch * accum * 3)]
+    ids = [[2 + (i + j) % 30 for j in range(n)] for i, n in enumerate(lengths)]
+    args = SFTConfig(
+        output_dir=str(work / "_trl" / name), run_name=name, max_steps=steps, per_device_train_batch_size=batch,
+        gradient_accumulation_steps=accum, learning_rate=1e-3, lr_scheduler_type="cosine", warmup_steps=0.1,
+        logging_steps=logging_steps, save_strategy="no", report_to=["wandb", "mlflow"], use_cpu=True,
+        dataloader_num_workers=0, disable_tqdm=True, max_length=max_length, packing=packing,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=datasets.Dataset.from_dict({"input_ids": ids}),
+                         processing_class=tokenizer, callbacks=[StepOf()], compute_loss_func=curve_loss)
+    collate = trainer.data_collator
+
+    def counting(examples):  # type: ignore[no-untyped-def]
+        out = collate(examples)
+        micro.append(int(out["attention_mask"].sum()) if "attention_mask" in out else int(out["input_ids"].numel()))
+        return out
+
+    trainer.data_collator = counting
+    trainer.train()
+    trainer.save_state()
+    history = json.loads((work / "_trl" / name / "trainer_state.json").read_text())["log_history"]
+    per_step = [sum(micro[s * accum:(s + 1) * accum]) for s in range(steps)]
+    _truth(work, name, {
+        "trainer": "Hugging Face Trainer", "label": "TRL SFT", "base": 1, "total_steps": steps,
+        "logged_steps": [row["step"] for row in history if "loss" in row], "mean_over": logging_steps,
+        "tokens_per_step": per_step, "tokens_logged": True,
+        "loss": {"mlflow": "loss", "wandb": "train/loss"}, "lr": {"mlflow": "learning_rate", "wandb": "train/learning_rate"},
+        # max_steps and a warmup ratio: the params hold the schedule.
+        "plan": {"mlflow": "params", "wandb": "params"},
+        "config": f"packing {'on' if packing else 'off'}, max_length {max_length}, accum {accum}, log every {logging_steps}",
+        "sources": {"mlflow": f"run:{name}@{name}", "wandb": f"wandb:{name}"},
+    })
+
+
+def _accelerate(work: Path, name: str) -> None:
+    """A run_clm_no_trainer-style loop on Accelerate's tracking API: ``init_trackers`` with the
+    script's args, ``accelerator.log(values, step=completed_steps)`` every ``logging_steps``;
+    ``accelerate-tokens`` logs ``tokens_seen`` (accumulation 4, every 5), ``accelerate-plain``
+    only ``train_loss``, ``lr`` and ``step`` (accumulation 3, every 7; the batch, accumulation
+    and block_size are in the config, the world size (1) in none)."""
+    import torch
+    from accelerate import Accelerator
+
+    tokens = name == "accelerate-tokens"
+    batch, accum, every, block, steps = (4, 4, 5, 48, 120) if tokens else (2, 3, 7, 40, 119)
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(work, name)
+    accelerator = Accelerator(gradient_accumulation_steps=accum, log_with=["wandb", "mlflow"], cpu=True)
+    config = {"per_device_train_batch_size": batch, "gradient_accumulation_steps": accum, "block_size": block,
+              "learning_rate": 1e-3, "lr_scheduler_type": "linear", "num_warmup_steps": 10, "max_train_steps": steps,
+              "with_tracking": True, "report_to": "all", "checkpointing_steps": None}
+    accelerator.init_trackers("outside", config, init_kwargs={"wandb": {"name": name}, "mlflow": {"run_name": name}})
+    w = torch.nn.Parameter(torch.zeros(1))
+    optimizer = torch.optim.AdamW([w], lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / 10, max(0.0, (steps - s) / (steps - 10))))
+    data = torch.utils.data.DataLoader(torch.zeros(steps * accum * batch, block, dtype=torch.long), batch_size=batch)
+    optimizer, data, scheduler = accelerator.prepare(optimizer, data, scheduler)
+    completed, seen = 0, 0
+    for item in data:
+        with accelerator.accumulate(w):
+            loss = torch.tensor(curve(completed + 1)) + 0.0 * w.sum()
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+            seen += int(accelerator.gather(torch.tensor(item.numel())).sum())
+        if accelerator.sync_gradients:
+            completed += 1
+            if completed % every == 0:
+                values = {"train_loss": loss.item(), "lr": scheduler.get_last_lr()[0], "step": completed}
+                accelerator.log({**values, "tokens_seen": seen} if tokens else values, step=completed)
+    accelerator.end_training()
+    _truth(work, name, {
+        "trainer": "Accelerate", "base": 1, "total_steps": steps, "logged_steps": list(range(every, steps + 1, every)),
+        "mean_over": 1, "tokens_per_step": [batch * accum * block] * steps, "tokens_logged": tokens,
+        "loss": {"mlflow": "train_loss", "wandb": "train_loss"}, "lr": {"mlflow": "lr", "wandb": "lr"},
+        # max_train_steps only (the schedule's shape is the script's get_scheduler, not read).
+        "plan": {"mlflow": "steps-only", "wandb": "steps-only"},
+        "config": f"accum {accum}, log every {every}, " + ("tokens_seen" if tokens else "no token count"),
+        "sources": {"mlflow": f"run:{name}@{name}", "wandb": f"wandb:{name}"},
+    })
+
+
+def _torchtune(work: Path, name: str) -> None:
+    """torchtune's own WandBLogger and MLFlowLogger with the dicts its recipe logs every
+    ``log_every_n_steps`` (7) at ``global_step``; ``torchtune-packed``: 3 ranks, batch 3,
+    accumulation 4, ``tokenizer.max_seq_len`` 48, ``dataset.packed`` (every pack padded to
+    48); ``torchtune-unpacked``: 1 rank, batch 2, accumulation 3, samples of varying length
+    under a cap of 40 (tokens unknowable from the config: ``max_seq_len`` only caps)."""
+    from omegaconf import OmegaConf
+
+    packed = name == "torchtune-packed"
+    dp, batch, accum, cap, steps, every = (3, 3, 4, 48, 112, 7) if packed else (1, 2, 3, 40, 105, 7)
+    wandb_logger, mlflow_logger = _fixtures_module()._torchtune_loggers()
+    cfg = OmegaConf.create({
+        "output_dir": str(work / "_torchtune" / name), "batch_size": batch, "gradient_accumulation_steps": accum,
+        "epochs": 1, "max_steps_per_epoch": steps, "log_every_n_steps": every, "seed": 3,
+        "tokenizer": {"_component_": "torchtune.models.llama3.llama3_tokenizer", "max_seq_len": cap},
+        "dataset": {"_component_": "torchtune.datasets.alpaca_dataset", "packed": packed},
+        "optimizer": {"_component_": "torch.optim.AdamW", "lr": 2e-5},
+        "lr_scheduler": {"_component_": "torchtune.training.lr_schedulers.get_cosine_schedule_with_warmup",
+                         "num_warmup_steps": 10},
+    })
+    (work / "_torchtune" / name).mkdir(parents=True, exist_ok=True)
+    os.environ["MLFLOW_TRACKING_URI"] = _own_store(work, name)
+    loggers = [wandb_logger(project="outside", name=name, dir=os.environ["WANDB_DIR"]),
+               mlflow_logger(experiment_name="outside", run_name=name)]
+    for logger in loggers:
+        logger.log_config(cfg)
+    per_step = []
+    for global_step in range(1, steps + 1):
+        lengths = [cap] * (batch * accum * dp) if packed else [
+            min(cap, 9 + (global_step * 7 + i * 13) % 45) for i in range(batch * accum * dp)]
+        per_step.append(sum(lengths))
+        if global_step % every == 0:
+            log_dict = {"loss": curve(global_step), "lr": 2e-5, "tokens_per_second_per_gpu": per_step[-1] / (0.5 * dp),
+                        "grad_norm": 1.0}
+            for logger in loggers:
+                logger.log_dict(log_dict, step=global_step)
+    for logger in loggers:
+        logger.close()
+    _truth(work, name, {
+        "trainer": "torchtune", "base": 1, "total_steps": steps, "logged_steps": list(range(every, steps + 1, every)),
+        "mean_over": 1, "tokens_per_step": per_step, "tokens_logged": False,
+        "loss": {"mlflow": "loss", "wandb": "loss"}, "lr": {"mlflow": "lr", "wandb": "lr"},
+        "plan": {"mlflow": "assumed", "wandb": "assumed"},
+        # torchrun's world size is in no config: given, as a user would.
+        "facts": {"--world-size": dp} if packed else {},
+        "config": f"{dp} ranks, batch {batch}, accum {accum}, max_seq_len {cap}, " + ("packed" if packed else "not packed"),
+        "sources": {"mlflow": f"run:{name}@{name}", "wandb": f"wandb:{name}"},
+    })
+
+
+def _olmo_core(work: Path, name: str) -> None:
+    """OLMo-core's own WandBCallback, the trainer's metrics every 7 steps
+    (``metrics_collect_interval``), 4 ranks of 3 x 48-token instances, 140 steps."""
+    import types
+
+    module = _fixtures_module()
+    import olmo_core
+
+    root = Path(olmo_core.__file__).parent
+    for package_name, path in (("olmo_core.train", root / "train"), ("olmo_core.train.callbacks", root / "train" / "callbacks")):
+        package = types.ModuleType(package_name)
+        package.__path__ = [str(path)]
+        sys.modules[package_name] = package
+    import importlib
+
+    WandBCallback = importlib.import_module("olmo_core.train.callbacks.wandb").WandBCallback
+    del module
+    dp, batch, seq, steps, every = 4, 3, 48, 140, 7
+    tokens_per_step = dp * batch * seq
+    config = {"run_name": name, "dataset": {"sequence_length": seq},
+              "data_loader": {"global_batch_size": tokens_per_step}, "train_module": {"rank_microbatch_size": batch * seq},
+              "trainer": {"max_duration": {"value": steps, "unit": "steps"}, "metrics_collect_interval": every}}
+    # pre_train demands the variable even offline: a placeholder, no key (nothing is sent).
+    os.environ.setdefault("WANDB_API_KEY", "x" * 40)
+    callback = WandBCallback(name=name, project="outside", config=config)
+    callback._trainer = types.SimpleNamespace(work_dir=Path(os.environ["WANDB_DIR"]))
+    callback.pre_train()
+    for step in range(1, steps + 1):
+        if step % every == 0:
+            callback.log_metrics(step, {"train/CE loss": curve(step), "throughput/total tokens": step * tokens_per_step,
+                                        "optim/LR (group 0)": 1e-3})
+    callback.wandb.finish()
+    _truth(work, name, {
+        "trainer": "OLMo-core", "base": 1, "total_steps": steps, "logged_steps": list(range(every, steps + 1, every)),
+        "mean_over": 1, "tokens_per_step": [tokens_per_step] * steps, "tokens_logged": True,
+        "loss": {"wandb": "train/CE loss"}, "lr": {"wandb": "optim/LR (group 0)"}, "plan": {"wandb": "assumed"},
+        "config": f"{dp} ranks, log every {every}, seq {seq}", "sources": {"wandb": f"wandb:{name}"},
+    })
+
+
+def _lightning_cli(work: Path, name: str) -> None:
+    """LightningCLI with ``--config cli.yaml`` holding ``trainer.accumulate_grad_batches: 3``
+    (``lightning-cli-yaml``: CSVLogger, WandbLogger, MLFlowLogger; SaveConfigCallback's
+    config.yaml beside metrics.csv), or Lightning's documented LoggerSaveConfigCallback that
+    logs the whole config as one YAML string, ``log_hyperparams({"config": yaml_text})``
+    (``lightning-cli-logged``: WandbLogger and MLFlowLogger, accumulation 5)."""
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import LearningRateMonitor
+    from lightning.pytorch.cli import LightningCLI, SaveConfigCallback
+    from lightning.pytorch.loggers import CSVLogger, Logger, MLFlowLogger, WandbLogger
+    from torch import nn
+
+    logged = name == "lightning-cli-logged"
+    accum, batch, block, steps, every = (5, 2, 40, 90, 4) if logged else (3, 4, 48, 100, 6)
+
+    class Module(L.LightningModule):
+        def __init__(self, batch_size: int = 1, block_size: int = 8) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.w = nn.Parameter(torch.zeros(1))
+
+        def training_step(self, x: torch.Tensor, batch_idx: int) -> torch.Tensor:
+            loss = torch.tensor(curve(self.global_step + 1)) + 0.0 * self.w.sum()
+            self.log("train_loss", loss, on_step=True, on_epoch=True)
+            return loss
+
+        def train_dataloader(self) -> torch.utils.data.DataLoader:  # type: ignore[type-arg]
+            data = torch.zeros(steps * accum * self.hparams["batch_size"], self.hparams["block_size"], dtype=torch.long)
+            return torch.utils.data.DataLoader(data, batch_size=self.hparams["batch_size"])
+
+        def configure_optimizers(self) -> dict[str, object]:
+            opt = torch.optim.AdamW(self.parameters(), lr=1e-3)
+            sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: max(0.0, 1 - s / steps))
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    class LoggerSaveConfigCallback(SaveConfigCallback):  # Lightning's docs (cli_advanced_3)
+        def save_config(self, trainer, pl_module, stage) -> None:  # type: ignore[no-untyped-def]
+            if isinstance(trainer.logger, Logger):
+                config = self.parser.dump(self.config, skip_none=False)
+                trainer.logger.log_hyperparams({"config": config})
+
+    cli_yaml = work / f"{name}.yaml"
+    cli_yaml.write_text(
+        f"trainer:\n  max_steps: {steps}\n  accumulate_grad_batches: {accum}\n  log_every_n_steps: {every}\n"
+        f"model:\n  batch_size: {batch}\n  block_size: {block}\n"
+    )
+    wandb_logger = WandbLogger(project="outside", name=name, save_dir=os.environ["WANDB_DIR"], offline=True)
+    mlflow_logger = MLFlowLogger(experiment_name="outside", run_name=name, tracking_uri=_own_store(work, name))
+    loggers = [wandb_logger, mlflow_logger] if logged else [CSVLogger(str(work / "_csv"), name=name), wandb_logger,
+                                                           mlflow_logger]
+    kwargs = {"save_config_callback": LoggerSaveConfigCallback} if logged else {"save_config_kwargs": {"overwrite": True}}
+    LightningCLI(
+        Module, trainer_defaults={"logger": loggers, "callbacks": [LearningRateMonitor(logging_interval="step")],
+                                  "accelerator": "cpu", "enable_checkpointing": False, "enable_progress_bar": False,
+                                  "enable_model_summary": False},
+        args=["fit", "--config", str(cli_yaml)], **kwargs,
+    )
+    last = steps - 1
+    logged_steps = [s for s in range(steps) if (s + 1) % every == 0]
+    sources = {"mlflow": f"run:{name}@{name}", "wandb": f"wandb:{name}"}
+    if not logged:
+        (metrics,) = (work / "_csv" / name).rglob("metrics.csv")
+        sources["csv"] = str(metrics)
+    del last
+    _truth(work, name, {
+        "trainer": "PyTorch Lightning", "label": "LightningCLI", "base": 0, "total_steps": steps,
+        "logged_steps": logged_steps, "mean_over": 1, "tokens_per_step": [batch * accum * block] * steps,
+        "tokens_logged": False, "loss": dict.fromkeys(sources, "train_loss_step"), "lr": dict.fromkeys(sources, "lr-AdamW"),
+        "plan": dict.fromkeys(sources, "assumed"),
+        "config": f"accum {accum} in " + ("the config logged as one YAML string" if logged else "--config YAML file"),
+        "sources": sources,
+    })
+
+
 def _truth(work: Path, name: str, truth: dict[str, object]) -> None:
     (work / f"{name}.truth.json").write_text(json.dumps(truth))
 
 
-_SETUPS = {"hf-epochs": _hf, "hf-tokens": _hf, "lightning": _lightning}
+_SETUPS = {
+    "hf-epochs": _hf, "hf-tokens": _hf, "lightning": _lightning,
+    "trl-pack": _trl, "trl-nopack": _trl, "accelerate-tokens": _accelerate, "accelerate-plain": _accelerate,
+    "torchtune-packed": _torchtune, "torchtune-unpacked": _torchtune, "olmo-core": _olmo_core,
+    "lightning-cli-yaml": _lightning_cli, "lightning-cli-logged": _lightning_cli,
+}
 
 
 # -- measuring -------------------------------------------------------------------------------
 
 
-def _sources(work: Path, truth: dict) -> dict[str, str]:
-    """Each tracker's run string (MLflow by run name, W&B by the run's offline directory)."""
+def _sources(work: Path, truth: dict) -> dict[str, tuple[str, str | None]]:
+    """Each tracker's run string and MLflow store (MLflow by run name, ``run:NAME[@STORE]``
+    with STORE a setup's own store; W&B by the setup's own offline directory)."""
     from mlflow import MlflowClient
 
-    out = {}
+    out: dict[str, tuple[str, str | None]] = {}
     for tracker, where in truth["sources"].items():
         if where.startswith("run:"):
-            client = MlflowClient(_env(work)["MLFLOW_TRACKING_URI"])
+            name, _, store = where[4:].partition("@")
+            uri = f"sqlite:///{work / store / 'mlflow.db'}" if store else _env(work)["MLFLOW_TRACKING_URI"]
+            client = MlflowClient(uri)
             runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-                    if r.info.run_name == where[4:]]
-            out[tracker] = f"mlflow:{runs[0].info.run_id}"
+                    if r.info.run_name == name]
+            out[tracker] = (f"mlflow:{runs[0].info.run_id}", uri)
         elif where.startswith("wandb:"):
-            for run_dir in sorted((work / "_wandb").rglob("offline-run-*")):
-                if _wandb_name(run_dir) == where[6:]:
-                    out[tracker] = f"wandb-offline:{run_dir}"
+            (run_dir,) = sorted((work / "_wandb" / where[6:]).rglob("offline-run-*"))
+            out[tracker] = (f"wandb-offline:{run_dir}", None)
         else:
-            out[tracker] = where
+            out[tracker] = (where, None)
     return out
-
-
-def _wandb_name(run_dir: Path) -> str:
-    config = run_dir / "files" / "wandb-metadata.json"
-    for wandb_file in run_dir.glob("*.wandb"):
-        text = wandb_file.read_bytes()
-        for name in ("hf-epochs", "hf-tokens", "lightning"):
-            if name.encode() in text:
-                return name
-    return config.name
 
 
 def _expected_crossing(truth: dict, target: float, window_steps: float) -> float:
@@ -270,11 +566,14 @@ def _tokens_before(truth: dict, step: float) -> float:
     return float(sum(per_step[:done]))
 
 
-def _analyze(python: str, root: str, source: str, targets: list[float], work: Path) -> dict:
-    command = [python, "-m", "tracker_plugin", "analyze", source, "--target", *(f"{t:g}" for t in targets), "--json",
-               "--no-cache"]
-    if source.startswith("mlflow:"):
-        command += ["--tracking-uri", _env(work)["MLFLOW_TRACKING_URI"]]
+def _analyze(python: str, root: str, source: tuple[str, str | None], targets: list[float], work: Path,
+             facts: dict[str, float]) -> dict:
+    """``analyze SOURCE --json`` with no reading flags but ``facts`` (what no run of the
+    setup holds, as a user would give it) and the MLflow store."""
+    command = [python, "-m", "tracker_plugin", "analyze", source[0], "--target", *(f"{t:g}" for t in targets),
+               "--json", "--no-cache", *(str(part) for flag, value in facts.items() for part in (flag, value))]
+    if source[1] is not None:
+        command += ["--tracking-uri", source[1]]
     env = {**os.environ, "PYTHONPATH": root}
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=work)
     if done.returncode != 0:
@@ -282,11 +581,12 @@ def _analyze(python: str, root: str, source: str, targets: list[float], work: Pa
     return json.loads(done.stdout)
 
 
-_SHORT = {"Hugging Face Trainer": "HF", "PyTorch Lightning": "Lightning"}
+_SHORT = {"Hugging Face Trainer": "HF", "PyTorch Lightning": "Lightning"}  # else the trainer's own name
 
 
 def _row(truth: dict, tracker: str, doc: dict, target: float) -> list[str]:
-    name = f"{_SHORT[truth['trainer']]} -> {tracker}"
+    label = truth.get("label") or _SHORT.get(truth["trainer"], truth["trainer"])
+    name = f"{label} -> {tracker}" + "".join(f" {flag} {value:g}" for flag, value in truth.get("facts", {}).items())
     if "error" in doc:
         return [name, truth["config"], "ERROR", "-", "-", "-", "-", "-", "-", doc["error"][:80]]
     last = truth["logged_steps"][-1]
@@ -334,6 +634,8 @@ def _plan_source(truth: dict, tracker: str) -> str:
       it anneals to 4e-6x its peak by the last step, no shape the inference knows, so the
       last lr is held ("assumed"), as for any finished run.
     """
+    if tracker in truth.get("plan", {}):  # the setups beyond the first eight say theirs
+        return str(truth["plan"][tracker])
     if truth["trainer"] != "Hugging Face Trainer":
         return "assumed"
     if tracker == "trainer_state":
@@ -367,8 +669,11 @@ def main() -> None:
             if (work / f"{name}.truth.json").exists():  # --keep a second time: measure again only
                 continue
             print(f"writing {name}", file=sys.stderr, flush=True)
-            subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work), check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            done = subprocess.run([sys.executable, __file__, "--one", name, str(work)], env=_env(work, name),
+                                  capture_output=True, text=True)
+            if done.returncode != 0:
+                print(done.stderr[-3000:], file=sys.stderr)
+                raise SystemExit(f"writing {name} failed")
         header = ["trainer -> tracker", "config", "step", "tokens", "loss", "lr", "stages", "crossing err",
                   "lr plan", "note / tokens read as"]
         rows = [header]
@@ -378,11 +683,14 @@ def main() -> None:
             target = round(curve(0.4 * truth["total_steps"]), 2)
             beyond = round(curve(3.0 * truth["total_steps"]), 2)  # forecast: the lr plan is read
             for tracker, source in _sources(work, truth).items():
-                doc = _analyze(args.plugin_python, args.plugin_root, source, [target, beyond], work)
+                doc = _analyze(args.plugin_python, args.plugin_root, source, [target, beyond], work,
+                               truth.get("facts", {}))
                 rows.append(_row(truth, tracker, doc, target))
         widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
         for r in rows:
             print(" | ".join(c.ljust(w) for c, w in zip(r, widths)) + " | " + r[-1])
+        wrong = sum(any("WRONG" in c or c == "ERROR" for c in r[:-1]) for r in rows[1:])
+        print(f"\n{len(rows) - 1} runs read; {wrong} WRONG (a row with any WRONG or ERROR cell)")
 
 
 if __name__ == "__main__":
