@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import tracker_plugin as tp
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
 from tracker_plugin.trackers import ReadOptions
@@ -284,3 +285,19 @@ def test_lightning_cli_config_logged_as_one_yaml_string_gives_the_accumulation(l
         assert not history.on_steps
         np.testing.assert_allclose(history.batch, per_step)
         assert "accumulation 5" in dict(history.read_as)["tokens"]
+
+
+def test_a_lightning_metrics_csv_with_an_eval_loss_reads_its_training_loss(tmp_path):
+    """Lightning's CSVLogger names the training loss ``train_loss_step``: a ``val_loss`` beside
+    it is the eval loss, not "the only loss logged" (held-out run, val_check_interval=0.5)."""
+    rows = ["epoch,lr-AdamW,step,train_loss_epoch,train_loss_step,val_loss"]
+    for step in range(0, 153):
+        rows.append(f",{1e-3:.6g},{step},,,")
+        rows.append(f"0,,{step},,{2.0 + 6.0 * (step / 20.0 + 1.0) ** -0.6:.6f},")
+        if step % 50 == 49:
+            rows.append(f"0,,{step},,,{2.1 + 6.0 * (step / 20.0 + 1.0) ** -0.6:.6f}")
+    (tmp_path / "metrics.csv").write_text("\n".join(rows) + "\n")
+    history = tp.load_csv(tmp_path / "metrics.csv")
+    assert history.loss_key == "train_loss_step"
+    assert history.last_step == 152
+    assert not any("only loss logged" in note for note in history.notes)

@@ -120,12 +120,15 @@ def _read_csv(
     with _csv_errors(run):
         header = pd.read_csv(run, nrows=0, sep=dialect.sep, decimal=dialect.decimal).columns
         _no_duplicate_columns(run, header, columns, dialect)
-        alone = eval_loss_alone(list(map(str, header)), columns)
+        # A trainer's own file names its training loss its own way (Lightning's
+        # ``train_loss_step``): its convention picks the loss, an eval loss only when alone.
+        trainer = trainer_detected(header)
+        alone = None if trainer else eval_loss_alone(list(map(str, header)), columns)
         if alone is not None:  # the only loss logged is an eval loss: read it, and say so
             pinned = None if options is None else replace(options, columns=options.columns.with_overrides(loss=alone))
             history = _read_csv(run, dialect, columns.with_overrides(loss=alone), batch_size, pinned)
             return replace(history, notes=(*history.notes, eval_loss_note(alone)))
-        if trainer_detected(header):
+        if trainer:
             options = options or ReadOptions(columns=columns, batch_size=batch_size)
             data = _read_rows(run, dialect)
             config = sibling_hparams(Path(run))
