@@ -14,8 +14,10 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.cli import main
+from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import KEY_PATTERN, TARGET_LABELS, TARGET_METRICS, target_slug
+from tracker_plugin.keys import KEY_PATTERN, MARKER, TARGET_LABELS, TARGET_METRICS, content_hash, target_slug
+from tracker_plugin.trackers.base import previous_of
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 
@@ -116,3 +118,20 @@ def test_a_planned_lr_schedule_is_in_the_settings_hash_but_not_copied_whole():
     assert len(json.dumps(settings)) < 2_000
     changed = settings_of(tp.AnalysisConfig(targets=(3.0,), lr_schedule=other), tp.Columns(), None)
     assert settings_hash(settings) != settings_hash(changed)
+
+
+def test_old_status_words_read_as_todays_and_an_annotation_holding_one_is_redone():
+    """Earlier versions wrote 'extrapolated' and 'failed': read back as today's nearest word,
+    and a complete, current annotation that still holds one is redone, saying why."""
+    assert Status("extrapolated") is Status.FORECAST and Status("failed") is Status.NOT_ENOUGH_DATA
+    assert Status.read(" Extrapolated ") is Status.FORECAST and Status.read("stale") is None
+    held = {"loss_eta/settings_hash": "s", "loss_eta/progress": "p", "loss_eta/plot_sha256": "q",
+            "loss_eta/target_3p30/status": "reached", "loss_eta/target_3p10/status": "extrapolated"}
+    previous = previous_of({**held, MARKER: content_hash(held)})
+    assert previous is not None and previous.complete and previous.retired == "extrapolated"
+    assert not previous.current("s", "p", "q")
+    assert previous.why_redone("s", "p", "q") == (
+        "redone: the last annotation says 'extrapolated', a status word this version no longer writes")
+    today = {**held, "loss_eta/target_3p10/status": str(Status.FORECAST_BEYOND_PLAN)}
+    previous = previous_of({**today, MARKER: content_hash(today)})
+    assert previous is not None and previous.current("s", "p", "q") and previous.why_redone("s", "p", "q") is None
