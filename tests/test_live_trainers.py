@@ -22,6 +22,9 @@ from tracker_plugin.cli import main
 from tracker_plugin.keys import MARKER
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
+# Minutes long: left out of the default run, run with --all (CI runs it).
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("torch")
 STEPS = 200
 TARGETS = ("2.5", "2.0")
@@ -71,7 +74,8 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     capsys.readouterr()
     extra = ["--batch-size", "256"] if trainer == "lightning" else []  # Lightning's run logs no token count
     assert main(["annotate", "mlflow:experiment/live", "-t", *TARGETS, "--tracking-uri", store, "--json", *extra]) == 0
-    assert [row["action"] for row in json.loads(capsys.readouterr().out)] == ["unchanged"]
+    rows = json.loads(capsys.readouterr().out)  # a row per target of the one run
+    assert len(rows) == len(TARGETS) and {row["action"] for row in rows} == {"unchanged"}, rows
 
     (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     offline = read_offline_run(wandb_file, {KEY, "train/global_step"}, ref="w")
