@@ -344,6 +344,9 @@ class WandbOfflineSource(Source):
             reading=reading,
             finished=parsed.state == "finished",
         )
+        unread = _unread_tail(parsed)
+        if unread is not None:
+            history = replace(history, notes=(*history.notes, unread))
         return _noting_a_resume(history, parsed)
 
 
@@ -419,6 +422,19 @@ class WandbOfflineSource(Source):
             f"files record {JSON_PATH}, {PNG_PATH} (in {wandb_file.parent / 'files'})",
             f"insert these records before the exit record of {wandb_file}",
         ]
+
+
+def _unread_tail(run: OfflineRun) -> str | None:
+    """A note on the end of the file that holds no whole record: a writer still running, or
+    a file cut short or damaged there (a length that points past the end); either way the
+    steps it held, if any, are not in the history."""
+    if run.incomplete_at is None:
+        return None
+    left = run.path.stat().st_size - run.incomplete_at
+    return (
+        f"{run.path.name}: its last {left:,} bytes (from byte {run.incomplete_at:,}) are no whole record, "
+        "not read: a run still writing, or a file cut short or damaged there; any steps they held are left out"
+    )
 
 
 def _with_keys(run: OfflineRun, keys: list[str], ref: str) -> OfflineRun:
