@@ -13,6 +13,25 @@ pytest_plugins = ["tracker_plugin.testing.mlflow_server"]
 DATA = Path(__file__).parent / "data"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--all",
+        action="store_true",
+        help="also run the suites marked slow (real trainers, property fuzzing, cross-family, "
+        "kills and races): CI runs them all",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default run leaves the slow suites out, and says so on each; --all runs them."""
+    if config.getoption("--all"):
+        return
+    skip = pytest.mark.skip(reason="slow suite: run with --all (CI does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_environment():
     """Tests never read or write the user's caches or trackers: both point into a temp dir."""

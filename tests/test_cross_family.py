@@ -36,6 +36,9 @@ from tracker_plugin.errors import ConfigError
 from tracker_plugin.report.cross_family import cross_family_text
 from tracker_plugin.testing import synthetic_run
 
+# Minutes long: left out of the default run, run with --all (CI runs it).
+pytestmark = pytest.mark.slow
+
 # Each family's forecast error (ln predicted/true) under each gain prior: families a and b
 # are exact with 0.05, family c only with 0.1.
 ERRORS = {"a": {0.025: 0.2, 0.05: 0.0, 0.1: 0.2}, "b": {0.025: 0.2, 0.05: 0.0, 0.1: 0.2},

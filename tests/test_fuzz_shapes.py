@@ -32,6 +32,9 @@ from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
 
 from .conftest import SHAPES
 
+# Minutes long: left out of the default run, run with --all (CI runs it).
+pytestmark = pytest.mark.slow
+
 SCALE = float(os.environ.get("HARDENING_SCALE", "1"))
 SHAPE_NAMES = ("clean", "restart", "stray", "out-of-order", "shuffled", "reversed", "zero", "huge", "duplicate-column")
 _CONFIG = AnalysisConfig(targets=(3.0, 2.5), ema_token_window=2e6)

@@ -38,6 +38,9 @@ from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, o
 from tracker_plugin.trackers.base import previous_of
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
+# Minutes long: left out of the default run, run with --all (CI runs it).
+pytestmark = pytest.mark.slow
+
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 FIRST = ("-t", "5.5", "4.0")
 OTHER = ("-t", "5.0", "--ema-token-window", "3e8")  # other settings, and a dropped target
