@@ -110,8 +110,11 @@ def test_the_trackers_environment_names_the_default_experiment_or_project():
     assert default_source(given, {"WANDB_PROJECT": "llm"}) == "mlflow:"
 
 
-def test_open_source_reads_a_url_on_its_server():
+def test_open_source_reads_a_url_on_its_server(monkeypatch):
     """No server is asked: opening only resolves the string and picks the adapter."""
+    # The session's W&B test server sets WANDB_BASE_URL for the tests that use it.
+    monkeypatch.delenv("WANDB_BASE_URL", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     source = open_source("http://mlflow.lab:5000/#/experiments/3/runs/4f2a9c", SourceOptions())
     assert type(source).__name__ == "MlflowSource"
     assert source.spec == "4f2a9c" and source.mlflow.tracking_uri == "http://mlflow.lab:5000"
