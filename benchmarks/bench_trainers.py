@@ -19,10 +19,8 @@ Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py``.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -35,13 +33,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.framework_runs import FRAMEWORKS, read_fixture, unpacked_store  # noqa: E402
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
 from tracker_plugin.errors import TrackerPluginError  # noqa: E402
 from tracker_plugin.trackers import ReadOptions  # noqa: E402
-from tracker_plugin.trackers.csvfile import CsvSource  # noqa: E402
-from tracker_plugin.trackers.wandb_offline import WandbOfflineSource  # noqa: E402
 
-FRAMEWORKS = ROOT / "tests" / "data" / "frameworks"
 CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
 STEPS, SEQ, BATCH, ACCUM = CONFIG["steps"], CONFIG["seq"], CONFIG["batch"], CONFIG["accum"]
 TARGET, EMA_STEPS = 3.5, 20
@@ -104,39 +100,9 @@ def expected_crossing(mean_over: int) -> float:
     return float(np.interp(TARGET, [ema[i], ema[i - 1]], [steps[i], steps[i - 1]]))
 
 
-def _store(relative: str, tmp: Path) -> str:
-    """An MLflow store as a sqlite URI (a gzipped one unpacked into ``tmp``)."""
-    path = FRAMEWORKS / relative
-    if relative.endswith(".gz"):
-        target = tmp / relative.removesuffix(".gz")
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with gzip.open(path, "rb") as raw, target.open("wb") as out:
-                shutil.copyfileobj(raw, out)
-        path = target
-    return f"sqlite:///{path}"
-
-
 def read(setup: Setup, options: ReadOptions, tmp: Path) -> Any:
-    spec = setup.source
-    if spec.startswith("mlflow:"):
-        from mlflow import MlflowClient
-
-        from tracker_plugin.trackers.mlflow_runs import MlflowSource
-        from tracker_plugin.trackers.options import MlflowOptions
-
-        name, _, store = spec.removeprefix("mlflow:").partition("@")
-        uri = _store(store, tmp)
-        client = MlflowClient(uri)
-        (run_id,) = [r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-                     if r.info.run_name == name]
-        source: Any = MlflowSource(run_id, options, MlflowOptions(tracking_uri=uri))
-    elif spec.startswith("wandb-offline:"):
-        source = WandbOfflineSource(str(FRAMEWORKS / spec.removeprefix("wandb-offline:")), options)
-    else:
-        source = CsvSource(str(FRAMEWORKS / spec), options)
-    (run,) = source.runs()
-    return source.read(run)
+    name, _, store = setup.source.partition("@")  # mlflow:RUN_NAME@STORE names its store
+    return read_fixture(name, options, unpacked_store(store, tmp) if store else None)
 
 
 _FLAGS = {"batch_size": "--batch-size", "seq_len": "--seq-len", "world_size": "--world-size",

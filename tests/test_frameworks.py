@@ -4,7 +4,6 @@ from the generator's known configuration without the plugin."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import shutil
 from pathlib import Path
@@ -20,7 +19,8 @@ from tracker_plugin.trackers import ReadOptions
 from tracker_plugin.trackers.csvfile import CsvSource
 from tracker_plugin.trackers.wandb_offline import WandbOfflineSource
 
-FRAMEWORKS = Path(__file__).parent / "data" / "frameworks"
+from .framework_runs import FRAMEWORKS, read_fixture, unpacked_store
+
 CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
 STEPS = CONFIG["steps"]
 HF_TOKENS = CONFIG["batch"] * CONFIG["accum"] * CONFIG["seq"]  # 512 tokens per step, world 1
@@ -76,36 +76,15 @@ def mlflow_store(tmp_path_factory) -> str:
     root = tmp_path_factory.mktemp("frameworks")
     shutil.copy(FRAMEWORKS / "mlflow.db", root / "mlflow.db")
     for packed in set(STORES.values()):
-        target = root / packed.removesuffix(".gz")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with gzip.open(FRAMEWORKS / packed, "rb") as raw, target.open("wb") as out:
-            shutil.copyfileobj(raw, out)
+        unpacked_store(packed, root)
     return f"sqlite:///{root / 'mlflow.db'}"
 
 
 def _read(name: str, store: str, **extra):
     spec, _, _, options, _ = CASES[name]
-    read = ReadOptions(use_cache=False, **{**options, **extra})
-    if spec.startswith("mlflow:"):
-        if name in STORES:
-            root = Path(store.removeprefix("sqlite:///")).parent
-            store = f"sqlite:///{root / STORES[name].removesuffix('.gz')}"
-        from tracker_plugin.trackers.mlflow_runs import MlflowSource
-        from tracker_plugin.trackers.options import MlflowOptions
-
-        source = MlflowSource("", read, MlflowOptions(tracking_uri=store, experiment_ids=()))
-        from mlflow import MlflowClient
-
-        client = MlflowClient(store)
-        (run_id,) = [r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-                     if r.info.run_name == spec.removeprefix("mlflow:")]
-        source = MlflowSource(run_id, read, MlflowOptions(tracking_uri=store))
-    elif spec.startswith("wandb-offline:"):
-        source = WandbOfflineSource(str(FRAMEWORKS / spec.removeprefix("wandb-offline:")), read)
-    else:
-        source = CsvSource(str(FRAMEWORKS / spec), read)
-    (run,) = source.runs()
-    return source.read(run)
+    if name in STORES:
+        store = f"sqlite:///{Path(store.removeprefix('sqlite:///')).parent / STORES[name].removesuffix('.gz')}"
+    return read_fixture(spec, ReadOptions(use_cache=False, **{**options, **extra}), store)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

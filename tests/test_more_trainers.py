@@ -7,10 +7,7 @@ accumulation is found wherever the run holds it."""
 
 from __future__ import annotations
 
-import gzip
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,10 +17,10 @@ import tracker_plugin as tp
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
 from tracker_plugin.trackers import ReadOptions
-from tracker_plugin.trackers.csvfile import CsvSource
 from tracker_plugin.trackers.wandb_offline import WandbOfflineSource
 
-FRAMEWORKS = Path(__file__).parent / "data" / "frameworks"
+from .framework_runs import FRAMEWORKS, read_fixture, unpacked_store
+
 CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
 STEPS, SEQ, BATCH, ACCUM = CONFIG["steps"], CONFIG["seq"], CONFIG["batch"], CONFIG["accum"]
 ONE = BATCH * ACCUM * SEQ  # 512 tokens per step on one device
@@ -76,33 +73,12 @@ def stores(tmp_path_factory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("more-trainers")
     uris = {}
     for folder in ("trl", "accelerate", "torchtune", "lightning-cli"):
-        (root / folder).mkdir()
-        with gzip.open(FRAMEWORKS / folder / "mlflow.db.gz", "rb") as raw, (root / folder / "mlflow.db").open("wb") as out:
-            shutil.copyfileobj(raw, out)
-        uris[folder] = f"sqlite:///{root / folder / 'mlflow.db'}"
+        uris[folder] = unpacked_store(f"{folder}/mlflow.db.gz", root)
     return uris
 
 
 def _read(spec: str, store: str | None, stores: dict[str, str], **options):
-    read = ReadOptions(use_cache=False, **options)
-    if spec.startswith("mlflow:"):
-        from mlflow import MlflowClient
-
-        from tracker_plugin.trackers.mlflow_runs import MlflowSource
-        from tracker_plugin.trackers.options import MlflowOptions
-
-        assert store is not None
-        uri = stores[store]
-        client = MlflowClient(uri)
-        (run_id,) = [r.info.run_id for e in client.search_experiments() for r in client.search_runs([e.experiment_id])
-                     if r.info.run_name == spec.removeprefix("mlflow:")]
-        source = MlflowSource(run_id, read, MlflowOptions(tracking_uri=uri))
-    elif spec.startswith("wandb-offline:"):
-        source = WandbOfflineSource(str(FRAMEWORKS / spec.removeprefix("wandb-offline:")), read)
-    else:
-        source = CsvSource(str(FRAMEWORKS / spec), read)
-    (run,) = source.runs()
-    return source.read(run)
+    return read_fixture(spec, ReadOptions(use_cache=False, **options), stores[store] if store else None)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
