@@ -91,6 +91,16 @@ def test_annotate_writes_beside_each_csv_then_skips_unchanged(capsys, runs_dir):
     assert after["parity_fixed.loss_eta.json"] > before["parity_fixed.loss_eta.json"]
 
 
+def test_the_report_artifact_puts_the_answer_first(capsys, runs_dir):
+    """loss_eta.json opens with the run and where each target stands; the settings, hashes
+    and provenance come after, so a person opening it sees the answer first."""
+    code, _, _ = _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss")
+    assert code == 0
+    text = (runs_dir / "olmo-ladder-370M-5xC.loss_eta.json").read_text()
+    assert list(json.loads(text))[:2] == ["run", "targets"]
+    assert text.index('"targets"') < text.index('"settings_hash"') < text.index('"plot_sha256"')
+
+
 def test_changed_settings_reannotate(capsys, runs_dir):
     _annotate(capsys, runs_dir, "-t", "4.5", "--loss-col", "val_loss", "--loss-col", "train_loss")
     _, out, _ = _annotate(capsys, runs_dir, "-t", "4.4", "--loss-col", "val_loss", "--loss-col", "train_loss")

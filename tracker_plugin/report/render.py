@@ -31,8 +31,12 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
     """The JSON document of the contract (see README, "JSON output"); extra keys may follow."""
     config = analysis.config
     tokens = analysis.in_tokens  # every field that says tokens is null on the step axis
+    # The answer first (where each target stands), then how it was reached.
     return {
         "run": analysis.run,
+        "targets": [
+            {**_target_json(t, analysis.on_steps), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
+        ],
         "loss_key": analysis.loss_key,
         "ema_token_window": tokens(config.ema_token_window),
         "fit_start_step": analysis.fit_start_step,
@@ -58,9 +62,6 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
                 for s in analysis.stages
             ],
         },
-        "targets": [
-            {**_target_json(t, analysis.on_steps), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
-        ],
         "fit_start_reason": analysis.fit_start_reason,
         "notes": list(analysis.notes),
         "model_selection": _selection_json(analysis),

@@ -194,8 +194,12 @@ def png_text(data: bytes) -> dict[str, str]:
 
 
 def encode_report(report: Mapping[str, Any]) -> bytes:
-    """A report document as ``loss_eta.json`` holds it, with every credential cut."""
-    return (redact(json.dumps(report, indent=2, sort_keys=True)) + "\n").encode()
+    """A report document as ``loss_eta.json`` holds it, with every credential cut.
+
+    The keys keep the report's own order, the answer first (``run``, ``targets``), then
+    how it was reached: sorted, the targets came two screens down, after the settings.
+    """
+    return (redact(json.dumps(report, indent=2)) + "\n").encode()
 
 
 # Normalised run states; a tracker's own states map onto these.
