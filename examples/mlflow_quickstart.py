@@ -49,12 +49,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"$ tracker-plugin {' '.join(command)}")
     code = tracker_plugin(command)
     print(f"\nThe runs table of '{EXPERIMENT}' as MLflow serves it (sorted on a forecast column):")
-    print(mlflow_table(client, experiment_id, "loss_eta/target_3p30"))
+    print(mlflow_table(client, experiment_id, "when_3p3"))
     print(
         f"\nIn the MLflow UI ({_ui_hint(uri)}), open the experiment\n"
-        f"'{EXPERIMENT}'; under Columns, add the Metrics loss_eta/target_3p30/tokens and\n"
-        ".../step (sortable) and the Tag loss_eta/target_3p30/status. Each run's Artifacts\n"
-        "tab shows loss_eta/loss_eta.png and loss_eta/loss_eta.json."
+        f"'{EXPERIMENT}'; under Columns, add the Tag when_3p3 (what happened, in words)\n"
+        "and the Metrics when_3p3_Btok, when_3p3_step and when_3p3_hours (sortable). Each\n"
+        "run's Artifacts tab shows loss_eta.png and loss_eta.json."
     )
     return code
 
@@ -66,18 +66,18 @@ def _ui_hint(uri: str) -> str:
     return f"mlflow ui --backend-store-uri {uri}"
 
 
-def mlflow_table(client, experiment_id: str, prefix: str) -> str:
-    """The experiment's runs with the forecast columns, sorted on the forecast tokens."""
-    runs = client.search_runs([experiment_id], order_by=[f"metrics.`{prefix}/tokens` ASC"], max_results=1000)
-    header = ("run", f"{prefix}/status", f"{prefix}/tokens", f"{prefix}/step")
+def mlflow_table(client, experiment_id: str, key: str) -> str:
+    """The experiment's runs with a target's columns, sorted on its billions of tokens."""
+    runs = client.search_runs([experiment_id], order_by=[f"metrics.`{key}_Btok` ASC"], max_results=1000)
+    header = ("run", f"{key}_Btok", f"{key}_step", key)
     rows = [header]
     for run in runs:
         metrics, tags = run.data.metrics, run.data.tags
         rows.append((
             run.info.run_name,
-            tags.get(f"{prefix}/status", ""),
-            _number(metrics.get(f"{prefix}/tokens")),
-            _number(metrics.get(f"{prefix}/step")),
+            _number(metrics.get(f"{key}_Btok")),
+            _number(metrics.get(f"{key}_step")),
+            tags.get(key, ""),
         ))  # fmt: skip
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -20,6 +20,11 @@ def pytest_addoption(parser):
         help="also run the suites marked slow (real trainers, property fuzzing, cross-family, "
         "kills and races): CI runs them all",
     )
+    parser.addoption(
+        "--ui-shots",
+        action="store_true",
+        help="tests/test_mlflow_ui.py saves its screenshots under docs/ui (else in a temp dir)",
+    )
 
 
 def pytest_collection_modifyitems(config, items):

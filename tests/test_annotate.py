@@ -16,7 +16,15 @@ import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import KEY_PATTERN, MARKER, TARGET_LABELS, TARGET_METRICS, content_hash, target_slug
+from tracker_plugin.keys import (
+    KEY_PATTERN,
+    MARKER,
+    PROVENANCE,
+    TARGET_METRICS,
+    content_hash,
+    target_key,
+    target_slug,
+)
 from tracker_plugin.trackers.base import previous_of
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
@@ -25,8 +33,8 @@ MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
 @pytest.mark.parametrize(
     ("target", "slug"),
     [
-        (3.3, "target_3p30"), (2.875, "target_2p875"), (10, "target_10p00"), (-1, "target_m1p00"),
-        (3.30004, "target_3p30004"), (1e-5, "target_0p00001"), (0, "target_0p00"), (2e7, "target_2p00e7"),
+        (3.3, "3p3"), (2.875, "2p875"), (10, "10"), (-1, "m1"), (3.30004, "3p30004"), (1e-5, "0p00001"),
+        (0, "0"), (2e7, "2e7"), (2.5e7, "2p5e7"),
     ],
 )  # fmt: skip
 def test_target_slug(target, slug):
@@ -39,17 +47,21 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     analysis = tp.analyze(history, config.targets, model="power-law")
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
-    # Per target 10 keys (tokens, step, their intervals, the extrapolation factor,
-    # p_within_plan, best_loss and the status) and 6 time keys; the 7 run keys, the report
-    # digest and the plot digest.
-    assert len(TARGET_METRICS) + len(TARGET_LABELS) == 10
-    assert len(keys) == 4 * (10 + 6) + 9
+    # Per target its text and 3 numbers (billions of tokens, step, hours left); for the
+    # run one provenance tag (the marker is written apart).
+    assert TARGET_METRICS == ("Btok", "step", "hours")
+    assert len(keys) == 4 * (1 + 3) + 1 and PROVENANCE in keys
     for key in keys:
-        assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] segments
+        assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] names
         assert MLFLOW_KEY.match(key), key
+        assert key == PROVENANCE or key.startswith("when_")
+    # MLflow's runs table shows about 13 characters: the target comes first, and the
+    # columns of targets of up to 2 decimals differ within them
+    short = [key for key in keys if "3p14159" not in key]
+    assert len({key[:13] for key in short}) == len(short) == 13
     # every target writes every field, None where there is nothing to say
-    assert annotation.metrics["loss_eta/target_2p10/tokens"] is None
-    assert annotation.labels["loss_eta/target_2p10/status"] == "unreachable"
+    assert annotation.metrics[target_key(2.1, "Btok")] is None
+    assert annotation.labels[target_key(2.1)].startswith("unreachable")
 
 
 @pytest.fixture
@@ -64,7 +76,7 @@ def test_targets_that_would_share_keys_are_refused_before_anything_is_written(ca
     before = sorted(p.name for p in runs_dir.iterdir())
     code, out, err = _annotate(capsys, runs_dir, "-t", *targets)
     assert code == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
-    assert "would both be written to loss_eta/target_" in err
+    assert "would both be written to when_" in err
     assert sorted(p.name for p in runs_dir.iterdir()) == before
 
 
@@ -130,18 +142,23 @@ def test_a_planned_lr_schedule_is_in_the_settings_hash_but_not_copied_whole():
     assert settings_hash(settings) != settings_hash(changed)
 
 
-def test_old_status_words_read_as_todays_and_an_annotation_holding_one_is_redone():
-    """Earlier versions wrote 'extrapolated' and 'failed': read back as today's nearest word,
-    and a complete, current annotation that still holds one is redone, saying why."""
+def test_old_status_words_read_as_todays_and_an_annotation_in_the_earlier_layout_is_redone():
+    """Earlier versions wrote 'extrapolated' and 'failed' (read back as today's nearest
+    word) in keys of an earlier layout: a complete annotation in that layout is redone,
+    saying why; one in today's is current."""
     assert Status("extrapolated") is Status.FORECAST and Status("failed") is Status.NOT_ENOUGH_DATA
     assert Status.read(" Extrapolated ") is Status.FORECAST and Status.read("stale") is None
-    held = {"loss_eta/settings_hash": "s", "loss_eta/progress": "p", "loss_eta/plot_sha256": "q",
-            "loss_eta/target_3p30/status": "reached", "loss_eta/target_3p10/status": "extrapolated"}
-    previous = previous_of({**held, MARKER: content_hash(held)})
-    assert previous is not None and previous.complete and previous.retired == "extrapolated"
-    assert not previous.current("s", "p", "q")
-    assert previous.why_redone("s", "p", "q") == (
-        "redone: the last annotation says 'extrapolated', a status word this version no longer writes")
-    today = {**held, "loss_eta/target_3p10/status": str(Status.FORECAST_BEYOND_PLAN)}
+    legacy = {"loss_eta/settings_hash": "s", "loss_eta/progress": "p", "loss_eta/plot_sha256": "q",
+              "loss_eta/target_3p10/status": "extrapolated"}
+    previous = previous_of({**legacy, "loss_eta/marker": content_hash(legacy)})
+    assert previous is not None and previous.legacy and not previous.current("s", "p", "q")
+    assert "earlier version" in (previous.why_redone("s", "p", "q") or "")
+    provenance = json.dumps({"settings_hash": "s", "progress": "p", "plot_sha256": "q", "report_sha256": "r"})
+    today = {PROVENANCE: provenance, target_key(3.1): "forecast_beyond_plan · 250B tok", target_key(3.1, "step"): 9.0}
     previous = previous_of({**today, MARKER: content_hash(today)})
     assert previous is not None and previous.current("s", "p", "q") and previous.why_redone("s", "p", "q") is None
+    assert previous.report == "r"
+    # A cleared number (MLflow keeps NaN) is no key: the legacy keys, cleared, leave none behind.
+    cleared = {**today, "loss_eta/target_3p10/tokens": float("nan")}
+    previous = previous_of({**cleared, MARKER: content_hash(today)})
+    assert previous is not None and not previous.legacy and previous.complete

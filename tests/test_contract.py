@@ -44,10 +44,11 @@ from tracker_plugin.keys import (
     ARTIFACT_PNG,
     JSON_PATH,
     MARKER,
-    NAMESPACE,
     PNG_PATH,
     STALE,
     content_hash,
+    is_own,
+    target_key,
 )
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
@@ -68,7 +69,7 @@ CASES = ["csv", "mlflow-sqlite", "mlflow-server", "wandb-online", "wandb-offline
 
 
 def _own(key: str) -> bool:
-    return key.startswith(f"{NAMESPACE}/")
+    return is_own(key)
 
 
 class Case:
@@ -351,7 +352,7 @@ def test_only_the_annotation_is_written_and_the_users_own_keys_are_untouched(cas
     assert {k: stored[k] for k in annotation.labels} == annotation.labels
     assert stored[MARKER] == annotation.marker()
     for key, value in annotation.metrics.items():
-        if value is None:  # no number: a NaN (MLflow) or no key at all (W&B)
+        if value is None:  # no number: no key, or a NaN (MLflow) where one was cleared
             assert key not in stored or math.isnan(stored[key]), key
         else:
             assert stored[key] == pytest.approx(value, rel=1e-12), key
@@ -385,30 +386,33 @@ def test_a_dropped_target_is_cleared_and_the_marker_commits_to_what_is_there(cas
     stored = case.keys()
     if isinstance(case, CsvCase):
         return  # the report is the whole annotation
-    dropped = {k: v for k, v in stored.items() if k.startswith(f"{NAMESPACE}/target_4p00/")}
-    assert dropped[f"{NAMESPACE}/target_4p00/status"] == STALE
-    numbers = {k: v for k, v in dropped.items() if not k.endswith("/status")}
+    dropped = {k: v for k, v in stored.items() if k.startswith(target_key(4.0))}
+    assert dropped[target_key(4.0)] == STALE
+    numbers = {k: v for k, v in dropped.items() if k != target_key(4.0)}
     assert all(isinstance(v, float) and math.isnan(v) for v in numbers.values()), numbers  # NaN, or removed (W&B)
     assert stored[MARKER] == content_hash(stored)
     assert annotate(case, config=fewer).action == "unchanged"
 
 
-def test_artifacts_go_under_loss_eta_and_the_users_own_root_files_are_untouched(case):
+def test_artifacts_go_to_the_top_where_compare_views_list_them_and_the_users_own_files_are_untouched(case):
     user_file = b'{"mine": true}\n'
     if isinstance(case, MlflowCase):
-        path = case.tmp / "mine" / ARTIFACT_JSON
-        path.parent.mkdir()
-        path.write_bytes(user_file)
-        case.client.log_artifact(case.run_id, str(path))
+        for folder in ("mine", None):
+            path = case.tmp / (folder or "top") / "notes.json"
+            path.parent.mkdir()
+            path.write_bytes(user_file)
+            case.client.log_artifact(case.run_id, str(path), artifact_path=folder)
     elif isinstance(case, WandbCase):
-        case.run.files[ARTIFACT_JSON] = user_file
+        case.run.files["notes.json"] = case.run.files["mine/notes.json"] = user_file
     elif isinstance(case, WandbOfflineCase):
-        (case.run_dir / "files" / ARTIFACT_JSON).write_bytes(user_file)
+        (case.run_dir / "files" / "mine").mkdir(parents=True)
+        for name in ("notes.json", "mine/notes.json"):
+            (case.run_dir / "files" / name).write_bytes(user_file)
     assert annotate(case).action == "annotated"
     files = case.all_files()
-    assert set(files) >= {JSON_PATH, PNG_PATH}
+    assert set(files) >= {JSON_PATH, PNG_PATH} and "/" not in JSON_PATH + PNG_PATH
     if not isinstance(case, CsvCase):
-        assert files[ARTIFACT_JSON] == user_file
+        assert files["notes.json"] == files["mine/notes.json"] == user_file
 
 
 # -- options -----------------------------------------------------------------------------------

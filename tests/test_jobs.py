@@ -18,6 +18,7 @@ import yaml
 
 from tracker_plugin.cli import main
 from tracker_plugin.core.status import Status
+from tracker_plugin.keys import is_own
 from tracker_plugin.testing.mlflow_runs import log_csv, log_frame, log_run
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
@@ -78,9 +79,10 @@ def test_watch_gives_a_run_that_finishes_mid_watch_its_final_annotation(
     assert any(row[4] != "-" for row in unchanged), out  # a reached target's tokens
     run = client.get_run(live)
     assert run.info.status == "FINISHED"
-    assert run.data.tags["loss_eta/progress"].startswith(f"step {int(log['step'].iloc[-1])} latest ")
-    assert run.data.metrics["loss_eta/last_step"] == log["step"].iloc[-1]
-    assert client.get_run(done).data.tags["loss_eta/target_3p30/status"]
+    provenance = json.loads(run.data.tags["loss_eta"])
+    assert provenance["progress"].startswith(f"step {int(log['step'].iloc[-1])} latest ")
+    assert provenance["last_step"] == log["step"].iloc[-1]
+    assert client.get_run(done).data.tags["when_3p3"]
 
 
 def test_watch_stops_after_max_cycles_with_runs_still_running(experiment, mlflow_server, capsys, monkeypatch, tmp_path):
@@ -120,7 +122,7 @@ def test_compare_on_the_mlflow_server_matches_the_csv_files(experiment, mlflow_s
     assert png.read_bytes().startswith(b"\x89PNG")
     # compare reads only: nothing was written to the runs
     for run in client.search_runs([experiment_id]):
-        assert not any(key.startswith("loss_eta/") for key in run.data.tags)
+        assert not any(is_own(key) for key in {**run.data.tags, **run.data.metrics})
 
 
 # -- the nightly examples -------------------------------------------------------------------
@@ -161,7 +163,8 @@ FINISHED_ARMS = sorted([Status.REACHED, Status.NOT_REACHED])
 
 
 def _annotated(client, experiment_id) -> list[str]:
-    return sorted(r.data.tags.get("loss_eta/target_3p30/status", "") for r in client.search_runs([experiment_id]))
+    texts = (r.data.tags.get("when_3p3", "") for r in client.search_runs([experiment_id]))
+    return sorted(text.split(" · ")[0] for text in texts)
 
 
 def test_crontab_line_runs_as_cron_would_run_it(tmp_path, pretraining):

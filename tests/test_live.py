@@ -58,9 +58,9 @@ def test_a_live_forecast_is_the_analysis_of_the_same_rows(nanogpt):
             continue
         np.testing.assert_allclose(mine.tokens, theirs.tokens, rtol=1e-9)
     # the keys a tracker logs: every per-target number the annotation writes, finite
-    assert result.metrics["loss_eta/last_step"] == 4000
-    assert result.metrics["loss_eta/target_3p30/tokens"] == pytest.approx(result.analysis.targets[0].tokens)
-    assert "loss_eta/target_3p30/hours_left" in result.metrics and "loss_eta/target_3p30/eta_unix" in result.metrics
+    assert result.metrics["when_3p3_Btok"] == pytest.approx(result.analysis.targets[0].tokens / 1e9, rel=1e-3)
+    assert result.metrics["when_3p3_step"] == pytest.approx(result.analysis.targets[0].step, abs=0.5)
+    assert "when_3p3_hours" in result.metrics
 
 
 def test_the_loop_is_never_blocked_and_a_due_forecast_is_skipped_not_queued(nanogpt, monkeypatch):

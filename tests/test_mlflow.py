@@ -272,19 +272,19 @@ def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_ta
 def test_a_changed_setting_reannotates_in_place(local, capsys):
     run_id = local.log(training_log())
     assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5")[0] == 0
-    rows = snapshot(local, run_id)["rows"]["loss_eta/target_5p50/tokens"]
+    rows = snapshot(local, run_id)["rows"]["when_5p5_Btok"]
     assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "--ema-token-window", "5e8")[0] == 0
     after = snapshot(local, run_id)
-    assert after["rows"]["loss_eta/target_5p50/tokens"] == rows + 1  # a new value at the same step
-    assert json.loads(after["tags"]["loss_eta/settings"])["ema_token_window"] == 5e8
-    assert json.loads(after["artifacts"]["loss_eta/loss_eta.json"])["ema_token_window"] == 5e8
+    assert after["rows"]["when_5p5_Btok"] == rows + 1  # a new value at the same step
+    assert json.loads(after["tags"]["loss_eta"])["settings"]["ema_token_window"] == 5e8
+    assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
 def test_dry_run_says_what_it_would_write(local, capsys):
     run_id = local.log(training_log())
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
     assert code == 0
-    assert f"mlflow:{run_id}: would write loss_eta/target_4p00/tokens = " in out
+    assert f"mlflow:{run_id}: would write when_4_Btok = " in out
     assert f"mlflow:{run_id}: would write metrics at step 399" in out
 
 
@@ -314,7 +314,7 @@ def test_experiment_id_filter_and_a_running_run(tracking, capsys):
     }
     run = tracking.client.get_run(running)
     assert run.info.status == "RUNNING" and run.info.end_time is None
-    assert run.data.tags["loss_eta/progress"].startswith("step 399 latest ")
+    assert json.loads(run.data.tags["loss_eta"])["progress"].startswith("step 399 latest ")
 
 
 def test_a_write_cut_short_is_redone(local, capsys, monkeypatch):
@@ -331,12 +331,12 @@ def test_a_write_cut_short_is_redone(local, capsys, monkeypatch):
     assert code == 1 and "Traceback" not in err
     assert "the MLflow server failed: artifact store unavailable" in out
     tags = local.client.get_run(run_id).data.tags
-    assert "loss_eta/marker" not in tags  # not marked complete
+    assert "loss_eta_marker" not in tags  # not marked complete
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
     assert code == 0 and "unchanged" not in out
     after = snapshot(local, run_id)
-    assert {"loss_eta/loss_eta.json", "loss_eta/loss_eta.png"} <= set(after["artifacts"])
-    assert after["tags"]["loss_eta/progress"].startswith("step 399 latest ")
+    assert {"loss_eta.json", "loss_eta.png"} <= set(after["artifacts"])
+    assert json.loads(after["tags"]["loss_eta"])["progress"].startswith("step 399 latest ")
 
 
 def test_the_plot_artifact_is_titled_by_the_run_name(local, capsys):
@@ -347,7 +347,7 @@ def test_the_plot_artifact_is_titled_by_the_run_name(local, capsys):
 
     from PIL import Image
 
-    with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"])) as png:
+    with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta.png"])) as png:
         title = png.text["Title"]
     assert title.startswith(f"lr3e-4-arm  (mlflow:{run_id})")
 
@@ -651,7 +651,7 @@ def test_a_renamed_run_gets_its_plot_redrawn_and_nothing_else_is_written_twice(l
 
         from PIL import Image
 
-        with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"])) as png:
+        with Image.open(io.BytesIO(snapshot(local, run_id)["artifacts"]["loss_eta.png"])) as png:
             return png.text["Title"]
 
     assert annotate() == "annotated" and title().startswith("arm-a  (")
@@ -662,7 +662,7 @@ def test_a_renamed_run_gets_its_plot_redrawn_and_nothing_else_is_written_twice(l
     assert annotate() == "annotated"
     assert title().startswith(f"arm-b  (mlflow:{run_id})")
     renamed = snapshot(local, run_id)
-    assert renamed["tags"]["loss_eta/plot_sha256"] != before["tags"]["loss_eta/plot_sha256"]
+    assert json.loads(renamed["tags"]["loss_eta"])["plot_sha256"] != json.loads(before["tags"]["loss_eta"])["plot_sha256"]
     assert annotate() == "unchanged"
     assert snapshot(local, run_id) == renamed
 
@@ -672,18 +672,18 @@ def test_a_plot_another_job_drew_is_redrawn(local, capsys, tmp_path):
     run_id = local.log(training_log(), name="arm")
     code, _, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)
     assert code == 0
-    ours = snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"]
+    ours = snapshot(local, run_id)["artifacts"]["loss_eta.png"]
     analysis = run_analysis(build_history(training_log(), run=f"mlflow:{run_id}"), AnalysisConfig(targets=(5.5,)))
     other = build_annotation(analysis, {"version": "other"}, run_name="arm").plot_bytes()
     (tmp_path / "loss_eta.png").write_bytes(other)
-    local.client.log_artifact(run_id, str(tmp_path / "loss_eta.png"), artifact_path="loss_eta")
+    local.client.log_artifact(run_id, str(tmp_path / "loss_eta.png"))
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
     assert code == 0 and {r["action"] for r in json.loads(out)} == {"annotated"}
-    redrawn = snapshot(local, run_id)["artifacts"]["loss_eta/loss_eta.png"]
+    redrawn = snapshot(local, run_id)["artifacts"]["loss_eta.png"]
     from tracker_plugin.trackers.base import png_text
 
-    assert png_text(redrawn)["loss_eta/report_sha256"] == png_text(ours)["loss_eta/report_sha256"]
-    assert png_text(other)["loss_eta/report_sha256"] != png_text(ours)["loss_eta/report_sha256"]
+    assert png_text(redrawn)["loss_eta_report_sha256"] == png_text(ours)["loss_eta_report_sha256"]
+    assert png_text(other)["loss_eta_report_sha256"] != png_text(ours)["loss_eta_report_sha256"]
 
 
 def test_a_run_whose_only_loss_is_an_eval_loss_is_read_on_it_and_says_so(local, capsys):
@@ -695,3 +695,33 @@ def test_a_run_whose_only_loss_is_an_eval_loss_is_read_on_it_and_says_so(local, 
     both = local.log(training_log().assign(eval_loss=lambda f: f.train_loss + 0.1), name="both")
     code, out, _ = local.cli(capsys, "analyze", f"mlflow:{both}", "-t", *TARGETS)
     assert code == 0 and "only loss logged" not in out
+
+
+def test_a_run_annotated_in_the_earlier_layout_is_moved_to_todays(tracking, capsys, tmp_path):
+    """Keys and files an earlier version wrote (``loss_eta/...``): the run is annotated again,
+    the old tags and files removed, the old numbers cleared, and the user's keys untouched."""
+    from mlflow.entities import Metric, RunTag
+
+    run_id = tracking.log(training_log(), name="old")
+    client = tracking.client
+    client.log_batch(
+        run_id,
+        metrics=[Metric("loss_eta/target_5p50/tokens", 1.2e9, 0, 399), Metric("loss_eta/last_step", 399.0, 0, 399)],
+        tags=[RunTag("loss_eta/target_5p50/status", "extrapolated"), RunTag("loss_eta/settings_hash", "old"),
+              RunTag("loss_eta/marker", "old"), RunTag("notes", "mine")],
+    )  # fmt: skip
+    old = tmp_path / "old" / "loss_eta.json"
+    old.parent.mkdir()
+    old.write_text("{}")
+    client.log_artifact(run_id, str(old), artifact_path="loss_eta")
+    code, out, _ = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
+    assert code == 0
+    assert {r["action"] for r in json.loads(out)} == {"annotated"}
+    after = snapshot(tracking, run_id)
+    assert not [key for key in after["tags"] if key.startswith("loss_eta/")], after["tags"]
+    assert after["tags"]["notes"] == "mine" and after["tags"]["when_5p5"].startswith("reached · ")
+    old_numbers = {k: v for k, v in after["metrics"].items() if k.startswith("loss_eta/")}
+    assert old_numbers and all(v == "nan" for v in old_numbers.values()), old_numbers  # cleared: MLflow keeps NaN
+    assert "loss_eta/loss_eta.json" not in after["artifacts"] and "loss_eta.json" in after["artifacts"]
+    code, out, _ = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
+    assert code == 0 and {r["action"] for r in json.loads(out)} == {"unchanged"}

@@ -4,9 +4,9 @@ The server is stopped (SIGKILL after a zero grace period) in the middle of an an
 several points, then started again (``stoppable_mlflow_server``: a restarted server keeps
 its port and data, as it does for a user) and the annotate rerun; two annotates race on
 one experiment; a resumed run logs its last steps again with new values. After each,
-every run must hold one consistent annotation: its keys match its ``loss_eta/marker``,
-its ``loss_eta/loss_eta.json`` is the one its keys record, the JSON's settings are the
-``loss_eta/settings`` tag and its numbers are the metrics. No run may be skipped as
+every run must hold one consistent annotation: its keys match its ``loss_eta_marker``,
+its ``loss_eta.json`` is the one its keys record, the JSON's settings are the ones in the
+``loss_eta`` tag and its numbers are the metrics. No run may be skipped as
 ``unchanged`` while inconsistent, and no metric row may be logged again when the key's
 latest value at that step already was that value (what two same-settings annotates did).
 The counts are printed at the end of the session.
@@ -23,14 +23,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from tests.conftest import FAULTS
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.jobs.runner import OVERTAKEN, process_runs
-from tracker_plugin.keys import JSON_PATH, MARKER, is_own, report_digest
+from tracker_plugin.keys import JSON_PATH, MARKER, PROVENANCE, is_own, report_digest, target_key
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer
@@ -116,18 +115,18 @@ def check(client, run_id: str, tmp: Path) -> dict[str, int]:
     consistent = consistent and previous is not None and report_digest(report_bytes) == previous.report
     if consistent:
         report = json.loads(report_bytes)
-        settings = json.loads(str(own["loss_eta/settings"]))
+        provenance = json.loads(str(own[PROVENANCE]))
         consistent = (
-            report["settings_hash"] == own["loss_eta/settings_hash"]
-            and report["ema_token_window"] == settings["ema_token_window"]
+            report["settings_hash"] == provenance["settings_hash"]
+            and report["ema_token_window"] == provenance["settings"]["ema_token_window"]
         )
         for target in report["targets"]:
-            slug = f"loss_eta/target_{_slug(target['target'])}"
-            stored, expected = own.get(f"{slug}/tokens", math.nan), target["tokens"]
+            stored, expected = own.get(target_key(target["target"], "step"), math.nan), target["step"]
             same = (expected is None and math.isnan(stored)) or (
-                expected is not None and math.isclose(stored, expected, rel_tol=1e-12)
+                expected is not None and math.isclose(stored, round(expected), rel_tol=1e-12)
             )
-            consistent = consistent and same and own[f"{slug}/status"] == target["status"]
+            text = str(own[target_key(target["target"])])
+            consistent = consistent and same and text.split(" · ")[0] == target["status"]
     repeats = relogs = 0
     for key in (k for k in run.data.metrics if is_own(k)):
         rows = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
@@ -137,12 +136,6 @@ def check(client, run_id: str, tmp: Path) -> dict[str, int]:
             1 for a, b in zip(rows, rows[1:]) if a[0] == b[0] and (a[2] == b[2] or (math.isnan(a[2]) and math.isnan(b[2])))
         )
     return {"consistent": int(consistent), "repeats": repeats, "relogs": relogs}
-
-
-def _slug(target: float) -> str:
-    from tracker_plugin.keys import target_slug
-
-    return target_slug(target).removeprefix("target_")
 
 
 def record(scenario: str, results: list[dict[str, int]]) -> None:
@@ -224,7 +217,7 @@ def test_two_concurrent_annotates_converge(mlflow_server, tmp_path, settings):
     # Each job says whose annotation a run holds: a job that wrote the one in place says
     # nothing more; one whose write another's overtook says so (same settings: the same one).
     for k, run_id in enumerate(ids):
-        targets = tuple(json.loads(client.get_run(run_id).data.tags["loss_eta/settings"])["targets"])
+        targets = tuple(json.loads(client.get_run(run_id).data.tags[PROVENANCE])["settings"]["targets"])
         holder = [j for j in range(2) if configs[j].targets == targets]
         notes = [outcomes[j][k].note for j in range(2)]
         assert holder and all(notes[j] is None for j in holder), (targets, notes)
@@ -236,7 +229,7 @@ def test_a_resumed_run_relogging_up_to_the_same_last_step_is_reannotated(mlflow_
     client = MlflowClient(mlflow_server.uri)
     name, ids = experiment(client, steps=1500)
     assert annotate(capsys, mlflow_server, name, FIRST, tmp_path)[0] == 0
-    before = json.loads(client.get_run(ids[0]).data.tags["loss_eta/settings"]), client.get_run(ids[0]).data.tags
+    before = json.loads(client.get_run(ids[0]).data.tags[PROVENANCE]), client.get_run(ids[0]).data.tags
     # Resumed from a checkpoint at step 1200: the same steps again, later, with lower losses.
     frame = synthetic_run(1500, batch=4_194_304.0, seed=0)
     resumed = frame[frame["step"] >= 1200].copy()
@@ -251,11 +244,11 @@ def test_a_resumed_run_relogging_up_to_the_same_last_step_is_reannotated(mlflow_
     code, actions = annotate(capsys, mlflow_server, name, FIRST, tmp_path)
     assert code == 0 and actions == {ids[0]: "annotated", ids[1]: "unchanged"}
     after = client.get_run(ids[0]).data.tags
-    assert after["loss_eta/progress"] != before[1]["loss_eta/progress"]
+    assert json.loads(after[PROVENANCE])["progress"] != before[0]["progress"]
     assert after[MARKER] != before[1][MARKER]  # the new values changed what was written
     results = [check(client, run_id, tmp_path) for run_id in ids]
     assert [r["consistent"] for r in results] == [1] * RUNS and all(r["relogs"] == 0 for r in results)
     FAULTS["resumed"] += 1
     FAULTS["resumed_reannotated"] += int(actions[ids[0]] == "annotated")
     record("same settings, resumed", results)
-    assert np.isfinite(float(client.get_run(ids[0]).data.metrics["loss_eta/last_step"]))
+    assert json.loads(client.get_run(ids[0]).data.tags[PROVENANCE])["last_step"] == 1499

@@ -19,6 +19,7 @@ from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.conventions import build_read_history, finish_reading, read_as
 from tracker_plugin.frame.history import Columns
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
+from tracker_plugin.keys import PROVENANCE, target_key
 from tracker_plugin.report.render import to_json, to_text
 from tracker_plugin.trackers import ReadOptions
 from tracker_plugin.trackers.csvfile import CsvSource
@@ -105,12 +106,13 @@ def test_the_keys_on_steps_clear_every_token_key_and_keep_the_steps():
     analysis = _analysis(targets=(3.5, 3.1), rows=25)
     annotation = build_annotation(analysis, settings_of(analysis.config, Columns(), None))
     metrics = annotation.metrics
-    assert metrics["loss_eta/last_tokens"] is None and metrics["loss_eta/last_step"] == 250
+    provenance = json.loads(str(annotation.labels[PROVENANCE]))
+    assert provenance["last_tokens"] is None and provenance["last_step"] == 250
     assert analysis.targets[1].tokens_interval is not None  # the analysis has them, on its step axis
-    for slug in ("target_3p50", "target_3p10"):
-        for name in ("tokens", "tokens_low", "tokens_high"):
-            assert f"loss_eta/{slug}/{name}" in metrics and metrics[f"loss_eta/{slug}/{name}"] is None
-        assert metrics[f"loss_eta/{slug}/step"] is not None
+    for target in (3.5, 3.1):
+        assert target_key(target, "Btok") in metrics and metrics[target_key(target, "Btok")] is None
+        assert metrics[target_key(target, "step")] is not None
+        assert " tok" not in str(annotation.labels[target_key(target)])  # the text says steps only
 
 
 def test_a_rate_in_tokens_per_second_is_refused_on_steps_and_step_time_is_not():

@@ -18,6 +18,7 @@ import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.core.throughput import Deadline, measure_throughput, time_target
 from tracker_plugin.errors import DataError
+from tracker_plugin.report.timing import eta_text
 
 STEP_SECONDS = 0.5
 BATCH = 1000.0
@@ -258,15 +259,16 @@ def test_annotation_writes_the_time_keys(tmp_path):
     history = _history(_log(1.7e9 + steady()))
     config = tp.AnalysisConfig(targets=(4.0, 2.4), deadline="+1")
     analysis = tp.analyze(history, config.targets, deadline="+1")
-    metrics = build_annotation(analysis, settings_of(config, tp.Columns(), None)).metrics
+    annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
+    metrics, labels = annotation.metrics, annotation.labels
     when = analysis.timing.targets[1]
-    prefix = "loss_eta/target_2p40"
-    assert metrics[f"{prefix}/hours_left"] == pytest.approx(when.seconds_left / 3600, rel=1e-12)
-    assert metrics[f"{prefix}/hours_left_low"] < metrics[f"{prefix}/hours_left"]
-    assert metrics[f"{prefix}/eta_unix"] == pytest.approx(when.eta_unix, rel=1e-12)
-    assert metrics[f"{prefix}/seconds"] == pytest.approx(when.seconds, rel=1e-12)
-    assert metrics[f"{prefix}/p_by_deadline"] == pytest.approx(when.p_by_deadline, rel=1e-12)
-    assert metrics["loss_eta/target_4p00/hours_left"] == 0.0
+    # hours left, to the 3 significant digits a person reads; 0 once reached
+    assert metrics["when_2p4_hours"] == pytest.approx(when.seconds_left / 3600, rel=5e-3)
+    assert metrics["when_4_hours"] == 0.0
+    # the date, the interval and the chance by the deadline are in the text
+    text = str(labels["when_2p4"])
+    assert text.startswith("forecast") and eta_text(when.eta_unix) in text and "P(by deadline) " in text
+    assert f"{when.p_by_deadline:.2f}" in text
 
 
 def test_compare_sorts_by_hours(tmp_path, capsys):

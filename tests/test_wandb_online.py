@@ -322,16 +322,16 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     assert code == 0, err
     assert "run-a" in out and "reached" in out and "forecast_beyond_plan" in out
     for run in two_runs:
-        report = json.loads(run.files["loss_eta/loss_eta.json"])
+        report = json.loads(run.files["loss_eta.json"])
         assert report["run"] == f"wandb:ent/proj/{run.run_id}"
-        assert run.summary["loss_eta/target_4p50/status"] == "forecast_beyond_plan"
-        assert run.summary["loss_eta/target_4p50/tokens"] == pytest.approx(report["targets"][1]["tokens"])
-        assert "loss_eta/target_1p50/tokens" not in run.summary  # unreachable: no number to sort on
-        assert run.summary["loss_eta/progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
+        assert run.summary["when_4p5"].startswith("forecast_beyond_plan · ")
+        assert run.summary["when_4p5_Btok"] == pytest.approx(report["targets"][1]["tokens"] / 1e9, rel=1e-3)
+        assert "when_1p5_Btok" not in run.summary  # unreachable: no number to sort on
+        assert json.loads(run.summary["loss_eta"])["progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
     # the markers go last: only the final summary update of each run carries them
     upserts = [r for r in wandb_server.mutations(run="ra") if r.operation == "UpsertBucket"]
     written = [json.loads(r.variables["summaryMetrics"]) for r in upserts]
-    assert "loss_eta/marker" not in written[0] and "loss_eta/marker" in written[-1]
+    assert "loss_eta_marker" not in written[0] and "loss_eta_marker" in written[-1]
     assert all(set(r.variables) <= {"id", "summaryMetrics"} for r in upserts)  # never config, state or tags
     assert not any(r.operation == "file_stream" for r in wandb_server.requests)
 
@@ -346,30 +346,35 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     wandb_server.requests.clear()
     code, out, _ = annotate(capsys, "wandb:ent/proj", *TARGETS)
     assert code == 0 and _unchanged(out) == {"run-a"}, out  # run-b moved on
-    assert b.summary["loss_eta/progress"].startswith("_step 2099 ") and wandb_server.mutations(run="ra") == []
+    assert json.loads(b.summary["loss_eta"])["progress"].startswith("_step 2099 ") and wandb_server.mutations(run="ra") == []
 
 
 def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_server, two_runs, capsys):
     a, _ = two_runs
-    a.summary["loss_eta/target_1p50/tokens"] = 1.23e12  # from an earlier, different analysis
+    a.summary["when_1p5_Btok"] = 1230.0  # from an earlier, different analysis
+    a.summary["when_1p5"] = "forecast_beyond_plan · 1.23T tok"
+    # and keys of the earlier layout, which an earlier version wrote
+    a.summary["loss_eta/target_1p50/tokens"] = 1.23e12
     a.summary["loss_eta/target_1p50/status"] = "forecast_beyond_plan"
+    a.files["loss_eta/loss_eta.json"] = b"{}"
     assert annotate(capsys, "wandb:ent/proj/ra", *TARGETS)[0] == 0
-    assert "loss_eta/target_1p50/tokens" not in a.summary
-    assert a.summary["loss_eta/target_1p50/status"] == "unreachable"
+    assert "when_1p5_Btok" not in a.summary and a.summary["when_1p5"].startswith("unreachable")
+    assert not any(key.startswith("loss_eta/") for key in a.summary)
+    assert "loss_eta/loss_eta.json" not in a.files and "loss_eta.json" in a.files
     assert a.summary["best/val_loss"] == 3.1
 
 
 def test_dry_run_says_what_it_would_write(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS, "--dry-run")
     assert code == 0
-    assert "wandb:ent/proj/ra: would write summary loss_eta/target_6p00/status = 'reached'" in out
-    assert "would write file loss_eta/loss_eta.png" in out
+    assert "wandb:ent/proj/ra: would write summary when_6 = 'reached · " in out
+    assert "would write file loss_eta.png" in out
 
 
 def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "-e", "ent", "-p", "proj", *TARGETS, "--state", "running")
     assert code == 0 and "run-b" in out and "run-a" not in out
-    assert "loss_eta/progress" in two_runs[1].summary and "loss_eta/progress" not in two_runs[0].summary
+    assert "loss_eta" in two_runs[1].summary and "loss_eta" not in two_runs[0].summary
 
 
 def test_compare_reads_wandb_runs_without_writing(wandb_server, two_runs, capsys):
@@ -394,7 +399,7 @@ def test_watch_rereads_wandb_every_pass_until_the_runs_finish(wandb_server, two_
     assert main(["watch", "wandb:ent/proj", *TARGETS, "--every", "0.5", "--max-cycles", "3"]) == 0
     err = capsys.readouterr().err
     assert "pass 1: 2 annotated; 1 still running" in err and "pass 2: 1 unchanged, 1 annotated; 0 still running" in err
-    assert passes == [30.0] and running.summary["loss_eta/progress"].startswith("_step 2099 ")
+    assert passes == [30.0] and json.loads(running.summary["loss_eta"])["progress"].startswith("_step 2099 ")
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -490,7 +495,7 @@ def test_rate_limits_are_retried_then_reported(wandb_server, two_runs, capsys, s
     wandb_server.fail(429, operation="UpsertBucket")  # forever: reported, the annotation stays incomplete
     code, out, _ = annotate(capsys, "wandb:ent/proj/rb", *TARGETS)
     assert code == 1 and "W&B did not answer within 3 s" in out
-    assert "loss_eta/marker" not in two_runs[1].summary  # so the next run redoes it
+    assert "loss_eta_marker" not in two_runs[1].summary  # so the next run redoes it
     # wandb's own retry settings are the user's: with them, wandb-core's error comes back
     monkeypatch.setattr(wandb_setup.singleton().settings, "x_graphql_retry_max", 1)  # WANDB__GRAPHQL_RETRY_MAX=1
     code, out, _ = annotate(capsys, "wandb:ent/proj/rb", *TARGETS)
@@ -502,14 +507,14 @@ def test_a_failed_write_does_not_leave_a_complete_looking_annotation(
 ):
     wandb_server.fail(500, operation="PUT", times=1)  # the file upload; wandb-core retries it later
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
-    assert code == 1 and "W&B did not answer within 2 s (uploading loss_eta/loss_eta.json)" in out
-    assert "loss_eta/marker" not in two_runs[0].summary
+    assert code == 1 and "W&B did not answer within 2 s (uploading loss_eta.json)" in out
+    assert "loss_eta_marker" not in two_runs[0].summary
     deadline = time.monotonic() + 30  # the upload given up on may still land: let it
     while not any(r.method == "PUT" and r.status == 200 for r in wandb_server.requests):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS)
-    assert code == 0 and "unchanged" not in out and "loss_eta/marker" in two_runs[0].summary
+    assert code == 0 and "unchanged" not in out and "loss_eta_marker" in two_runs[0].summary
 
 
 def test_api_key_never_appears_in_exceptions(wandb_server, two_runs):

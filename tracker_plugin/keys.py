@@ -1,39 +1,39 @@
-"""The names written back to a run: namespaced keys and artifact files.
+"""The names written back to a run: its keys and artifact files.
 
 Shared by the report (which makes the values) and the trackers (which write them).
 
-Both trackers get the same keys. Every key is made of ``[_a-zA-Z0-9]`` segments joined by
-``/``, which W&B can sort and filter on and MLflow accepts (``[/\\w.\\- :]``, at most 250
-characters). Numbers go in ``metrics`` (MLflow metrics, W&B summary values); text goes in
-``labels`` (MLflow tags, W&B summary strings). Each target always writes every one of
-its keys, with ``None`` where there is no value, so a rerun that changes a status never
-leaves a stale number behind; a target dropped from the settings has its numbers cleared
-and its status set to ``stale``.
+Both trackers get the same keys, made for the runs table a person reads: each target's
+keys start with the target (``when_3p3_...`` for 3.3), so the columns tell the targets
+apart at the UI's default width (MLflow's shows about 13 characters), and carry a unit
+in the name. Only what a person sorts or reads is a key of its own; the settings, hashes
+and provenance go together into one tag, ``loss_eta``, and the JSON report. Every key is
+a ``[_a-zA-Z0-9]`` name with no ``/``: W&B sorts and filters on such names, MLflow accepts
+them, and MLflow's run page, which puts a chart section for each ``prefix/`` ahead of the
+run's own charts, files ours with the run's own metrics, after ``train_loss`` and ``val_loss``
+(charts are sorted by name there; ``when`` comes late). The numbers are rounded to what a
+person reads (4 significant digits of billions of tokens, 3 of hours); the report keeps
+every digit.
 
-The keys, for a target of 3.3::
+For a target of 3.3::
 
-    loss_eta/target_3p30/status            reached | forecast | forecast_beyond_plan | not_reached |
-                                           unreachable | not_enough_data | stale
-                                           (earlier versions wrote extrapolated and failed: such an
-                                           annotation is redone)
-    loss_eta/target_3p30/tokens            tokens where the smoothed loss reaches 3.3
-    loss_eta/target_3p30/step              the step there
-    loss_eta/target_3p30/tokens_low, tokens_high, step_low, step_high   the interval
-    loss_eta/target_3p30/extrapolation_factor
-    loss_eta/target_3p30/p_within_plan     P(reached within the planned run), when the plan's end is known
-    loss_eta/target_3p30/best_loss         not_reached: the best smoothed loss of the run
-    loss_eta/target_3p30/seconds           the run's clock at the crossing, from its first logged time
-    loss_eta/target_3p30/hours_left, hours_left_low, hours_left_high   hours from the last row, and the interval
-    loss_eta/target_3p30/eta_unix          Unix time of the crossing (when the clock is Unix time)
-    loss_eta/target_3p30/p_by_deadline     P(reached by the deadline), when one is given
-    loss_eta/last_step, loss_eta/last_tokens   how far the analysed history went
+    when_3p3          text: the status word first, then the answer, for instance
+                      "reached · 10.2B tok · step 7,763"
+                      "forecast · 24.1B tok (80%: 21.0B–27.9B) · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
+                      "not_reached · best 3.412 · run ends at 37.2B tok · P(within plan) 0.03"
+    when_3p3_Btok     billions of tokens where the smoothed loss reaches 3.3 (none on the step axis)
+    when_3p3_step     the step there
+    when_3p3_hours    hours from the run's last logged row until then (0 once reached)
+    loss_eta          one JSON text: version, loss key, settings and their hash, the source's
+                      progress, the last analysed step and tokens, the report's and the plot's digests
+    loss_eta_marker   written last: the hash of every key above
 
-On the step axis (a run with no tokens to be had) every token key is None: never steps.
-    loss_eta/settings_hash, loss_eta/settings, loss_eta/loss_key, loss_eta/version
-    loss_eta/progress                          the source's fingerprint of the analysed history
-    loss_eta/report_sha256                     the digest of loss_eta/loss_eta.json
-    loss_eta/plot_sha256                       the digest of what loss_eta.png draws from beyond the report
-    loss_eta/marker                            written last: the hash of every key above
+A target no longer asked for has its numbers cleared and its text set to ``stale``.
+Keys of the earlier layout (``loss_eta/...``) are ours too: a run holding them is
+annotated again, and they are cleared (tags removed; MLflow keeps a cleared metric as NaN,
+the one thing it cannot remove).
+
+The artifacts are ``loss_eta.json`` and ``loss_eta.png`` at the top of the run's
+artifacts, where MLflow's compare view lists them (it shows no folders).
 """
 
 from __future__ import annotations
@@ -46,75 +46,84 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
-    "ARTIFACT_DIR",
     "ARTIFACT_JSON",
     "ARTIFACT_PNG",
     "JSON_PATH",
     "KEY_PATTERN",
+    "LEGACY_ARTIFACTS",
     "MARKER",
-    "MARKERS",
-    "NAMESPACE",
-    "PLOT_DIGEST",
+    "PNG_DIGEST",
     "PNG_PATH",
-    "REPORT_DIGEST",
-    "RETIRED_STATUSES",
+    "PROVENANCE",
     "STALE",
-    "TARGET_LABELS",
     "TARGET_METRICS",
-    "target_collision",
     "content_hash",
+    "is_legacy",
     "is_own",
     "plot_digest",
     "report_digest",
+    "target_collision",
+    "target_key",
     "target_slug",
 ]
 
 NAMESPACE = "loss_eta"
-ARTIFACT_DIR = NAMESPACE  # our artifacts' folder in a run: never the root, next to the user's files
+PROVENANCE = NAMESPACE  # the one tag of settings, hashes and provenance (a JSON text)
+MARKER = f"{NAMESPACE}_marker"  # written last: content_hash() of every other key of ours
 ARTIFACT_JSON = "loss_eta.json"
 ARTIFACT_PNG = "loss_eta.png"
-JSON_PATH = f"{ARTIFACT_DIR}/{ARTIFACT_JSON}"
-PNG_PATH = f"{ARTIFACT_DIR}/{ARTIFACT_PNG}"
-# Written last; its value is content_hash() of every other key of ours the run holds.
-MARKER = f"{NAMESPACE}/marker"
-MARKERS = (MARKER,)
-REPORT_DIGEST = f"{NAMESPACE}/report_sha256"
-PLOT_DIGEST = f"{NAMESPACE}/plot_sha256"
-STALE = "stale"  # the status of a target no longer in the settings
-# Each target's keys, after ``loss_eta/target_X/``: numbers, then text. Extend here.
-TARGET_METRICS = (
-    "tokens", "step", "tokens_low", "tokens_high", "step_low", "step_high", "extrapolation_factor", "p_within_plan",
-    "best_loss",
-)
-# Status words earlier versions wrote (today's are tracker_plugin.core.status.Status): a run
-# whose annotation holds one is annotated again.
-RETIRED_STATUSES = ("extrapolated", "failed")
-TARGET_LABELS = ("status",)
-KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+(/[A-Za-z0-9_]+)*$")
+# At the top of the run's artifacts: MLflow's compare view lists no folders.
+JSON_PATH = ARTIFACT_JSON
+PNG_PATH = ARTIFACT_PNG
+# Where the earlier layout kept them: removed when a run is annotated again.
+LEGACY_ARTIFACTS = (f"{NAMESPACE}/{ARTIFACT_JSON}", f"{NAMESPACE}/{ARTIFACT_PNG}")
+# The PNG's metadata key for the digest of the report it was drawn with.
+PNG_DIGEST = f"{NAMESPACE}_report_sha256"
+STALE = "stale"  # the text of a target no longer in the settings
+TARGET_PREFIX = "when"
+# Each target's numbers, after ``when_<target>_``: the unit is in the name. Extend here.
+TARGET_METRICS = ("Btok", "step", "hours")
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+$")
+_TARGET_KEY = re.compile(rf"^{TARGET_PREFIX}_m?\d+(p\d+)?(e\d+)?(_({'|'.join(TARGET_METRICS)}))?$")
 _DECIMALS = 8  # targets are told apart to this many decimals
 _FIXED_BELOW = 1e6  # larger targets are written in scientific notation
 
 
 def is_own(key: str) -> bool:
+    """A key this tool writes (today's layout or the earlier one), never a user's."""
+    return key in (PROVENANCE, MARKER) or bool(_TARGET_KEY.match(key)) or is_legacy(key)
+
+
+def is_legacy(key: str) -> bool:
+    """A key of the earlier layout (``loss_eta/target_3p30/tokens``, ``loss_eta/marker``)."""
     return key.startswith(f"{NAMESPACE}/")
 
 
 def target_slug(target: float) -> str:
-    """``3.3 -> 'target_3p30'``, ``3.30004 -> 'target_3p30004'``, ``-1 -> 'target_m1p00'``.
+    """``3.3 -> '3p3'``, ``3.30004 -> '3p30004'``, ``3 -> '3'``, ``-1 -> 'm1'``, ``2.5e6 -> '2p5e6'``.
 
-    At least two decimals, up to eight: targets that differ in the first eight decimals
-    get different keys (see :func:`target_collision` for the rest).
+    As few decimals as the target has, up to eight: targets that differ in the first
+    eight decimals get different keys (see :func:`target_collision` for the rest).
     """
     size = abs(float(target))
     if size >= _FIXED_BELOW:
         mantissa, _, exponent = f"{size:.{_DECIMALS}e}".partition("e")
-        whole, _, frac = mantissa.rstrip("0").partition(".")
-        power = int(exponent)
-        text = f"{whole}p{frac.ljust(2, '0')}e{power}"
+        text = _decimal(mantissa) + f"e{int(exponent)}"
     else:
-        whole, _, frac = f"{size:.{_DECIMALS}f}".rstrip("0").partition(".")
-        text = f"{whole}p{frac.ljust(2, '0')}"
-    return f"target_{'m' if target < 0 else ''}{text}"
+        text = _decimal(f"{size:.{_DECIMALS}f}")
+    return f"{'m' if target < 0 else ''}{text}"
+
+
+def _decimal(fixed: str) -> str:
+    whole, _, frac = fixed.partition(".")
+    frac = frac.rstrip("0")
+    return f"{whole}p{frac}" if frac else whole
+
+
+def target_key(target: float, measure: str | None = None) -> str:
+    """``(3.3) -> 'when_3p3'`` (the target's text), ``(3.3, 'step') -> 'when_3p3_step'``."""
+    base = f"{TARGET_PREFIX}_{target_slug(target)}"
+    return base if measure is None else f"{base}_{measure}"
 
 
 def target_collision(targets: Iterable[float]) -> str | None:
@@ -122,13 +131,13 @@ def target_collision(targets: Iterable[float]) -> str | None:
     silently overwrite the first), or None when each has keys of its own."""
     seen: dict[str, float] = {}
     for target in targets:
-        slug = target_slug(target)
-        if slug in seen and seen[slug] != target:
+        key = target_key(target)
+        if key in seen and seen[key] != target:
             return (
-                f"targets {seen[slug]!r} and {target!r} would both be written to {NAMESPACE}/{slug}; "
+                f"targets {seen[key]!r} and {target!r} would both be written to {key}; "
                 f"give targets that differ within {_DECIMALS} decimals"
             )
-        seen[slug] = target
+        seen[key] = target
     return None
 
 
@@ -149,7 +158,8 @@ def content_hash(held: Mapping[str, Any]) -> str:
     """The hash the marker commits to: every key of ours but the marker, as the run holds it.
 
     Numbers and text are told apart by type; a missing number, ``None`` and NaN are the
-    same (MLflow keeps a cleared metric as NaN, W&B removes the key).
+    same (MLflow keeps a cleared metric as NaN, W&B removes the key), as are a missing
+    text and ``None`` (a removed tag).
     """
     canonical: dict[str, Any] = {}
     for key, value in held.items():

@@ -16,17 +16,10 @@ from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
-from tracker_plugin.keys import (
-    NAMESPACE,
-    PLOT_DIGEST,
-    REPORT_DIGEST,
-    TARGET_METRICS,
-    plot_digest,
-    report_digest,
-    target_slug,
-)
+from tracker_plugin.keys import PNG_DIGEST, PROVENANCE, TARGET_METRICS, plot_digest, report_digest, target_key
 from tracker_plugin.report.render import to_json
-from tracker_plugin.report.timing import time_metrics
+from tracker_plugin.report.target_text import target_text
+from tracker_plugin.report.timing import target_seconds
 from tracker_plugin.trackers.base import Annotation, encode_report
 
 __all__ = ["build_annotation", "settings_hash", "settings_of"]
@@ -57,32 +50,35 @@ def build_annotation(
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
     ``progress`` is the source's fingerprint of the analysed history; it defaults to the
-    last analysed step. The labels record the report's digest, so the completion marker
-    (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
+    last analysed step. The provenance tag records the report's digest, so the completion
+    marker (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
     commits to the report too. ``run_name`` is what people call the run (its tracker's
     run name), which titles the plot artifact.
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
-    metrics = annotation_metrics(analysis)
-    labels = {
-        f"{NAMESPACE}/settings_hash": fingerprint,
-        f"{NAMESPACE}/progress": progress,
-        f"{NAMESPACE}/settings": json.dumps(settings, sort_keys=True, default=list),
-        f"{NAMESPACE}/loss_key": analysis.loss_key,
-        f"{NAMESPACE}/version": str(settings.get("version", "")),
-    }
-    for result in analysis.targets:
-        labels[f"{NAMESPACE}/{target_slug(result.target)}/status"] = str(result.status)
     report = to_json(analysis)
     report["settings_hash"] = fingerprint
     report["progress"] = progress
     # The plot's own inputs, in the keys (checked before a run is read) and the report.
-    labels[PLOT_DIGEST] = report["plot_sha256"] = plot_digest(run_name)
-    digest = labels[REPORT_DIGEST] = report_digest(encode_report(report))
+    report["plot_sha256"] = plot_digest(run_name)
+    digest = report_digest(encode_report(report))
+    provenance = {
+        "version": str(settings.get("version", "")),
+        "loss_key": analysis.loss_key,
+        "progress": progress,
+        "last_step": int(analysis.observed_step),
+        "last_tokens": analysis.in_tokens(analysis.observed_tokens),
+        "settings_hash": fingerprint,
+        "report_sha256": digest,
+        "plot_sha256": report["plot_sha256"],
+        "settings": settings,
+    }
+    labels: dict[str, str | None] = {PROVENANCE: json.dumps(provenance, default=list)}
+    labels.update((target_key(result.target), target_text(analysis, k)) for k, result in enumerate(analysis.targets))
     return Annotation(
         run=analysis.run,
-        metrics=metrics,
+        metrics=annotation_metrics(analysis),
         labels=labels,
         report=report,
         progress=progress,
@@ -94,29 +90,29 @@ def build_annotation(
 
 def annotation_metrics(analysis: Analysis) -> dict[str, float | None]:
     """The numbers an annotation writes (:mod:`tracker_plugin.keys`): every key of every
-    target, None where there is no value; the live forecasts log the finite ones."""
-    metrics: dict[str, float | None] = {
-        f"{NAMESPACE}/last_step": float(analysis.observed_step),
-        f"{NAMESPACE}/last_tokens": analysis.in_tokens(analysis.observed_tokens),
-    }
+    target, None where there is no value, rounded to what a person reads; the live
+    forecasts log the finite ones."""
+    metrics: dict[str, float | None] = {}
     for k, result in enumerate(analysis.targets):
-        prefix = f"{NAMESPACE}/{target_slug(result.target)}"
-        metrics.update({f"{prefix}/{name}": value for name, value in time_metrics(analysis, k).items()})
-        # On the step axis the token keys are cleared (None): their values would be steps.
-        low, high = result.tokens_interval or (None, None)
-        step_low_high = result.step_interval or (None, None)
-        tokens = analysis.in_tokens
+        located = result.status.located
+        # On the step axis there are no tokens (None): the values would be steps.
+        tokens = analysis.in_tokens(result.tokens) if located else None
+        _, seconds_left, _ = target_seconds(analysis, k)
         values = (
-            tokens(result.tokens), result.step, tokens(low), tokens(high), *step_low_high, result.extrapolation_factor,
-            result.p_reach_within_plan, result.best_loss,
+            _rounded(None if tokens is None else tokens / 1e9, 4),
+            _rounded(result.step if located else None, None),
+            _rounded(None if seconds_left is None else seconds_left / 3600.0, 3),
         )
         for name, value in zip(TARGET_METRICS, values, strict=True):
-            metrics[f"{prefix}/{name}"] = _finite(value)
+            metrics[target_key(result.target, name)] = value
     return metrics
 
 
-def _finite(value: float | None) -> float | None:
-    return None if value is None or not math.isfinite(value) else float(value)
+def _rounded(value: float | None, digits: int | None) -> float | None:
+    """``value`` to ``digits`` significant digits (None: to a whole number); None where not finite."""
+    if value is None or not math.isfinite(value):
+        return None
+    return float(round(value)) if digits is None else float(f"{value:.{digits}g}")
 
 
 def _plot_png(analysis: Analysis, name: str | None, report: str) -> bytes:
@@ -129,6 +125,6 @@ def _plot_png(analysis: Analysis, name: str | None, report: str) -> bytes:
 
     buffer = io.BytesIO()
     # Titled by the run's name: its ref is an id.
-    plot_analysis(analysis, buffer, name=name, metadata={REPORT_DIGEST: report})
+    plot_analysis(analysis, buffer, name=name, metadata={PNG_DIGEST: report})
     return buffer.getvalue()
 

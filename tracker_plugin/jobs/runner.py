@@ -19,7 +19,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.keys import PLOT_DIGEST, plot_digest, target_collision
+from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.redact import redact
 from tracker_plugin.report.runs import RunRow, held_rows
 from tracker_plugin.trackers.base import RunInfo, Source
@@ -129,7 +129,7 @@ def _one(
         return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
     redone = None
     if previous is not None and not force:
-        redone = previous.why_redone(fingerprint, annotation.progress, annotation.labels[PLOT_DIGEST])
+        redone = previous.why_redone(fingerprint, annotation.progress, annotation.plot_inputs)
     if source.write(run, annotation):
         return Outcome(run, Action.ANNOTATED, analysis, note=redone)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
 from tracker_plugin.live.stream import LiveResult
 from tracker_plugin.trackers.atomic import write_atomic
 
@@ -138,11 +138,10 @@ def _annotate_wandb_run(run: Any, result: LiveResult, config: AnalysisConfig, ba
             del run.summary[key]
     run.summary.update({k: v for k, v in values.items() if k != MARKER and not _missing(v)})
     # Into the run's own files folder, where the SDK keeps what it uploads (and an offline
-    # run keeps its files): saved as loss_eta/loss_eta.json and loss_eta/loss_eta.png.
+    # run keeps its files): saved as loss_eta.json and loss_eta.png.
     folder = Path(run.dir)
-    (folder / ARTIFACT_DIR).mkdir(exist_ok=True)
     for name, data in ((ARTIFACT_JSON, annotation.report_bytes()), (ARTIFACT_PNG, annotation.plot_bytes())):
-        path = folder / ARTIFACT_DIR / name
+        path = folder / name
         write_atomic(path, data)
         run.save(str(path), base_path=str(folder), policy="now")
     run.summary[MARKER] = annotation.marker()

@@ -21,8 +21,9 @@ __all__ = [
     "eta_text",
     "iso_utc",
     "target_time_json",
+    "target_p_by_deadline",
+    "target_seconds",
     "target_time_text",
-    "time_metrics",
     "throughput_json",
     "throughput_line",
 ]
@@ -79,23 +80,18 @@ def _hours_pair(low: float, high: float) -> str:
     return interval((low / 3600, high / 3600), lambda v: f"{v:,.1f}") + " h"
 
 
-def time_metrics(analysis: Analysis, k: int) -> dict[str, float | None]:
-    """The per-target time keys written back to a run (``seconds``, ``hours_left``, its
-    interval, ``eta_unix``, ``p_by_deadline``): every key always, None where no value."""
+def target_seconds(analysis: Analysis, k: int) -> tuple[float | None, float | None, float | None]:
+    """The ``k``-th target's clock: seconds on the run's clock at the crossing, seconds
+    left from the last logged row (0 once reached), and the Unix time of the crossing;
+    None where there is none (no clock, or no finite value)."""
     when = _time_of(analysis, k) or TargetTime()
-    low, high = when.seconds_left_interval or (None, None)
+    return _num(when.seconds), _num(when.seconds_left), _num(when.eta_unix)
 
-    def hours(seconds: float | None) -> float | None:
-        return None if seconds is None or not math.isfinite(seconds) else seconds / 3600.0
 
-    return {
-        "seconds": _num(when.seconds),
-        "hours_left": hours(when.seconds_left),
-        "hours_left_low": hours(low),
-        "hours_left_high": hours(high),
-        "eta_unix": _num(when.eta_unix),
-        "p_by_deadline": _num(when.p_by_deadline),
-    }
+def target_p_by_deadline(analysis: Analysis, k: int) -> float | None:
+    """P(the ``k``-th target is reached by the deadline), when a deadline is given."""
+    when = _time_of(analysis, k)
+    return None if when is None or analysis.timing is None or analysis.timing.deadline is None else _num(when.p_by_deadline)
 
 
 def target_time_json(analysis: Analysis, k: int, result: TargetResult) -> dict[str, Any]:

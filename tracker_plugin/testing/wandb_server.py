@@ -483,6 +483,15 @@ class WandbServer:
         files = [{"name": n, "uploadUrl": self._file_url(run, n)} for n in variables.get("files", [])]
         return {"createRunFiles": {"runID": run.storage_id, "uploadHeaders": [], "files": files}}
 
+    def _op_deleteFiles(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
+        """``File.delete()``: the files by the ids ``RunFiles`` gave them."""
+        for file_id in variables.get("files") or []:
+            _, run_id, name = base64.b64decode(file_id).decode().split(":", 2)
+            for run in self.runs.values():
+                if run.run_id == run_id:
+                    run.files.pop(name, None)
+        return {"deleteFiles": {"success": True}}
+
     def _op_MarkRunFilesUploaded(self, variables: dict[str, Any], query: str) -> dict[str, Any]:
         return {"markRunFilesUploaded": {"success": True}}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import random
 import time
 from abc import ABC, abstractmethod
@@ -24,13 +25,12 @@ from tracker_plugin.frame.history import History
 from tracker_plugin.keys import (
     JSON_PATH,
     MARKER,
-    NAMESPACE,
-    PLOT_DIGEST,
+    PNG_DIGEST,
     PNG_PATH,
-    REPORT_DIGEST,
-    RETIRED_STATUSES,
+    PROVENANCE,
     STALE,
     content_hash,
+    is_legacy,
     is_own,
     report_digest,
 )
@@ -62,12 +62,13 @@ _RETRY_PAUSE = (0.5, 1.5)  # times the write's own duration, times 2**attempt
 class Previous:
     """What an earlier annotation of a run left: enough to tell if it is complete and current.
 
-    ``progress`` is the source's fingerprint of the analysed history (``loss_eta/progress``).
-    ``marker`` is the completion marker (``loss_eta/marker``): the hash of every other key
+    ``settings_hash``, ``progress`` (the source's fingerprint of the analysed history),
+    ``report`` (the digest of ``loss_eta.json``) and ``plot`` (the digest of the plot's own
+    inputs, the run's name in its title) come from the provenance tag ``loss_eta``.
+    ``marker`` is the completion marker (``loss_eta_marker``): the hash of every other key
     of ours as that annotation wrote them; ``holds`` is the same hash of the keys the run
     holds now. They differ when a write was cut short or overlapped by another job's.
-    ``report`` is the digest of ``loss_eta/loss_eta.json`` the keys record, ``plot`` the
-    digest of the plot's own inputs (the run's name in its title).
+    ``legacy`` says the run holds keys of the earlier layout.
     """
 
     settings_hash: str | None
@@ -76,8 +77,7 @@ class Previous:
     holds: str | None = None
     report: str | None = None
     plot: str | None = None
-    # A status word earlier versions wrote (keys.RETIRED_STATUSES) that the run still holds.
-    retired: str | None = None
+    legacy: bool = False
 
     @property
     def complete(self) -> bool:
@@ -87,13 +87,12 @@ class Previous:
     def current(self, settings_hash: str, progress: str | None, plot: str) -> bool:
         """Complete, and made with these settings from a history at this progress, its plot
         from these inputs (see :func:`~tracker_plugin.keys.plot_digest`)?"""
-        return (
-            self.complete and progress is not None and self.retired is None
-            and (self.settings_hash, self.progress, self.plot) == (settings_hash, progress, plot)
-        )  # fmt: skip
+        return self.why_redone(settings_hash, progress, plot) is None
 
     def why_redone(self, settings_hash: str, progress: str | None, plot: str) -> str | None:
         """Why an annotation with these settings, progress and plot is not this one (None: it is)."""
+        if self.legacy:
+            return "redone: the last annotation was written by an earlier version, in keys this version replaced"
         if not self.complete:
             return "redone: the last annotation was cut short or mixed with another job's"
         if self.settings_hash != settings_hash:
@@ -102,30 +101,44 @@ class Previous:
             return f"redone: the history moved on since the last annotation ({self.progress} -> {progress})"
         if self.plot != plot:
             return "redone: the run was renamed since the last annotation"
-        if self.retired is not None:
-            return f"redone: the last annotation says '{self.retired}', a status word this version no longer writes"
         return None
 
 
 def previous_of(held: Mapping[str, Any]) -> Previous | None:
     """What the keys of ours a run holds say of its last annotation (None: never annotated)."""
-    own = {k: v for k, v in held.items() if is_own(k)}
+    own = {k: v for k, v in held.items() if is_own(k) and not _cleared(v)}
     if not own:
         return None
+    provenance = _provenance(own.get(PROVENANCE))
 
-    def text(key: str) -> str | None:
-        value = own.get(key)
+    def text(name: str) -> str | None:
+        value = provenance.get(name)
         return None if value is None else str(value)
 
+    marker = own.get(MARKER)
     return Previous(
-        settings_hash=text(f"{NAMESPACE}/settings_hash"),
-        progress=text(f"{NAMESPACE}/progress"),
-        marker=text(MARKER),
+        settings_hash=text("settings_hash"),
+        progress=text("progress"),
+        marker=None if marker is None else str(marker),
         holds=content_hash(own),
-        report=text(REPORT_DIGEST),
-        plot=text(PLOT_DIGEST),
-        retired=next((v for k, v in own.items() if k.endswith("/status") and v in RETIRED_STATUSES), None),
+        report=text("report_sha256"),
+        plot=text("plot_sha256"),
+        legacy=any(is_legacy(k) for k in own),
     )
+
+
+def _cleared(value: Any) -> bool:
+    """A key's value that says nothing: None, or NaN (how MLflow keeps a cleared metric)."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _provenance(value: Any) -> dict[str, Any]:
+    """The provenance tag's fields; empty when it is missing or not ours to read."""
+    try:
+        found = json.loads(value) if isinstance(value, str) else None
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -134,7 +147,7 @@ class Annotation:
 
     run: str
     metrics: dict[str, float | None]
-    labels: dict[str, str]
+    labels: dict[str, str | None]  # None: the tag is removed
     report: dict[str, Any]
     progress: str
     settings_hash: str
@@ -149,14 +162,15 @@ class Annotation:
         return content_hash({**self.metrics, **self.labels})
 
     def clearing(self, held: Mapping[str, Any]) -> Annotation:
-        """This annotation, plus the keys of ours the run holds that it does not write
-        (a dropped target's, say): numbers cleared (``None``), text set to ``stale``."""
+        """This annotation, plus the keys of ours the run holds that it does not write: a
+        dropped target's numbers cleared (``None``) and its text set to ``stale``; the
+        earlier layout's numbers cleared and its text removed."""
         metrics, labels = dict(self.metrics), dict(self.labels)
         for key, value in held.items():
-            if not is_own(key) or key == MARKER or key in metrics or key in labels:
+            if not is_own(key) or key == MARKER or key in metrics or key in labels or _cleared(value):
                 continue
             if isinstance(value, str):
-                labels[key] = STALE
+                labels[key] = None if is_legacy(key) else STALE
             else:
                 metrics[key] = None
         return replace(self, metrics=metrics, labels=labels)
@@ -171,7 +185,17 @@ class Annotation:
 
     def is_current(self, previous: Previous | None) -> bool:
         """Does the run already hold a complete annotation with these settings and progress?"""
-        return previous is not None and previous.current(self.settings_hash, self.progress, self.labels[PLOT_DIGEST])
+        return previous is not None and previous.current(self.settings_hash, self.progress, self.plot_inputs)
+
+    @property
+    def replaces_legacy(self) -> bool:
+        """Does the run hold keys of the earlier layout, which this write removes?"""
+        return any(is_legacy(key) for key in (*self.metrics, *self.labels))
+
+    @property
+    def plot_inputs(self) -> str:
+        """The digest of the plot's own inputs (:func:`~tracker_plugin.keys.plot_digest`)."""
+        return str(self.report["plot_sha256"])
 
 
 def png_text(data: bytes) -> dict[str, str]:
@@ -278,10 +302,10 @@ class Source(ABC):
         """
 
     def write(self, run: RunInfo, annotation: Annotation) -> bool:
-        """Write ``annotation`` to the run: keys, ``loss_eta/loss_eta.json`` and ``.png``.
+        """Write ``annotation`` to the run: keys, ``loss_eta.json`` and ``loss_eta.png``.
 
         Everything else goes first (:meth:`write_content`), the completion marker
-        ``loss_eta/marker`` last (:meth:`write_markers`): its value is the hash of every
+        ``loss_eta_marker`` last (:meth:`write_markers`): its value is the hash of every
         other key written, and the keys record the report's digest, so a write cut short,
         or mixed with another job's, leaves a run whose keys do not match its marker, and
         the next run redoes it. Keys of ours the run holds that this annotation does not
@@ -291,7 +315,7 @@ class Source(ABC):
         run is consistent either way); while it holds a mix the job waits (a random time,
         growing, in units of its own write's duration) and looks again, and writes again
         only if the mix is still there. Writing the same annotation twice leaves the run as
-        the first write left it; nothing but our keys and our ``loss_eta/`` artifacts is
+        the first write left it; nothing but our keys and our artifacts is
         touched.
 
         Returns whether the run holds this annotation (False: another job's complete
@@ -322,16 +346,16 @@ class Source(ABC):
         return {}
 
     def stored_report(self, run: RunInfo) -> bytes | None:
-        """The run's ``loss_eta/loss_eta.json`` as stored now; None when there is none."""
+        """The run's ``loss_eta.json`` as stored now; None when there is none."""
         return self.stored_artifact(run, JSON_PATH)
 
     def stored_plot(self, run: RunInfo) -> bytes | None:
-        """The run's ``loss_eta/loss_eta.png`` as stored now; None when there is none.
+        """The run's ``loss_eta.png`` as stored now; None when there is none.
         Only sources that set :attr:`reads_plot` can say."""
         return self.stored_artifact(run, PNG_PATH)
 
     def stored_artifact(self, run: RunInfo, path: str) -> bytes | None:
-        """One of our artifacts (``path`` under the run's artifacts, e.g. ``loss_eta/loss_eta.json``)
+        """One of our artifacts (``path`` in the run's artifacts, e.g. ``loss_eta.json``)
         as stored now; None when it is not there or the source keeps none."""
         return None
 
@@ -351,7 +375,7 @@ class Source(ABC):
             return True
         picture = self.stored_plot(run)
         # Another job's picture (after a race) carries another report's digest.
-        return picture is not None and png_text(picture).get(REPORT_DIGEST) == previous.report
+        return picture is not None and png_text(picture).get(PNG_DIGEST) == previous.report
 
     # Whether other jobs may write a run at the same time, so that a write must be read
     # back (:meth:`settled`); sources whose write is one atomic replacement say no.

@@ -30,7 +30,7 @@ from tracker_plugin.frame.history import (
     eval_loss_alone,
     eval_loss_note,
 )
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, REPORT_DIGEST, report_digest
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, PNG_DIGEST, report_digest
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.atomic import write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, png_text
@@ -433,7 +433,7 @@ def _previous(path: Path) -> Previous | None:
     try:
         data = json_path.read_bytes()
         report = json.loads(data)
-        drawn_for = png_text(png_path.read_bytes()).get(REPORT_DIGEST) if png_path.is_file() else None
+        drawn_for = png_text(png_path.read_bytes()).get(PNG_DIGEST) if png_path.is_file() else None
         return Previous(
             report.get("settings_hash"), report.get("progress"), marker=report_digest(data), holds=drawn_for,
             report=report_digest(data), plot=report.get("plot_sha256"),

@@ -76,14 +76,7 @@ from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name
-from tracker_plugin.keys import (
-    ARTIFACT_DIR,
-    ARTIFACT_JSON,
-    ARTIFACT_PNG,
-    MARKER,
-    NAMESPACE,
-    is_own,
-)
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, LEGACY_ARTIFACTS, MARKER, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.redact import redact_uri
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
@@ -245,7 +238,7 @@ class MlflowSource(Source):
         record = self._record(run)
         latest = _latest(record)
         params = flat_params(record.data.params, text_numbers=True)
-        logged = {k for k in latest if not k.startswith(f"{NAMESPACE}/")}
+        logged = {k for k in latest if not is_own(k)}
         reading = self._reading(run, logged, params)
         loss_key = reading.columns.loss[0]
         if loss_key not in logged:
@@ -406,18 +399,23 @@ class MlflowSource(Source):
             current = client.get_run(run_id)  # fresh: what an earlier annotation left
             latest = _latest(current)
             step, stamp = _write_point(latest, int(annotation.step))
+            # No value where the run holds none is left unwritten (the table shows "-"); a
+            # value the run holds and this annotation has none of is cleared to NaN.
             metrics = [
                 Metric(key, math.nan if value is None else float(value), stamp, step)
                 for key, value in sorted(annotation.metrics.items())
-                if not _same(latest.get(key), value, step)
+                if (value is not None or key in latest) and not _same(latest.get(key), value, step)
             ]
             tags = [
                 RunTag(key, value)
                 for key, value in sorted(annotation.labels.items())
-                if key != MARKER and current.data.tags.get(key) != value
+                if key != MARKER and value is not None and current.data.tags.get(key) != value
             ]
             # One request where MLflow's limits allow (the client splits larger batches).
             client.log_batch(run_id, metrics=metrics, tags=tags)
+            for key, value in sorted(annotation.labels.items()):
+                if value is None and key in current.data.tags:
+                    client.delete_tag(run_id, key)
             with tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
                 for name, data in (
                     (ARTIFACT_JSON, annotation.report_bytes()),
@@ -425,7 +423,24 @@ class MlflowSource(Source):
                 ):
                     path = Path(tmp) / name
                     path.write_bytes(data)
-                    client.log_artifact(run_id, str(path), artifact_path=ARTIFACT_DIR)
+                    # The top of the run's artifacts: MLflow's compare view lists no folders.
+                    client.log_artifact(run_id, str(path))
+            if annotation.replaces_legacy:
+                self._remove_legacy_artifacts(current)
+
+    def _remove_legacy_artifacts(self, record: Any) -> None:
+        """Remove the earlier layout's ``loss_eta/`` files, where the artifact store can."""
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        client = self._client()
+        names = {a.path for a in client.list_artifacts(record.info.run_id, "loss_eta")}
+        repository = get_artifact_repository(record.info.artifact_uri, tracking_uri=client.tracking_uri)
+        for name in LEGACY_ARTIFACTS:
+            if name in names:
+                try:
+                    repository.delete_artifacts(name)
+                except NotImplementedError:
+                    return  # an artifact store that cannot delete: the old files stay, unread
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
         from mlflow.entities import RunTag

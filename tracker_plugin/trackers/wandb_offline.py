@@ -41,7 +41,7 @@ from typing import Any
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
 from tracker_plugin.frame.history import History
 from tracker_plugin.frame.resume import late_start
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.trackers.atomic import replacing, write_atomic
 from tracker_plugin.trackers.base import Annotation, Previous, RunInfo, Source, previous_of
@@ -396,7 +396,7 @@ class WandbOfflineSource(Source):
             _exit_index(entries, run.ref)
             # write_markers takes these records again unless the file has changed since.
             self._checked[str(wandb_file)] = (_identity(wandb_file), entries)
-            files_dir = wandb_file.parent / "files" / ARTIFACT_DIR
+            files_dir = wandb_file.parent / "files"
             files_dir.mkdir(parents=True, exist_ok=True)
             for name, content in (
                 (ARTIFACT_JSON, annotation.report_bytes()),

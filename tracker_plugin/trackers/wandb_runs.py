@@ -48,7 +48,7 @@ from tracker_plugin.errors import (
     TrackerUnavailable,
 )
 from tracker_plugin.frame.history import History
-from tracker_plugin.keys import ARTIFACT_DIR, ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, LEGACY_ARTIFACTS, MARKER, is_own
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.redact import redact
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
@@ -266,13 +266,15 @@ class WandbSource(Source):
             with tempfile.TemporaryDirectory(prefix="loss_eta_") as tmp:
                 files = {ARTIFACT_JSON: annotation.report_bytes(), ARTIFACT_PNG: annotation.plot_bytes()}
                 wb_run = self._fresh(run)
-                Path(tmp, ARTIFACT_DIR).mkdir()
                 for name, data in files.items():
-                    path = Path(tmp, ARTIFACT_DIR, name)
+                    path = Path(tmp, name)
                     path.write_bytes(data)
-                    # root: the file's name in the run is its path relative to root (loss_eta/...).
+                    # root: the file's name in the run is its path relative to root.
                     upload = partial(wb_run.upload_file, str(path), root=tmp)
-                    _within(self.wandb.upload_timeout, f"uploading {ARTIFACT_DIR}/{name}", upload)
+                    _within(self.wandb.upload_timeout, f"uploading {name}", upload)
+                if annotation.replaces_legacy:
+                    for old in wb_run.files(names=list(LEGACY_ARTIFACTS)):
+                        old.delete()
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
         with self._errors(run.ref):
