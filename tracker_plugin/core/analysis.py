@@ -38,6 +38,7 @@ from tracker_plugin.core.models import (
     PowerLaw,
     fit_power_law,
 )
+from tracker_plugin.core.models.power_sweep import fit_power_law_windows
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
@@ -464,7 +465,10 @@ def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
     history, config, smoothed = run.history, run.config, run.smoothed
     fit = _fit(history, smoothed, run.window, config)
-    sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config) if config.stability_sweep else None
+    sweep_rows = None
+    if config.stability_sweep:
+        fitter = None if config.max_fit_points is not None else _power_law_windows(history, smoothed, run, fit)
+        sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config, fitter=fitter)
     results = {}
     for target in targets:
         sweep = None
@@ -472,6 +476,25 @@ def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
         results[target] = _forecast(fit, target, history, run.stages, config, sweep)
     return _Forecasts(results, fit)
+
+
+def _power_law_windows(history: History, smoothed: np.ndarray, run: _Prepared, fit: PowerLaw | FitFailure) -> Fitter:
+    """The sweep's power-law fits of every window at once (:func:`fit_power_law_windows`,
+    the least-squares optimum of each, as ``curve_fit`` finds it to its tolerance), served
+    to :func:`_sweep_fits` one window at a time. The window that is the whole fit window
+    takes the headline fit itself, so the sweep's last row is the forecast printed above it."""
+    first = int(run.window[0])
+    ends = [
+        int(np.searchsorted(history.step, max_step, side="right"))
+        for max_step in sweep_checkpoints(run.fit_start, history.last_step, run.config.sweep_step, run.config.sweep_min_window)
+    ]
+    ends = [end for end in ends if end - first >= MIN_FIT_ROWS and end < len(history)]
+    fits = dict(zip(ends, fit_power_law_windows(history.tokens[first:], smoothed[first:], [e - first for e in ends])))
+
+    def window(start: int, end: int, hint: Model | None) -> Model | FitFailure:
+        return fits[end] if end in fits else fit
+
+    return window
 
 
 def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
