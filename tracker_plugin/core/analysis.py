@@ -285,7 +285,8 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         notes.append(window_note)
     stages = batch_stages(history)
     fine = fine_ema(history.loss, history.step, history.batch, config.ema_token_window)
-    smoothed = fine[1][np.searchsorted(fine[0], history.step)]  # the rows are among the fine points
+    # The rows are among the fine points (they are the fine points when no row has a gap).
+    smoothed = fine[1] if len(fine[0]) == len(history.step) else fine[1][np.searchsorted(fine[0], history.step)]
     fit_start, reason = _fit_start(history, stages, config)
     window = np.flatnonzero(history.step >= fit_start)
     if float(np.min(config.ema_token_window / history.batch)) < 1:
