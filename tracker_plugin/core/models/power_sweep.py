@@ -47,9 +47,10 @@ from tracker_plugin.core.models.power_law import (
 
 __all__ = ["fit_power_law_windows"]
 
-# The series is summed to this many terms at most; a log whose log-token range needs more
-# (a range of about e**40) is fitted window by window.
-_MAX_TERMS = 64
+# A centre serves exponents within half this spacing at the least: a log whose tokens span
+# more than a factor e**50 (which would need a centre every 0.05 in the exponent) is fitted
+# window by window instead.
+_MIN_SPACING = 0.05
 # The largest |delta * v| (exponent offset from its centre times the centred log tokens)
 # a centre serves: the terms then fall below rounding within ~35 terms, and the
 # alternating series loses at most a factor e**(2 * 2.5) of precision (about 1e-13).
@@ -137,9 +138,9 @@ def _solve(x: np.ndarray, y: np.ndarray, usable: np.ndarray, ends: list[int], fl
     reach = float(np.max(np.abs(v)))
     # A centre serves exponents within half a spacing of it, and 2 alpha within a whole one.
     spacing = min(0.5, _REACH / max(reach, 1e-12))
-    terms = _terms(spacing * reach)
-    if terms > _MAX_TERMS:
+    if spacing < _MIN_SPACING:
         return [None] * len(ends)
+    terms = _terms(spacing * reach)
     level = float(np.mean(y[rows]))
     segment = np.searchsorted(np.asarray(ends), rows, side="right")
     moments = _Moments(v, y[rows] - level, segment, len(ends), spacing, terms, {})
@@ -161,7 +162,7 @@ def _solve(x: np.ndarray, y: np.ndarray, usable: np.ndarray, ends: list[int], fl
 def _terms(reach: float) -> int:
     """Terms of ``exp(z)``'s series, ``|z| <= reach``, until the next is below rounding."""
     term, k = 1.0, 0
-    while term > 1e-17 * math.exp(-reach) and k <= _MAX_TERMS:
+    while term > 1e-17 * math.exp(-reach):
         k += 1
         term *= reach / k
     return k + 2  # one more for the derivative's shifted moments
