@@ -1,29 +1,42 @@
-"""Speed and memory of one-shot analyses, beside the original script on the same files.
+"""Speed and memory of one-shot analyses and stability sweeps, beside their baselines measured in the same run.
 
-    python benchmarks/bench_analysis.py [--reference ../shared/reference/find_target_loss.py]
+    python benchmarks/bench_analysis.py [--quick] [--reference ../shared/reference/find_target_loss.py]
 
-Prints, for synthetic fixed-batch runs written to a temporary directory:
-  1. ``--stability-sweep`` on a 100,000-row CSV: ours and the reference's wall time (target: >= 50x faster);
-  2. one analysis of a 1,000,000-row CSV against ``import pandas, scipy.optimize; pandas.read_csv``
-     of the same file (target: within 1.5x; scipy is a dependency, and a forecast loads
-     scipy.optimize), and the reference's time: once for a target the log reaches, once for one
-     beyond it (the model fitted, chosen and bootstrapped for an interval);
-  3. peak memory (RSS) of those analyses (target: < 300 MB), and the reference's.
-Each figure is the best of ``--repeat`` runs of a fresh process (the reference's sweep runs once);
-an analysis and the pandas read take turns, so a machine that slows down slows both. The
-package's bytecode is compiled first, as ``pip install`` does: an editable install under
-``PYTHONDONTWRITEBYTECODE`` would otherwise compile every module on each start.
+Synthetic fixed-batch runs with an lr column (warmup, then the peak held) are written to a
+temporary directory, and each figure is printed beside its baseline:
+  1. ``--stability-sweep`` on a 100,000-row log for a target just beyond it (``--quick``: 20,000
+     rows, and the table says so): our CPU seconds, with ``--model power-law`` (the original script's model) and with
+     the default model, against the original script's on the same file (target: >= 100x), for
+     the whole process and for the sweep alone (the process less the same analysis without
+     ``--stability-sweep``, for both programs: a figure whose own floor is no sweep at all);
+     and how far our power-law sweep's forecasts lie from the script's, row by row (ours are
+     each window's least-squares optimum; the script's curve_fit stops once a step gains
+     less than 1e-8 of the cost, which near the asymptote moves a forecast by more than 1e-4);
+  2. a sweep of a 1,000,000-row log against one analysis of the same log (target: <= 10x);
+  3. one analysis of that log (a target beyond it: the law fitted, chosen and bootstrapped)
+     against the import-and-read floor, ``import tracker_plugin, scipy.optimize;
+     pandas.read_csv(...)`` (target: <= 1.5x; a forecast fits with scipy.optimize, whose
+     import is part of fitting; the floor without it is printed too);
+  4. one analysis of a 5,000,000-row log with ``--plot``: CPU seconds beside the floor, and
+     peak memory (RSS; target: <= 1.5 GB).
+Times are CPU seconds (user + system) of a fresh process, the best of ``--repeat`` (the
+reference's sweep runs once): the machine may be shared, and CPU time is what a run costs.
+An analysis and its baseline take turns, so a machine that slows down slows both. The
+package's bytecode is compiled first, as ``pip install`` does.
 """
 
 from __future__ import annotations
 
 import argparse
 import compileall
+import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracker_plugin.report.tables import text_table
@@ -32,77 +45,160 @@ from tracker_plugin.testing import synthetic_run
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_REFERENCE = ROOT.parent / "shared" / "reference" / "find_target_loss.py"
 OURS = [sys.executable, "-m", "tracker_plugin", "analyze"]
+GB = 1024**3
 
 
-def measure(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS in MB of one process."""
+@dataclass(frozen=True)
+class Run:
+    """One process: CPU seconds (user + system), wall seconds, peak RSS in bytes, its output."""
+
+    cpu: float
+    wall: float
+    rss: float
+    output: str = ""
+
+
+def run(command: list[str], keep_output: bool = False) -> Run:
     start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE if keep_output else subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    output = process.stdout.read().decode() if keep_output and process.stdout else ""
     _, status, usage = os.wait4(process.pid, 0)
-    elapsed = time.perf_counter() - start
+    wall = time.perf_counter() - start
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode()}")
-    return elapsed, usage.ru_maxrss / 1024
+        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode() if process.stderr else ''}")
+    return Run(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss * 1024.0, output)
 
 
-def best(command: list[str], repeat: int) -> tuple[float, float]:
-    runs = [measure(command) for _ in range(repeat)]
-    return min(t for t, _ in runs), min(m for _, m in runs)
+def best_run(runs: list[Run]) -> Run:
+    return Run(min(r.cpu for r in runs), min(r.wall for r in runs), min(r.rss for r in runs), runs[0].output)
+
+
+def taking_turns(first: list[str], second: list[str], repeat: int) -> tuple[Run, Run]:
+    """The best of ``repeat`` runs of each command, run in turns."""
+    pairs = [(run(first), run(second)) for _ in range(repeat)]
+    return best_run([p[0] for p in pairs]), best_run([p[1] for p in pairs])
 
 
 def alternate(first: list[str], second: list[str], repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """:func:`best` of two commands, run in turns."""
-    runs = [(measure(first), measure(second)) for _ in range(repeat)]
-    return tuple(  # type: ignore[return-value]
-        (min(r[k][0] for r in runs), min(r[k][1] for r in runs)) for k in (0, 1)
-    )
+    """(wall seconds, peak RSS in MB) of the best of ``repeat`` runs of two commands, run in
+    turns (what bench_integrity reads)."""
+    one, two = taking_turns(first, second, repeat)
+    return (one.wall, one.rss / 2**20), (two.wall, two.rss / 2**20)
+
+
+_REFERENCE_ROW = re.compile(r"^\s*(\d+)\s+[\d,]+\s+([\d,]+)\s")
+
+
+def sweep_difference(ours_json: str, reference_text: str) -> tuple[int, int, float]:
+    """Rows of the same window, rows whose forecast tokens agree within 1e-4, and the largest
+    relative difference, between our power-law sweep (JSON) and the reference's table."""
+    reference = {int(m.group(1)): float(m.group(2).replace(",", ""))
+                 for m in map(_REFERENCE_ROW.match, reference_text.splitlines()) if m}
+    ours = {int(row["max_step"]): row["tokens"] for row in json.loads(ours_json)["targets"][0]["sweep"]["rows"]}
+    both = [(ours[k], reference[k]) for k in ours if k in reference and ours[k] is not None]
+    differences = [abs(a / b - 1.0) for a, b in both]
+    return len(both), sum(d <= 1e-4 for d in differences), max(differences, default=float("nan"))
+
+
+def write_runs(directory: Path, rows: dict[str, int]) -> dict[str, Path]:
+    paths = {}
+    for name, count in rows.items():
+        paths[name] = directory / f"{name}.csv"
+        synthetic_run(count, seed=0).to_csv(paths[name], index=False)
+    return paths
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
-    parser.add_argument("--sweep-rows", type=int, default=100_000)
+    parser.add_argument("--quick", action="store_true",
+                        help="a 20,000-row log for the sweep against the reference (its sweep takes minutes at 100,000)")
+    parser.add_argument("--sweep-rows", type=int, default=None, help="rows of the sweep log (default 100,000; 20,000 with --quick)")
     parser.add_argument("--big-rows", type=int, default=1_000_000)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--huge-rows", type=int, default=5_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     if not args.reference.is_file():
         raise SystemExit(f"reference script not found: {args.reference} (pass --reference)")
+    sweep_rows = args.sweep_rows or (20_000 if args.quick else 100_000)
     reference = [sys.executable, str(args.reference)]
     compileall.compile_dir(ROOT / "tracker_plugin", quiet=1)
 
     with tempfile.TemporaryDirectory() as tmp:
-        sweep_csv, big_csv = Path(tmp) / "sweep.csv", Path(tmp) / "big.csv"
-        synthetic_run(args.sweep_rows, seed=0).to_csv(sweep_csv, index=False)
-        synthetic_run(args.big_rows, seed=0).to_csv(big_csv, index=False)
-        print(f"files: {args.sweep_rows:,} rows ({sweep_csv.stat().st_size / 1e6:.1f} MB), "
-              f"{args.big_rows:,} rows ({big_csv.stat().st_size / 1e6:.1f} MB); best of {args.repeat}")
+        paths = write_runs(Path(tmp), {"sweep": sweep_rows, "big": args.big_rows, "huge": args.huge_rows})
+        sizes = ", ".join(f"{name} {path.stat().st_size / 1e6:,.0f} MB" for name, path in paths.items())
+        print(f"files: {sweep_rows:,} / {args.big_rows:,} / {args.huge_rows:,} rows ({sizes}); "
+              f"CPU seconds, best of {args.repeat}" + (f" (--quick: the sweep log is {sweep_rows:,} rows, not 100,000)" if sweep_rows != 100_000 else ""))
 
-        sweep_args = [str(sweep_csv), "--target", "2.85", "--stability-sweep"]
-        ours_sweep, _ = best(OURS + sweep_args, args.repeat)
-        ref_sweep, _ = measure(reference + sweep_args)
+        # 1. The sweep against the original script, on a target the log does not reach.
+        # A target just beyond the log's end (2.85 at 100,000 rows), so every window forecasts it.
+        beyond = 2.0 + 0.93 * 3.0 * (sweep_rows * 524_288 / 1e9) ** -0.3  # synthetic_run's law
+        sweep_args = [str(paths["sweep"]), "--target", f"{beyond:.3g}", "--stability-sweep"]
+        power = best_run([run(OURS + sweep_args + ["--model", "power-law"]) for _ in range(args.repeat)])
+        default = best_run([run(OURS + sweep_args) for _ in range(args.repeat)])
+        power_json = run(OURS + sweep_args + ["--model", "power-law", "--json"], keep_output=True)
+        ref_sweep = run(reference + sweep_args, keep_output=True)
+        # The same analyses without the sweep: what the sweep itself adds to each.
+        plain_args = sweep_args[:-1]
+        power_plain = best_run([run(OURS + plain_args + ["--model", "power-law"]) for _ in range(args.repeat)])
+        default_plain = best_run([run(OURS + plain_args) for _ in range(args.repeat)])
+        ref_plain = best_run([run(reference + plain_args) for _ in range(args.repeat)])
+        windows, agreeing, largest = sweep_difference(power_json.output, ref_sweep.output)
 
-        pandas_command = [sys.executable, "-c", f"import pandas, scipy.optimize; pandas.read_csv({str(big_csv)!r})"]
-        big = {}
-        # 2.5 is reached inside the log; 2.4 lies beyond it, so both programs fit and extrapolate.
-        for label, target in (("target reached", "2.5"), ("target beyond the log", "2.4")):
-            big_args = [str(big_csv), "--target", target]
-            ours, pandas_read = alternate(OURS + big_args, pandas_command, args.repeat)
-            big[label] = (ours, pandas_read, best(reference + big_args, args.repeat))
+        # 2-3. A 1M-row log: the sweep against one analysis; the analysis against the floor.
+        target = ["--target", "2.4"]  # beyond the log: fitted, chosen, bootstrapped
+        floor = [sys.executable, "-c", f"import tracker_plugin, scipy.optimize, pandas; pandas.read_csv({str(paths['big'])!r})"]
+        bare_floor = [sys.executable, "-c", f"import tracker_plugin, pandas; pandas.read_csv({str(paths['big'])!r})"]
+        analysis, big_floor = taking_turns(OURS + [str(paths["big"]), *target], floor, args.repeat)
+        bare = best_run([run(bare_floor) for _ in range(args.repeat)])
+        big_sweep = run(OURS + [str(paths["big"]), *target, "--stability-sweep"])
+        power_analysis = run(OURS + [str(paths["big"]), *target, "--model", "power-law"])
+        power_sweep = run(OURS + [str(paths["big"]), *target, "--model", "power-law", "--stability-sweep"])
 
+        # 4. A 5M-row log with its plot.
+        huge_floor_command = [sys.executable, "-c",
+                              f"import tracker_plugin, scipy.optimize, pandas; pandas.read_csv({str(paths['huge'])!r})"]
+        plot = Path(tmp) / "huge.png"
+        huge, huge_floor = taking_turns(OURS + [str(paths["huge"]), *target, "--plot", str(plot)], huge_floor_command,
+                                     max(1, args.repeat - 1))
+        if not plot.stat().st_size:
+            raise SystemExit("the 5M-row analysis wrote no plot")
+
+    ref_label = f"original script ({ref_sweep.cpu:.1f} s)"
     rows = [
-        (f"--stability-sweep, {args.sweep_rows:,} rows", f"{ours_sweep:.2f} s", f"{ref_sweep:.2f} s",
-         f"{ref_sweep / ours_sweep:.0f}x faster", ">= 50x", ref_sweep / ours_sweep >= 50),
+        (f"sweep, {sweep_rows:,} rows, --model power-law", f"{power.cpu:.2f} s", ref_label,
+         f"{ref_sweep.cpu / power.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / power.cpu >= 100),
+        (f"sweep, {sweep_rows:,} rows, default model", f"{default.cpu:.2f} s", ref_label,
+         f"{ref_sweep.cpu / default.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / default.cpu >= 100),
+        ("  the sweep alone (with it - without), power-law", f"{power.cpu - power_plain.cpu:.2f} s",
+         f"the script's ({ref_sweep.cpu - ref_plain.cpu:.1f} s)",
+         f"{(ref_sweep.cpu - ref_plain.cpu) / max(power.cpu - power_plain.cpu, 0.01):.0f}x faster", ">= 100x",
+         (ref_sweep.cpu - ref_plain.cpu) / max(power.cpu - power_plain.cpu, 0.01) >= 100),
+        ("  the sweep alone (with it - without), default", f"{default.cpu - default_plain.cpu:.2f} s",
+         f"the script's ({ref_sweep.cpu - ref_plain.cpu:.1f} s)",
+         f"{(ref_sweep.cpu - ref_plain.cpu) / max(default.cpu - default_plain.cpu, 0.01):.0f}x faster", ">= 100x",
+         (ref_sweep.cpu - ref_plain.cpu) / max(default.cpu - default_plain.cpu, 0.01) >= 100),
+        ("  power-law sweep rows within 1e-4 of the script's", f"{agreeing} of {windows}", "",
+         f"largest difference {largest:.1e}", "(reported)", None),
+        (f"sweep, {args.big_rows:,} rows, default model", f"{big_sweep.cpu:.2f} s", f"one analysis ({analysis.cpu:.2f} s)",
+         f"{big_sweep.cpu / analysis.cpu:.1f}x", "<= 10x", big_sweep.cpu / analysis.cpu <= 10),
+        (f"sweep, {args.big_rows:,} rows, --model power-law", f"{power_sweep.cpu:.2f} s",
+         f"one analysis ({power_analysis.cpu:.2f} s)", f"{power_sweep.cpu / power_analysis.cpu:.1f}x", "<= 10x",
+         power_sweep.cpu / power_analysis.cpu <= 10),
+        (f"one analysis, {args.big_rows:,} rows with lr", f"{analysis.cpu:.2f} s", f"import and read ({big_floor.cpu:.2f} s)",
+         f"{analysis.cpu / big_floor.cpu:.2f}x (without scipy.optimize: {analysis.cpu / bare.cpu:.2f}x of {bare.cpu:.2f} s)",
+         "<= 1.5x", analysis.cpu / big_floor.cpu <= 1.5),
+        (f"one analysis + plot, {args.huge_rows:,} rows", f"{huge.cpu:.2f} s", f"import and read ({huge_floor.cpu:.2f} s)",
+         f"{huge.cpu / huge_floor.cpu:.2f}x", "(reported)", None),
+        (f"peak memory, {args.huge_rows:,} rows + plot", f"{huge.rss / GB:.2f} GB", f"import and read ({huge_floor.rss / GB:.2f} GB)",
+         f"{huge.rss / huge_floor.rss:.2f}x", "<= 1.5 GB", huge.rss <= 1.5 * GB),
+        (f"peak memory, sweep of {args.big_rows:,} rows", f"{big_sweep.rss / GB:.2f} GB", f"one analysis ({analysis.rss / GB:.2f} GB)",
+         f"{big_sweep.rss / analysis.rss:.2f}x", "(reported)", None),
     ]
-    for label, ((ours_time, ours_mem), (pandas_time, pandas_mem), (ref_time, ref_mem)) in big.items():
-        ratio = ours_time / pandas_time
-        rows += [
-            (f"one analysis, {args.big_rows:,} rows, {label}", f"{ours_time:.2f} s", f"{ref_time:.2f} s",
-             f"{ratio:.2f}x pandas+scipy read ({pandas_time:.2f} s)", "<= 1.5x", ratio <= 1.5),
-            (f"peak memory, {args.big_rows:,} rows, {label}", f"{ours_mem:.0f} MB", f"{ref_mem:.0f} MB",
-             f"pandas+scipy read alone: {pandas_mem:.0f} MB", "< 300 MB", ours_mem < 300),
-        ]
-    header = ("figure", "ours", "reference", "comparison", "target", "met")
-    print("\n".join(text_table(header, [(*map(str, row[:5]), "yes" if row[5] else "NO") for row in rows])))
+    header = ("figure", "ours", "baseline (same run)", "comparison", "target", "met")
+    met = {True: "yes", False: "NO", None: ""}
+    print("\n".join(text_table(header, [(*map(str, row[:5]), met[row[5]]) for row in rows])))
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ from tracker_plugin.core.models import (
     PowerLaw,
     fit_power_law,
 )
+from tracker_plugin.core.models.power_sweep import fit_power_law_windows
 from tracker_plugin.core.models.prefixes import fit_prefixes
-from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, SmoothedLaw, smooth_all
+from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
@@ -284,7 +285,8 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
         notes.append(window_note)
     stages = batch_stages(history)
     fine = fine_ema(history.loss, history.step, history.batch, config.ema_token_window)
-    smoothed = fine[1][np.searchsorted(fine[0], history.step)]  # the rows are among the fine points
+    # The rows are among the fine points (they are the fine points when no row has a gap).
+    smoothed = fine[1] if len(fine[0]) == len(history.step) else fine[1][np.searchsorted(fine[0], history.step)]
     fit_start, reason = _fit_start(history, stages, config)
     window = np.flatnonzero(history.step >= fit_start)
     if float(np.min(config.ema_token_window / history.batch)) < 1:
@@ -464,7 +466,10 @@ def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     """The original script's forecast: a power law in tokens fitted to the smoothed loss."""
     history, config, smoothed = run.history, run.config, run.smoothed
     fit = _fit(history, smoothed, run.window, config)
-    sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config) if config.stability_sweep else None
+    sweep_rows = None
+    if config.stability_sweep:
+        fitter = None if config.max_fit_points is not None else _power_law_windows(history, smoothed, run, fit)
+        sweep_rows = _sweep_fits(history, smoothed, run.fit_start, config, fitter=fitter)
     results = {}
     for target in targets:
         sweep = None
@@ -472,6 +477,25 @@ def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
             sweep = _judge(_solve_rows(sweep_rows, target, history, config), config.convergence_tol)
         results[target] = _forecast(fit, target, history, run.stages, config, sweep)
     return _Forecasts(results, fit)
+
+
+def _power_law_windows(history: History, smoothed: np.ndarray, run: _Prepared, fit: PowerLaw | FitFailure) -> Fitter:
+    """The sweep's power-law fits of every window at once (:func:`fit_power_law_windows`,
+    the least-squares optimum of each, as ``curve_fit`` finds it to its tolerance), served
+    to :func:`_sweep_fits` one window at a time. The window that is the whole fit window
+    takes the headline fit itself, so the sweep's last row is the forecast printed above it."""
+    first = int(run.window[0])
+    ends = [
+        int(np.searchsorted(history.step, max_step, side="right"))
+        for max_step in sweep_checkpoints(run.fit_start, history.last_step, run.config.sweep_step, run.config.sweep_min_window)
+    ]
+    ends = [end for end in ends if end - first >= MIN_FIT_ROWS and end < len(history)]
+    fits = dict(zip(ends, fit_power_law_windows(history.tokens[first:], smoothed[first:], [e - first for e in ends])))
+
+    def window(start: int, end: int, hint: Model | None) -> Model | FitFailure:
+        return fits[end] if end in fits else fit
+
+    return window
 
 
 def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
@@ -486,8 +510,12 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     fit, selection = choose_law(config.model, history, smoothed, first, timeline, config.ema_token_window, prior)
     sweeps: dict[float, Sweep | None] = dict.fromkeys(targets)
     if config.stability_sweep:
-        rows, curves = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior)
-        sweeps = {t: _judge(_solve_rows(rows, t, history, config, curves), config.convergence_tol) for t in targets}
+        rows, crossings = _law_sweep(history, smoothed, run.fit_start, config, fit, selection.chosen, timeline, prior, targets)
+        sweeps = {
+            t: _judge(_solve_rows(rows, t, history, config, [c if c is None else c[t] for c in crossings]),
+                      config.convergence_tol)
+            for t in targets
+        }
     spread = None
     if isinstance(fit, LawFit) and plan.source in UNKNOWN_PLAN_SOURCES:
         spread = partial(
@@ -764,12 +792,14 @@ def _law_sweep(
     chosen: str,
     timeline: Timeline,
     prior: GainPrior | None,
-) -> tuple[tuple[SweepRow, ...], list[SmoothedLaw | None]]:
-    """The stability sweep with a schedule-aware law: its rows, and each row's smoothed law.
+    targets: Sequence[float],
+) -> tuple[tuple[SweepRow, ...], list[dict[float, float | None] | None]]:
+    """The stability sweep with a schedule-aware law: its rows, and where each row's
+    smoothed law reaches each target (None for a row without a fit).
 
     Every window is fitted with one weighted pass: for the lr-annealing law with the whole
     window's robust weights and prior strength (:func:`fit_prefixes`), else one by one.
-    The windows' EMAs are computed together, once, and serve every target.
+    The windows' EMAs are computed together, a block at a time, and serve every target.
     """
 
     def one_by_one(start: int, end: int, hint: Model | None) -> LawFit | FitFailure:
@@ -782,7 +812,7 @@ def _law_sweep(
 
     if isinstance(fit, FitFailure):
         alone = _sweep_fits(history, smoothed, fit_start, config, fitter=one_by_one)
-        return alone, _smoothed_rows(alone, [])
+        return alone, _row_crossings(alone, [], targets)
     first = int(np.searchsorted(history.step, fit_start))
     windows = []
     for max_step in sweep_checkpoints(fit_start, history.last_step, config.sweep_step, config.sweep_min_window):
@@ -796,22 +826,40 @@ def _law_sweep(
         note = window_fit.reason if isinstance(window_fit, FitFailure) else None
         rows.append(SweepRow(max_step, float(history.tokens[end - 1]), None, None,
                              None if isinstance(window_fit, FitFailure) else window_fit, note))
-    return tuple(rows), _smoothed_rows(rows, [f for f in batch if isinstance(f, LawFit)])
+    return tuple(rows), _row_crossings(rows, [f for f in batch if isinstance(f, LawFit)], targets)
 
 
-def _smoothed_rows(rows: Sequence[SweepRow], together: list[LawFit]) -> list[SmoothedLaw | None]:
-    """Each row's smoothed law: the fits of ``together`` (one run's windows from one start,
-    cadence and law) smoothed in one pass, any other alone."""
-    smoothed = {id(s.fit): s for s in smooth_all(together)}
-    out: list[SmoothedLaw | None] = []
+# The windows' smoothed laws are made this many at a time and solved at once: a sweep over
+# a long log holds a few blocks of EMAs rather than one per window (1M rows: 3,300 windows
+# of 42,000 points, over a gigabyte).
+_SMOOTH_BLOCK = 32
+
+
+def _row_crossings(
+    rows: Sequence[SweepRow], together: list[LawFit], targets: Sequence[float]
+) -> list[dict[float, float | None] | None]:
+    """Where each row's smoothed law first reaches each target: the fits of ``together``
+    (one run's windows from one start, cadence and law) smoothed a block at a time, any
+    other alone. Each block is smoothed with the longest of ``together`` beside it, so every
+    block lies on the grid the whole set would have (:func:`smooth_all` takes its grid from
+    the fits' latest timeline) and its answers are those of one pass over all of them."""
+    found: dict[int, dict[float, float | None]] = {}
+    longest = max(together, key=lambda f: f.timeline.last_step) if together else None
+    for lo in range(0, len(together), _SMOOTH_BLOCK):
+        block = together[lo:lo + _SMOOTH_BLOCK]
+        assert longest is not None
+        for curve in smooth_all(block if any(f is longest for f in block) else [*block, longest]):
+            found[id(curve.fit)] = {t: curve.solve(t) for t in targets}
+    out: list[dict[float, float | None] | None] = []
     for row in rows:
         if row.fit is None:
             out.append(None)
-        elif id(row.fit) in smoothed:
-            out.append(smoothed[id(row.fit)])
+        elif id(row.fit) in found:
+            out.append(found[id(row.fit)])
         else:
             assert isinstance(row.fit, LawFit)
-            out.extend(smooth_all([row.fit]))
+            alone = smooth_all([row.fit])[0]
+            out.append({t: alone.solve(t) for t in targets})
     return out
 
 
@@ -860,13 +908,16 @@ def _solve_rows(
     target: float,
     history: History,
     config: AnalysisConfig,
-    curves: Sequence[SmoothedLaw | None] | None = None,
+    crossings: Sequence[float | None] | None = None,
 ) -> tuple[SweepRow, ...]:
-    """Each row solved for ``target``: by its fit, or by its smoothed law from ``curves``."""
+    """Each row solved for ``target``: by its fit, or as ``crossings`` (each row's smoothed
+    law's crossing of the target) says."""
     solved = []
     for i, row in enumerate(rows):
-        solver = row.fit if curves is None else curves[i]
-        tokens = solver.solve(target) if solver is not None else None
+        if crossings is not None:
+            tokens = crossings[i]
+        else:
+            tokens = row.fit.solve(target) if row.fit is not None else None
         note = row.note
         if row.fit is not None and tokens is None:
             note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"

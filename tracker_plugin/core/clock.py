@@ -169,9 +169,13 @@ class TimelineBuilder:
         self.clock = clock
         self.batch_schedule = batch_schedule
         self.horizon_factor = horizon_factor
-        # Only what is small is kept: a million-row log's own arrays are read again for
-        # each plan rather than held beside the forecast's.
-        self.thinned_steps = _thin(history.step.astype(float), _GRID_POINTS)
+        # The steps as floats and the logged lr's knots are the same on every plan: made
+        # once (a few plausible plans on a million-row log made them again for each, a
+        # tenth of a second), and dropped with the builder after the forecast.
+        self.steps = history.step.astype(float)
+        logged = _logged_lr(history, self.steps)
+        self.logged = None if logged is None else _head_only(*_from_zero(*logged))
+        self.thinned_steps = _thin(self.steps, _GRID_POINTS)
         self.switches = _batch_switches(history)
         finite = np.flatnonzero(np.isfinite(history.loss))
         first = int(finite[0]) if len(finite) else 0
@@ -181,10 +185,9 @@ class TimelineBuilder:
     def __call__(self, plan: LrSchedule | None) -> Timeline:
         """The run's timeline on ``plan``."""
         history, horizon_factor = self.history, self.horizon_factor
-        steps = history.step.astype(float)
+        steps = self.steps
         last = float(steps[-1])
-        logged = _logged_lr(history, steps)
-        knots = _lr_knots(None if logged is None else _head_only(*_from_zero(*logged)), plan)
+        knots = _lr_knots(self.logged, plan)
         plan_end = None if plan is None or plan.total_steps is None else float(plan.total_steps)
         span = max(last, plan_end or 0.0, knots.last, 1.0)
         horizon = span * horizon_factor
