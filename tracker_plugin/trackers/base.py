@@ -380,6 +380,18 @@ class Source(ABC):
         lines.append(f"{MARKER} = {annotation.marker()!r} (last)")
         return lines + [f"artifact {JSON_PATH}", f"artifact {PNG_PATH}"]
 
+    def portable_options(self) -> SourceOptions:
+        """The options this source was opened with, with whatever it took from this
+        process (a default tracking URI) written in: another process opening a run string
+        with them opens the same tracker."""
+        return SourceOptions(read=self.options)
+
+    def run_string(self, run: RunInfo) -> str | None:
+        """A run string naming this run alone, which reopens it in another process or on
+        another machine (with the options this source was opened with); None where no
+        one string does (a run read from several places at once)."""
+        return run.ref
+
     def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""
 

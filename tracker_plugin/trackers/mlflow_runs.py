@@ -143,6 +143,11 @@ class MlflowSource(Source):
     def from_options(cls, spec: str, options: SourceOptions) -> MlflowSource:
         return cls(spec, options.read, options.mlflow)
 
+    def portable_options(self) -> SourceOptions:
+        # MLflow's default tracking URI comes from this process (its environment, set_tracking_uri).
+        pinned = replace(self.mlflow, tracking_uri=self._client().tracking_uri)
+        return SourceOptions(read=self.options, mlflow=pinned)
+
     # -- listing ---------------------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
