@@ -202,7 +202,7 @@ def arithmetic(figures: dict[str, float], walls: dict[tuple[str, int], float], n
     runs = 10_000
     cpu = figures["cpu"] + figures["server_cpu"]
     best = min(walls.items(), key=lambda item: item[1]) if walls else None
-    print(f"\n4. 10,000 runs on a 2-core machine (client and server on it):")
+    print("\n4. 10,000 runs on a 2-core machine (client and server on it):")
     print(f"   CPU-bound floor: ({1000 * figures['cpu']:.0f} ms client + {1000 * figures['server_cpu']:.0f} ms server) "
           f"x {runs:,} / 2 cores = {runs * cpu / 2 / 60:.0f} min")  # fmt: skip
     print(f"   measured first pass, 4 threads: {1000 * figures['wall']:.0f} ms x {runs:,} = {runs * figures['wall'] / 60:.0f} min")

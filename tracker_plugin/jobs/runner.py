@@ -193,8 +193,10 @@ def _one(
     previous = run.previous
     drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
     if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
-        if source.intact(run):  # the report is read only when everything else says current
-            return Outcome(run, Action.UNCHANGED, held=_held_report(source, run))
+        # The report is read only when everything else says current, and once.
+        stored = source.intact_report(run)
+        if stored is not None:
+            return Outcome(run, Action.UNCHANGED, held=_parsed(stored))
     analysis = run_analysis(source.read(run), config)
     if not write:
         return Outcome(run, Action.ANALYSED, analysis)
@@ -213,13 +215,12 @@ def _one(
     return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN)
 
 
-def _held_report(source: Source, run: RunInfo) -> Any:
-    """The report an unchanged run holds, parsed; None when it cannot be had. Only the
+def _parsed(stored: bytes) -> Any:
+    """The stored report of an unchanged run, parsed; None when it cannot be. Only the
     summary's numbers come from it: nothing fails for want of it."""
     try:
-        stored = source.stored_report(run)
-        return None if stored is None else json.loads(stored)
-    except (TrackerPluginError, ValueError, RecursionError):
+        return json.loads(stored)
+    except (ValueError, RecursionError):
         return None
 
 
