@@ -12,6 +12,7 @@ from __future__ import annotations
 import email.utils
 import http.server
 import json
+import sys
 import threading
 import time
 import uuid
@@ -23,6 +24,7 @@ import pytest
 from tests.test_mlflow_faults import check
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.errors import MissingDependency
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.jobs.fanout import make_executor
 from tracker_plugin.jobs.runner import outcome_rows, process_runs
@@ -122,6 +124,21 @@ def test_the_command_line_fans_out_to_dask_with_one_table(mlflow_server, capsys,
     assert "no-loss" in err and "no loss metric" in err
 
 
+@pytest.mark.slow
+def test_watch_keeps_one_cluster_for_its_passes(mlflow_server, capsys):
+    pytest.importorskip("distributed")
+    name, ids = experiment(mlflow_server.uri, good=2)
+    capsys.readouterr()
+    code = main([
+        "watch", f"mlflow:experiment/{name}", "-t", "5.5", "--executor", "dask", "--workers", "2",
+        "--every", "0.001", "--max-cycles", "2", "--tracking-uri", mlflow_server.uri, "--no-cache", "--json",
+    ])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 1 and "Traceback" not in err
+    assert "pass 1: 2 annotated, 1 failed" in err and "pass 2: 2 unchanged, 1 failed" in err, err
+    assert sorted(row["action"] for row in json.loads(out)) == ["failed", "unchanged", "unchanged"]
+
+
 def test_dask_address_is_for_the_dask_executor(capsys, tmp_path):
     code = main(["annotate", str(tmp_path), "-t", "3", "--dask-address", "tcp://127.0.0.1:1"])
     assert code == 2
@@ -155,6 +172,14 @@ def test_two_jobs_at_once_on_four_dask_workers_leave_every_run_consistent(mlflow
     results = [check(client, run_id, tmp_path) for run_id in ids[:6]]
     assert [r["consistent"] for r in results] == [1] * 6, results
     assert all(r["relogs"] == 0 for r in results), results
+
+
+@pytest.mark.parametrize(("kind", "module"), [("dask", "distributed"), ("ray", "ray")])
+def test_a_missing_engine_names_the_extra_to_install(kind, module, monkeypatch):
+    monkeypatch.setitem(sys.modules, module, None)  # what an uninstalled package looks like to import
+    with pytest.raises(MissingDependency, match=rf"pip install 'tracker_plugin\[{kind}\]'"):
+        with make_executor(kind, 2):
+            pass
 
 
 # -- Retry-After ------------------------------------------------------------------------------
