@@ -122,6 +122,18 @@ def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor
     return time.perf_counter() - wall, time.process_time() - cpu, outcomes
 
 
+def read_only(uri: str, spec: str) -> None:
+    """Every run read and analysed, nothing written: what the server spends on the reads."""
+    from tracker_plugin.jobs.runner import process_runs
+    from tracker_plugin.trackers import open_source
+
+    source = open_source(spec, options(uri, 1))
+    try:
+        process_runs(source, source.runs(), CONFIG, write=False, workers=1, progress=False)
+    finally:
+        source.close()
+
+
 def failures(outcomes: list) -> list[str]:
     return [f"{o.run.name}: {o.error}" for o in outcomes if o.failed]
 
@@ -134,8 +146,9 @@ def main() -> None:
     parser.add_argument("--executors", nargs="+", default=["threads", "processes", "dask"])
     parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
     args = parser.parse_args()
-    # The benchmark's own process: MLflow's download progress bars would bury the figures.
+    # The benchmark's own process: MLflow's progress bars and run links would bury the figures.
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
     with tempfile.TemporaryDirectory(prefix="bench-bulk-") as tmp:
         root = args.data_dir or Path(tmp) / "server"
@@ -170,6 +183,12 @@ def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]
     print(f"   failures: {len(failed)} (target 0)")
     for line in failed[:10]:
         print(f"     {line}")
+
+    server_read, client_read = group_cpu(pgid), time.process_time()
+    read_only(server.uri, spec)
+    server_read, client_read = group_cpu(pgid) - server_read, time.process_time() - client_read
+    print(f"   of which reading the histories alone (a pass that reads and analyses, writes nothing): "
+          f"server CPU {1000 * server_read / n:.0f} ms per run, client CPU {1000 * client_read / n:.0f} ms with the analysis")  # fmt: skip
 
     mark = server.mark()
     rewall, recpu, again = one_pass(server.uri, spec, 1)

@@ -19,6 +19,7 @@ the job does; the tracking URI is pinned in the options the runs carry.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from collections.abc import Callable, Iterator
@@ -71,7 +72,7 @@ def _dask(workers: int, address: str | None) -> Iterator[Executor]:
     cluster = None
     if not address:
         cluster = LocalCluster(
-            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=True
+            n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=logging.ERROR
         )
     # Not the process's default client: the caller's own Dask work stays on its own.
     client = Client(cluster if cluster is not None else address, set_as_default=False)
