@@ -93,11 +93,11 @@ def _ray(workers: int, address: str | None) -> Iterator[Executor]:
         raise MissingDependency("ray", "ray") from None
     started = not ray.is_initialized()
     if started and address:
-        ray.init(address=address, log_to_driver=False)
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
     elif started and os.environ.get("RAY_ADDRESS"):
-        ray.init(log_to_driver=False)  # Ray joins the cluster RAY_ADDRESS names
+        ray.init(log_to_driver=False, logging_level=logging.ERROR)  # Ray joins the cluster RAY_ADDRESS names
     elif started:
-        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         yield RayExecutor()
     finally:
