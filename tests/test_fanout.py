@@ -32,7 +32,7 @@ from tracker_plugin.keys import is_own
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
-from tracker_plugin.trackers.mlflow_rest import MAX_RETRY_AFTER, RestTarget, retry_after
+from tracker_plugin.trackers.mlflow_rest import MAX_RETRY_AFTER, RestTarget, Unreachable, retry_after
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 CONFIG = AnalysisConfig(targets=(5.5, 4.0))
@@ -218,6 +218,58 @@ class _Limited(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         return None
+
+
+def _serve(handler) -> tuple[http.server.ThreadingHTTPServer, str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    """Answers ``status`` to the first ``busy`` requests (no Retry-After), then 200."""
+
+    served: list[float] = []
+    status = 503
+    busy = 3
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self.served.append(time.monotonic())
+        if len(self.served) <= self.busy:
+            self.send_response(self.status)
+            self.end_headers()
+            return
+        body = b'{"metrics": []}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        return None
+
+
+def test_a_busy_server_gets_more_tries_than_a_failing_one(monkeypatch):
+    from tracker_plugin.trackers import mlflow_rest
+
+    monkeypatch.setattr(mlflow_rest, "_BACKOFF", 0.05)  # the count of tries is the point, not the waits
+    busy = type("Busy", (_Busy,), {"served": [], "status": 503, "busy": 3})
+    server, url = _serve(busy)
+    try:
+        assert RestTarget(url=url, timeout=5, retries=1).get("/x", {}) == {"metrics": []}
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(busy.served) == 4  # 503 three times, then the answer: retries=1 did not stop it
+    failing = type("Failing", (_Busy,), {"served": [], "status": 500, "busy": 3})
+    server, url = _serve(failing)
+    try:
+        with pytest.raises(Unreachable, match="server errors"):
+            RestTarget(url=url, timeout=5, retries=1).get("/x", {})
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert len(failing.served) == 2  # a 500 keeps to retries=1
 
 
 @pytest.mark.parametrize("status", [429, 503])
