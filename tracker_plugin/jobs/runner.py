@@ -101,7 +101,8 @@ def process_runs(
             executor = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))))
         futures = _submit(executor, source, runs, job)
         bar = stack.enter_context(progress_bar(len(runs), label, progress))
-        local = [k for k in range(len(runs)) if k not in futures.values()]
+        submitted = set(futures.values())
+        local = [k for k in range(len(runs)) if k not in submitted]
         for k in local:  # runs no run string reopens elsewhere: here, while the others run
             results[k] = job.guarded(source, runs[k])
             bar.update(1)
