@@ -20,6 +20,8 @@ from tracker_plugin.cli.options import (
     PLANS,
     analysis_options,
     default_sources,
+    executor_of,
+    fanout_options,
     make_config,
     make_settings,
     make_source_options,
@@ -152,6 +154,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **op
 @analysis_options
 @source_options
 @tracker_options
+@fanout_options
 @click.option("--force", is_flag=True, help="Annotate runs whose last annotation is still current.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -170,7 +173,10 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
 
     config = make_config(options)
     reading = make_source_options(options)
-    outcomes = annotate_runs(default_sources(sources, reading), reading, config, force=force, dry_run=dry_run)
+    with executor_of(options, reading.workers) as executor:
+        outcomes = annotate_runs(
+            default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor
+        )
     rows = outcome_rows(outcomes)
     if as_json:
         say(json.dumps(runs_json(rows), indent=2))
@@ -449,6 +455,7 @@ def compare(
     type=click.IntRange(min=1),
     help="Stop after this many passes even if runs are still running [default: until all have finished].",
 )
+@fanout_options
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_json: bool, **options: Any) -> int:
     """Re-annotate runs every few minutes until they have all finished.
@@ -467,8 +474,10 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     config = make_config(options)
     reading = make_source_options(options)
     last: Pass | None = None
-    for last in watch_runs(default_sources(sources, reading), reading, config, every=every, max_cycles=max_cycles):
-        say(f"pass {last.number}: {last.summary()}", err=True)
+    specs = default_sources(sources, reading)
+    with executor_of(options, reading.workers) as executor:  # one cluster for every pass
+        for last in watch_runs(specs, reading, config, every=every, max_cycles=max_cycles, executor=executor):
+            say(f"pass {last.number}: {last.summary()}", err=True)
     assert last is not None  # a watch makes at least one pass
     if last.final:
         say("every run has finished and carries its final annotation", err=True)

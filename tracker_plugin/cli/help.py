@@ -76,6 +76,8 @@ PLACES: dict[str, tuple[str, bool]] = {
     "force": ("Tracker", True),
     "dry_run": ("Tracker", True),
     "workers": ("Tracker", False),
+    "executor": ("Tracker", False),
+    "dask_address": ("Tracker", False),
     "cache_dir": ("Tracker", False),
     "no_cache": ("Tracker", False),
     # a command's own

@@ -10,7 +10,8 @@ adds what only a command line needs: the help text, and how the settings given a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,6 +20,8 @@ from tracker_plugin.cli.numbers import DEADLINE, NUMBERS
 from tracker_plugin.errors import ConfigError
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from tracker_plugin.core.analysis import AnalysisConfig
     from tracker_plugin.plan.schedule import LrSchedule
     from tracker_plugin.trackers import SourceOptions
@@ -323,6 +326,38 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
     ]
     return _with(options, func)
+
+
+def fanout_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Where a job over many runs processes them (see :mod:`tracker_plugin.jobs.fanout`)."""
+    options = [
+        click.option(
+            "--executor",
+            type=click.Choice(["threads", "processes", "dask", "ray"]),
+            default="threads",
+            show_default=True,
+            help="Where runs are processed: threads or processes here (--workers of them), a Dask or a Ray cluster.",
+        ),
+        click.option(
+            "--dask-address",
+            metavar="ADDRESS",
+            help="With --executor dask: the scheduler to join [default: Dask's own, DASK_SCHEDULER_ADDRESS; "
+            "else a local cluster of --workers processes].",
+        ),
+    ]
+    return _with(options, func)
+
+
+@contextmanager
+def executor_of(options: dict[str, Any], workers: int) -> Iterator[Executor | None]:
+    """The executor ``--executor`` names (None: the job's own threads), for the command's duration."""
+    from tracker_plugin.jobs.fanout import make_executor
+
+    kind, address = options.pop("executor", "threads"), options.pop("dask_address", None)
+    if address and kind != "dask":
+        raise click.UsageError("--dask-address is for --executor dask")
+    with make_executor(kind, workers, address) as executor:
+        yield executor
 
 
 def make_source_options(options: dict[str, Any]) -> SourceOptions:

@@ -10,21 +10,23 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, as_completed
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.jobs.fanout import shares_memory
 from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.redact import redact
 from tracker_plugin.report.runs import RunRow, held_rows
+from tracker_plugin.trackers import SourceOptions, open_source
 from tracker_plugin.trackers.base import RunInfo, Source
 
-__all__ = ["OVERTAKEN", "Action", "Outcome", "outcome_rows", "process_runs"]
+__all__ = ["OVERTAKEN", "Action", "Outcome", "RunJob", "outcome_rows", "process_runs"]
 
 OVERTAKEN = "another job's annotation, written at the same time, is the one the run holds"
 
@@ -70,6 +72,7 @@ def process_runs(
     workers: int = 4,
     progress: bool = True,
     label: str = "analysing",
+    executor: Executor | None = None,
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
@@ -77,29 +80,104 @@ def process_runs(
     report matches its keys) made with the same settings from a history with the same
     fingerprint is left alone (``unchanged``) unless ``force``; anything else is redone; with ``dry_run`` nothing is written and
     each outcome lists what would be.
+
+    ``executor`` runs the runs (:mod:`tracker_plugin.jobs.fanout`): None, a pool of
+    ``workers`` threads sharing ``source``; a thread pool given, the same on its threads;
+    any other (processes, Dask, Ray), each run reopened in its worker as a :class:`RunJob`.
+    Outcomes come back as each run ends, for one progress bar; a run whose task fails
+    (its worker lost, say) is a failed outcome, and the others still count.
     """
     collision = target_collision(config.targets) if write else None
     if collision is not None:
         raise ConfigError(collision)  # before anything is written
     settings = settings_of(config, source.options.columns, source.options.batch_size)
-    fingerprint = settings_hash(settings)
+    job = RunJob(
+        "", source.portable_options() if not shares_memory(executor) else SourceOptions(), config, settings,
+        settings_hash(settings), write=write, force=force, dry_run=dry_run,
+    )  # fmt: skip
+    results: dict[int, Outcome] = {}
+    with ExitStack() as stack:
+        if executor is None:
+            executor = stack.enter_context(ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))))
+        futures = _submit(executor, source, runs, job)
+        bar = stack.enter_context(progress_bar(len(runs), label, progress))
+        submitted = set(futures.values())
+        local = [k for k in range(len(runs)) if k not in submitted]
+        for k in local:  # runs no run string reopens elsewhere: here, while the others run
+            results[k] = job.guarded(source, runs[k])
+            bar.update(1)
+        for future in as_completed(futures):
+            k = futures[future]
+            results[k] = _result(future, runs[k])
+            bar.update(1)
+    return [results[k] for k in range(len(runs))]
 
-    def one(run: RunInfo) -> Outcome:
+
+def _submit(executor: Executor, source: Source, runs: Sequence[RunInfo], job: RunJob) -> dict[Future[Outcome], int]:
+    """Each run's task: on the shared source where the executor shares this process's
+    memory, else as a :class:`RunJob` with the run's own run string."""
+    futures: dict[Future[Outcome], int] = {}
+    for k, run in enumerate(runs):
+        if shares_memory(executor):
+            futures[executor.submit(job.guarded, source, run)] = k
+            continue
+        spec = source.run_string(run)
+        if spec is not None:
+            futures[executor.submit(replace(job, spec=spec), run)] = k
+    return futures
+
+
+def _result(future: Future[Outcome], run: RunInfo) -> Outcome:
+    """A task's outcome; a task that did not return one (its worker died, its result did
+    not travel) is the run's failure, not the job's."""
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - one run's lost task must not lose the others
+        return Outcome(run, Action.FAILED, error=redact(f"the run's task failed: {type(exc).__name__}: {exc}"))
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """One run's work, as it travels to a worker process or machine: the run string that
+    reopens its run, the options to open it with, and the job's settings. Calling it with
+    the run (as the job listed it) processes the run and returns its :class:`Outcome`."""
+
+    spec: str
+    options: SourceOptions
+    config: AnalysisConfig
+    settings: dict[str, Any]
+    fingerprint: str
+    write: bool
+    force: bool = False
+    dry_run: bool = False
+
+    def __call__(self, run: RunInfo) -> Outcome:
         try:
-            return _one(source, run, config, settings, fingerprint, write=write, force=force, dry_run=dry_run)
+            source = open_source(self.spec, self.options)
+        except TrackerPluginError as exc:
+            return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
+        try:
+            # Listed again here: the source learns the run (an MLflow record, say) as the job's did.
+            found = self.guarded(source, run, relist=True)
+        finally:
+            source.close()
+        return found
+
+    def guarded(self, source: Source, run: RunInfo, relist: bool = False) -> Outcome:
+        """:func:`_one`, with any failure made the run's outcome."""
+        try:
+            if relist:
+                listed = [r for r in source.runs() if r.ref == run.ref]
+                if len(listed) != 1:
+                    return Outcome(run, Action.FAILED, error=f"{self.spec} no longer names this run")
+            return _one(
+                source, run, self.config, self.settings, self.fingerprint,
+                write=self.write, force=self.force, dry_run=self.dry_run,
+            )  # fmt: skip
         except TrackerPluginError as exc:
             return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
         except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
             return Outcome(run, Action.FAILED, error=redact(f"internal error: {type(exc).__name__}: {exc}"))
-
-    results: dict[int, Outcome] = {}
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(runs) or 1))) as pool:
-        futures = {pool.submit(one, run): k for k, run in enumerate(runs)}
-        with progress_bar(len(runs), label, progress) as bar:
-            for future in as_completed(futures):
-                results[futures[future]] = future.result()
-                bar.update(1)
-    return [results[k] for k in range(len(runs))]
 
 
 def _one(
@@ -116,8 +194,10 @@ def _one(
     previous = run.previous
     drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
     if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
-        if source.intact(run):  # the report is read only when everything else says current
-            return Outcome(run, Action.UNCHANGED, held=_held_report(source, run))
+        # The report is read only when everything else says current, and once.
+        stored = source.intact_report(run)
+        if stored is not None:
+            return Outcome(run, Action.UNCHANGED, held=_parsed(stored))
     analysis = run_analysis(source.read(run), config)
     if not write:
         return Outcome(run, Action.ANALYSED, analysis)
@@ -136,13 +216,12 @@ def _one(
     return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN)
 
 
-def _held_report(source: Source, run: RunInfo) -> Any:
-    """The report an unchanged run holds, parsed; None when it cannot be had. Only the
+def _parsed(stored: bytes) -> Any:
+    """The stored report of an unchanged run, parsed; None when it cannot be. Only the
     summary's numbers come from it: nothing fails for want of it."""
     try:
-        stored = source.stored_report(run)
-        return None if stored is None else json.loads(stored)
-    except (TrackerPluginError, ValueError, RecursionError):
+        return json.loads(stored)
+    except (ValueError, RecursionError):
         return None
 
 

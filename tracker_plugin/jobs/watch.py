@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 
 from tracker_plugin.core.analysis import AnalysisConfig
@@ -49,12 +50,14 @@ def watch_runs(
     every: float,
     max_cycles: int | None = None,
     sleep: Callable[[float], None] | None = None,
+    executor: Executor | None = None,
 ) -> Iterator[Pass]:
     """Annotate every ``every`` minutes; yield each pass as it ends.
 
     Stops after the pass where :attr:`Pass.final` holds, or after ``max_cycles`` passes.
     Each pass reconnects and lists the runs again. ``sleep`` waits between passes
-    (default: :func:`time.sleep`, looked up when called).
+    (default: :func:`time.sleep`, looked up when called). ``executor`` runs every pass's
+    runs (see :func:`~tracker_plugin.jobs.runner.process_runs`).
     """
     # After the first pass, list every run and keep the ones watched so far: a run that
     # was picked while running must be seen again once it has finished.
@@ -64,9 +67,9 @@ def watch_runs(
     while True:
         number += 1
         if number == 1:
-            outcomes = annotate_runs(specs, options, config)
+            outcomes = annotate_runs(specs, options, config, executor=executor)
         else:
-            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states)
+            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor)
         watched |= {o.run.ref for o in outcomes}
         done = Pass(number, tuple(outcomes))
         yield done

@@ -14,7 +14,7 @@ from ``state.num_input_tokens_seen`` when the Trainer counts them
 ``seq_len``, and the wall clock. The planned lr is read once from the live scheduler, up
 to ``state.max_steps``, without stepping it (:func:`~tracker_plugin.plan.scheduler.plan_from_scheduler`).
 
-What it writes: each forecast's ``loss_eta/...`` numbers, through the loggers the run
+What it writes: each forecast's ``when_<target>_...`` numbers, through the loggers the run
 reports to (``wandb.run.log`` with ``train/global_step``, ``mlflow.log_metrics`` at the
 step), so the trackers' own charts show each ETA converge; at the end of training, the
 annotation ``tracker-plugin annotate`` writes (see :func:`~tracker_plugin.live.sinks.annotate_at_end`).

@@ -15,7 +15,7 @@ the lr of the first optimizer's first group, tokens per step as the per-device b
 the wall clock. The plan is read from the first step-interval scheduler in
 ``trainer.lr_scheduler_configs`` up to ``max_steps`` (else ``estimated_stepping_batches``).
 
-What it writes: each forecast's ``loss_eta/...`` numbers through ``trainer.loggers`` at the
+What it writes: each forecast's ``when_<target>_...`` numbers through ``trainer.loggers`` at the
 trainer's step, at the start of the next batch (after Lightning has logged the step's own
 row, so the tracker's rows stay in order), and at the end of training the annotation
 (MLflow's run by id, W&B's open run; see :mod:`tracker_plugin.live.sinks`). Global rank 0 only; an exception inside the

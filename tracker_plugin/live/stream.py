@@ -59,7 +59,7 @@ PlanLike = LrSchedule | str | Callable[[int], float]
 class LiveResult:
     """One live forecast: where the run stood, what the analysis said, and the keys to log.
 
-    ``metrics`` holds the ``loss_eta/...`` numbers (every per-target key with a finite
+    ``metrics`` holds the ``when_<target>_...`` numbers (every per-target key with a finite
     value; see :mod:`tracker_plugin.keys`), ready for a tracker's ``log``.
     """
 
@@ -366,7 +366,7 @@ def plan_schedule(plan: PlanLike | None, total_steps: int | None) -> LrSchedule 
 
 
 def live_metrics(analysis: Analysis) -> dict[str, float]:
-    """The ``loss_eta/...`` numbers a live forecast logs: those of the annotation, finite only."""
+    """The ``when_<target>_...`` numbers a live forecast logs: those of the annotation, finite only."""
     metrics = annotation_metrics(analysis)
     return {key: float(value) for key, value in metrics.items() if value is not None and math.isfinite(value)}
 

@@ -365,17 +365,22 @@ class Source(ABC):
     def intact(self, run: RunInfo) -> bool:
         """Is the run's stored report the one its (complete) keys record, and (where the
         source can read it) its picture the one drawn with that report?"""
+        return self.intact_report(run) is not None
+
+    def intact_report(self, run: RunInfo) -> bytes | None:
+        """:meth:`intact`, giving the stored report it read (the summary of a run left
+        unchanged shows its numbers) where the run is intact; None where it is not."""
         previous = run.previous
         if previous is None or previous.report is None:
-            return False
+            return None
         stored = self.stored_report(run)
         if stored is None or report_digest(stored) != previous.report:
-            return False
+            return None
         if not self.reads_plot:
-            return True
+            return stored
         picture = self.stored_plot(run)
         # Another job's picture (after a race) carries another report's digest.
-        return picture is not None and png_text(picture).get(PNG_DIGEST) == previous.report
+        return stored if picture is not None and png_text(picture).get(PNG_DIGEST) == previous.report else None
 
     # Whether other jobs may write a run at the same time, so that a write must be read
     # back (:meth:`settled`); sources whose write is one atomic replacement say no.
@@ -403,6 +408,18 @@ class Source(ABC):
         lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
         lines.append(f"{MARKER} = {annotation.marker()!r} (last)")
         return lines + [f"artifact {JSON_PATH}", f"artifact {PNG_PATH}"]
+
+    def portable_options(self) -> SourceOptions:
+        """The options this source was opened with, with whatever it took from this
+        process (a default tracking URI) written in: another process opening a run string
+        with them opens the same tracker."""
+        return SourceOptions(read=self.options)
+
+    def run_string(self, run: RunInfo) -> str | None:
+        """A run string naming this run alone, which reopens it in another process or on
+        another machine (with the options this source was opened with); None where no
+        one string does (a run read from several places at once)."""
+        return run.ref
 
     def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""

@@ -369,8 +369,9 @@ class CsvSource(Source):
         json_path, _ = _sidecars(Path(run.ref))
         _write(json_path, annotation.report_bytes, run.ref)
 
-    def intact(self, run: RunInfo) -> bool:
-        return True  # the listing read both files (see _previous): a mix is not complete
+    def intact_report(self, run: RunInfo) -> bytes | None:
+        # The listing read both files (see _previous): a mix is not complete.
+        return self.stored_report(run) or b""
 
     def stored_artifact(self, run: RunInfo, path: str) -> bytes | None:
         """The report beside the log (``NAME.loss_eta.json``), which the summary of a run left

@@ -9,7 +9,9 @@
   server does.
 
 Every request has an explicit timeout and a bounded number of retries (a refused
-connection, a timeout, HTTP 429 or 5xx; waits of 1, 2, 4 ... s), set per call; nothing in
+connection, a timeout, HTTP 429 or 5xx; waits of 1, 2, 4 ... s, or what the answer's
+``Retry-After`` asks when that is longer, up to 2 minutes; a busy server's 429 and 503 at
+least 6 times), set per call; nothing in
 the process's environment or in MLflow's settings is changed. Credentials are read the
 way MLflow documents them, never set: ``MLFLOW_TRACKING_USERNAME`` and
 ``MLFLOW_TRACKING_PASSWORD`` (else ``~/.mlflow/credentials``) for basic auth, else
@@ -24,6 +26,9 @@ from __future__ import annotations
 
 import base64
 import configparser
+import datetime
+import email.utils
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -33,12 +38,28 @@ import numpy as np
 
 from tracker_plugin.redact import redact, redact_uri
 
-__all__ = ["HISTORY_ENDPOINT", "RestError", "RestTarget", "Unreachable", "metric_history", "rest_target"]
+__all__ = [
+    "HISTORY_ENDPOINT",
+    "MAX_RETRY_AFTER",
+    "RestError",
+    "RestTarget",
+    "Unreachable",
+    "metric_history",
+    "rest_target",
+    "retry_after",
+]
 
 HISTORY_ENDPOINT = "/api/2.0/mlflow/metrics/get-history"
 _PROBE_ENDPOINT = "/api/2.0/mlflow/experiments/get"
 _TRANSIENT = frozenset({429, 500, 502, 503, 504})
+# A busy server's answers: tried again at least this many times (waits 1, 2, 4, ... 32 s, or
+# what Retry-After asks), as MLflow's own client does (7 by default); a refused connection
+# or a 500 keeps to ``retries``, so a server that is not there is still said in seconds.
+_BUSY = frozenset({429, 503})
+_BUSY_RETRIES = 6
 _BACKOFF = 1.0  # seconds before the first retry; doubled for each one after
+# The longest a Retry-After header is waited for: a job must not stall for a header's hour.
+MAX_RETRY_AFTER = 120.0
 # Auth and routing that only MLflow's own client knows how to do.
 _CLIENT_ONLY = ("MLFLOW_TRACKING_AUTH", "MLFLOW_WORKSPACE")
 _STATUS_CODES = {
@@ -89,8 +110,9 @@ class RestTarget:
 
         url = self.url + endpoint
         headers = {**self.headers, **_ONE_REQUEST_PER_CONNECTION}
-        for attempt in range(self.retries + 1):
-            last = attempt == self.retries
+        busy_retries = max(self.retries, _BUSY_RETRIES)
+        for attempt in range(busy_retries + 1):
+            last = attempt >= self.retries
             try:
                 response = requests.get(
                     url, params=params, headers=headers, timeout=self.timeout, verify=self.verify, cert=self.cert
@@ -99,8 +121,15 @@ class RestTarget:
                 if last:
                     raise Unreachable(network_reason(exc)) from None
             else:
-                if response.status_code not in _TRANSIENT or last:
+                status = response.status_code
+                # A server that says it is busy (429, 503) is there: it gets more patience.
+                if status not in _TRANSIENT or (last and status not in _BUSY) or attempt == busy_retries:
                     return _answer(response)
+                # A server that says when to come back is taken at its word.
+                wait = retry_after(response.headers.get("Retry-After"))
+                if wait is not None:
+                    time.sleep(max(wait, _BACKOFF * 2**attempt))
+                    continue
             time.sleep(_BACKOFF * 2**attempt)
         raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
@@ -168,6 +197,27 @@ def metric_history(
         np.asarray(values, dtype=float),  # "NaN", "Infinity" parse as such
         np.asarray(stamps, dtype=np.int64),
     )
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (a number of seconds or an HTTP date),
+    at most :data:`MAX_RETRY_AFTER`; None when there is none or it cannot be read."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # HTTP dates are GMT
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def network_reason(exc: BaseException) -> str:

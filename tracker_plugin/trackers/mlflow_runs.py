@@ -23,8 +23,8 @@ Writing
     Through :class:`mlflow.MlflowClient` by run id, never ``mlflow.start_run`` (which would
     set a finished run back to RUNNING). Metrics are logged at the run's last analysed
     step in one ``log_batch``; labels become tags; ``loss_eta.json`` and ``loss_eta.png``
-    go to the ``loss_eta/`` artifact folder (never the root, where a user's own files
-    are); the tag ``loss_eta/marker`` is written last. A metric whose latest value at that
+    go to the top of the run's artifacts (where MLflow's compare view lists them); the tag
+    ``loss_eta_marker`` is written last. A metric whose latest value at that
     step is already the value to write is not logged again, so annotating twice adds no
     metric rows.
 
@@ -135,6 +135,11 @@ class MlflowSource(Source):
     @classmethod
     def from_options(cls, spec: str, options: SourceOptions) -> MlflowSource:
         return cls(spec, options.read, options.mlflow)
+
+    def portable_options(self) -> SourceOptions:
+        # MLflow's default tracking URI comes from this process (its environment, set_tracking_uri).
+        pinned = replace(self.mlflow, tracking_uri=self._client().tracking_uri)
+        return SourceOptions(read=self.options, mlflow=pinned)
 
     # -- listing ---------------------------------------------------------------------------
 
@@ -382,13 +387,31 @@ class MlflowSource(Source):
         from mlflow.exceptions import MlflowException
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
+            repository = self._artifacts(run)
             try:
-                path = self._client().download_artifacts(_run_id(run), artifact, tmp)
+                path = repository.download_artifacts(artifact, tmp)
             except (MlflowException, OSError) as exc:
                 if _network_failure(exc):
                     raise
                 return None  # not there (or not readable): the annotation is redone
+            finally:
+                # Each repository has a thread pool of its own: none left behind per run.
+                pool = getattr(repository, "thread_pool", None)
+                if pool is not None:
+                    pool.shutdown(wait=False)
             return Path(path).read_bytes()
+
+    def _artifacts(self, run: RunInfo) -> Any:
+        """The run's artifact repository, from the artifact URI its record holds.
+
+        ``MlflowClient.download_artifacts`` asks the server for the run (and, in MLflow 3,
+        searches logged models) on every download: 6 requests for one small file, where the
+        repository's own download is 2 (is it a folder, then the file).
+        """
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        uri = self._record(run).info.artifact_uri
+        return get_artifact_repository(uri, tracking_uri=self._client().tracking_uri)
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         client = self._client()

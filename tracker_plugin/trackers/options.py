@@ -65,8 +65,11 @@ class MlflowOptions:
     ``timeout`` and ``retries`` bound each HTTP request the plugin makes itself (the
     reachability check and the paged metric-history reads): seconds to wait for an
     answer, and how often a refused connection, a timeout, HTTP 429 or 5xx is tried again
-    (waiting 1, 2, 4 ... s). The calls made through ``MlflowClient`` follow MLflow's own
-    settings (``MLFLOW_HTTP_REQUEST_*``), as the user's own MLflow calls do.
+    (waiting 1, 2, 4 ... s, or longer when the answer's ``Retry-After`` asks it; a busy
+    server's 429 and 503 at least 6 times, whatever ``retries`` says). The calls
+    made through ``MlflowClient`` follow MLflow's own settings (``MLFLOW_HTTP_REQUEST_*``:
+    by default 7 retries of 429 and 5xx answers, honouring ``Retry-After``), as the user's
+    own MLflow calls do.
     """
 
     tracking_uri: str | None = None  # None: MLflow's own (MLFLOW_TRACKING_URI, else ./mlflow.db)

@@ -85,7 +85,7 @@ def wandb_reading(available: Iterable[str], config: Mapping[str, Any], options: 
 
 
 def wandb_progress(step: Any, rows: int | None = None, stamp: Any = None) -> str | None:
-    """A fingerprint of a run's history, as ``loss_eta/progress`` records it:
+    """A fingerprint of a run's history, as the ``loss_eta`` tag's ``progress`` records it:
     ``_step N rows R t T`` (its last step, its number of history rows, the time of its
     last row), so that a run rewound and logged again up to the same step counts as
     changed. What is unknown is left out."""

@@ -326,6 +326,10 @@ class WandbOfflineSource(Source):
             )
         return infos
 
+    def run_string(self, run: RunInfo) -> str | None:
+        # A run resumed into several directories is read from all of them: no one string.
+        return None if run.ref in self._attempts else run.ref
+
     def read(self, run: RunInfo) -> History:
         attempts = self._attempts.get(run.ref)
         if attempts is not None:

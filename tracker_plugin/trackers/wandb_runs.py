@@ -168,6 +168,9 @@ class WandbSource(Source):
         self._found: dict[str, Any] = {}  # ref -> wandb run, from the last runs()
         self._key: str | None = None
 
+    def portable_options(self) -> SourceOptions:
+        return SourceOptions(read=self.options, wandb=self.wandb)
+
     @classmethod
     def from_options(cls, spec: str, options: SourceOptions) -> WandbSource:
         wandb = replace(options.wandb, states=options.states) if options.states else options.wandb

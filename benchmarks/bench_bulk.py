@@ -1,0 +1,237 @@
+"""A night's bulk annotation on a real ``mlflow server``: cost per run, reruns, fan-out.
+
+    python benchmarks/bench_bulk.py [--runs 1000] [--server-workers 2] [--workers 1 2 4]
+                                    [--executors threads processes dask] [--data-dir DIR]
+
+Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished runs of
+2,000 to 20,000 steps (loss, tokens, lr; a seeded draw) into one experiment, then prints:
+  1. the first ``annotate`` of the experiment (one run at a time, so that each part's CPU
+     is measured whole; history cache off): the client's CPU per run (target: <= 120 ms),
+     split into reading, the analysis, the plot and the write-back, the wall time per run,
+     and the failures (target: 0), each failure's reason;
+  2. an unchanged rerun, one run at a time too: its wall time as a share of the first's
+     (target: <= 5%), how many runs it left unchanged and how many history reads it sent
+     (target: 0);
+  3. ``annotate --force`` with threads, processes and a Dask ``LocalCluster`` at each of
+     ``--workers``: wall time and the speed-up over the same executor at the first count
+     (and over threads at 1, the baseline, measured in the same run);
+  4. the arithmetic for 10,000 runs on a 2-core machine, from the figures above.
+The server's CPU is printed beside the client's: on 2 cores they share the machine.
+``--data-dir`` keeps the server's store, so the runs are logged once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+from bench_mlflow import group_cpu  # benchmarks/ is on the path when run as a script
+
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.jobs import annotation as annotation_module
+from tracker_plugin.jobs import runner
+from tracker_plugin.jobs.annotate import annotate_runs
+from tracker_plugin.jobs.fanout import make_executor
+from tracker_plugin.testing import synthetic_run
+from tracker_plugin.testing.mlflow_runs import log_run
+from tracker_plugin.testing.mlflow_server import MlflowServer
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
+from tracker_plugin.trackers.mlflow_runs import MlflowSource
+
+EXPERIMENT = "bench-bulk"
+KEYS = ["train_loss", "tokens", "lr"]
+CONFIG = AnalysisConfig(targets=(3.2, 2.9))
+TARGET_CPU_MS = 120.0
+TARGET_RERUN = 0.05
+
+
+def ensure_runs(uri: str, runs: int) -> str:
+    """The experiment's id, with ``runs`` finished runs logged (those an earlier call left are kept)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    name = f"{EXPERIMENT}-{runs}"
+    experiment = client.get_experiment_by_name(name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+    have = len(client.search_runs([experiment_id], max_results=50_000))
+    steps = np.random.default_rng(0).integers(2_000, 20_001, size=runs)
+    started = time.perf_counter()
+    for k in range(have, runs):
+        frame = synthetic_run(int(steps[k]), seed=k, log_every=1)
+        log_run(client, experiment_id, frame, name=f"run-{k:05d}", keys=KEYS, workers=4)
+    if runs > have:
+        points = int(steps[have:].sum()) * len(KEYS)
+        print(f"setup: logged {runs - have} runs, {points:,} points, in {time.perf_counter() - started:.0f} s")
+    print(f"{runs} runs of {int(steps.min()):,}-{int(steps.max()):,} steps (mean {steps.mean():,.0f}), keys {KEYS}")
+    return str(experiment_id)
+
+
+class Parts:
+    """CPU seconds of this process during each part of a run's work, summed over runs: a
+    serial pass, so the threads a part starts (a read's key fetches) are counted in it."""
+
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.lock = threading.Lock()
+
+    def timed(self, part: str, func: Callable) -> Callable:
+        def call(*args, **kwargs):
+            start = time.process_time()
+            try:
+                return func(*args, **kwargs)
+            finally:
+                with self.lock:
+                    self.cpu[part] += time.process_time() - start
+
+        return call
+
+
+@contextmanager
+def measured_parts() -> Iterator[Parts]:
+    """Count the CPU of reading, analysis, plot and write-back (the plot is drawn inside the
+    write and taken out of it)."""
+    parts = Parts()
+    saved = (MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write)
+    MlflowSource.read = parts.timed("reading", saved[0])
+    runner.run_analysis = parts.timed("analysis", saved[1])
+    annotation_module._plot_png = parts.timed("plot", saved[2])
+    MlflowSource.write = parts.timed("write-back (with the plot)", saved[3])
+    try:
+        yield parts
+    finally:
+        MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write = saved
+
+
+def options(uri: str, workers: int) -> SourceOptions:
+    return SourceOptions(ReadOptions(workers=workers, use_cache=False), MlflowOptions(tracking_uri=uri))
+
+
+def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor=None) -> tuple[float, float, list]:
+    """Wall and this process's CPU seconds of one annotate, and its outcomes."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    outcomes = annotate_runs([spec], options(uri, workers), CONFIG, force=force, executor=executor)
+    return time.perf_counter() - wall, time.process_time() - cpu, outcomes
+
+
+def read_only(uri: str, spec: str) -> None:
+    """Every run read and analysed, nothing written: what the server spends on the reads."""
+    from tracker_plugin.jobs.runner import process_runs
+    from tracker_plugin.trackers import open_source
+
+    source = open_source(spec, options(uri, 1))
+    try:
+        process_runs(source, source.runs(), CONFIG, write=False, workers=1, progress=False)
+    finally:
+        source.close()
+
+
+def failures(outcomes: list) -> list[str]:
+    return [f"{o.run.name}: {o.error}" for o in outcomes if o.failed]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1000)
+    parser.add_argument("--server-workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--executors", nargs="+", default=["threads", "processes", "dask"])
+    parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    args = parser.parse_args()
+    # The benchmark's own process: MLflow's progress bars and run links would bury the figures.
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+
+    with tempfile.TemporaryDirectory(prefix="bench-bulk-") as tmp:
+        root = args.data_dir or Path(tmp) / "server"
+        with MlflowServer(root, workers=args.server_workers) as server:
+            print(f"mlflow server at {server.uri}, {args.server_workers} workers; {os.cpu_count()} CPUs, "
+                  f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+            spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs)}"
+            n = args.runs
+            figures = first_and_rerun(server, spec, n)
+            walls = fan_out(server.uri, spec, n, args.executors, args.workers)
+            arithmetic(figures, walls, n)
+            print(f"load average {os.getloadavg()[0]:.1f} after the figures")
+    sys.stdout.flush()
+
+
+def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]:
+    pgid = server.pid
+    server_cpu = group_cpu(pgid)
+    with measured_parts() as parts:
+        wall, cpu, outcomes = one_pass(server.uri, spec, 1, force=True)
+    server_cpu = group_cpu(pgid) - server_cpu
+    failed = failures(outcomes)
+    cpu_ms = 1000 * cpu / n
+    print(f"\n1. first annotate, one run at a time, {n} runs: {Counter(str(o.action) for o in outcomes)}")
+    print(f"   client CPU per run {cpu_ms:.0f} ms (target <= {TARGET_CPU_MS:.0f} ms: "
+          f"{'met' if cpu_ms <= TARGET_CPU_MS else 'missed'}); server CPU per run {1000 * server_cpu / n:.0f} ms")  # fmt: skip
+    for part, seconds in parts.cpu.items():
+        print(f"     {part:<28} {1000 * seconds / n:7.1f} ms per run")
+    plot = parts.cpu.get("plot", 0.0)
+    print(f"     {'write-back without the plot':<28} {1000 * (parts.cpu.get('write-back (with the plot)', 0) - plot) / n:7.1f} ms per run")
+    print(f"   wall per run {1000 * wall / n:.0f} ms ({wall:.1f} s in all)")
+    print(f"   failures: {len(failed)} (target 0)")
+    for line in failed[:10]:
+        print(f"     {line}")
+
+    server_read, client_read = group_cpu(pgid), time.process_time()
+    read_only(server.uri, spec)
+    server_read, client_read = group_cpu(pgid) - server_read, time.process_time() - client_read
+    print(f"   of which reading the histories alone (a pass that reads and analyses, writes nothing): "
+          f"server CPU {1000 * server_read / n:.0f} ms per run, client CPU {1000 * client_read / n:.0f} ms with the analysis")  # fmt: skip
+
+    mark = server.mark()
+    rewall, recpu, again = one_pass(server.uri, spec, 1)
+    reads = server.requests_since(mark, "/metrics/get-history")
+    unchanged = sum(str(o.action) == "unchanged" for o in again)
+    share = rewall / wall
+    print(f"\n2. unchanged rerun: {rewall:.2f} s wall, {100 * share:.1f}% of the first (target <= "
+          f"{100 * TARGET_RERUN:.0f}%: {'met' if share <= TARGET_RERUN else 'missed'}); client CPU {1000 * recpu / n:.1f} ms "
+          f"per run; {unchanged} of {n} unchanged; {reads} history reads (target 0)")  # fmt: skip
+    return {"cpu": cpu / n, "server_cpu": server_cpu / n, "wall": wall / n, "rerun": rewall / n}
+
+
+def fan_out(uri: str, spec: str, n: int, executors: list[str], counts: list[int]) -> dict[tuple[str, int], float]:
+    print(f"\n3. annotate --force of the {n} runs, wall seconds (speed-up over the same executor at "
+          f"{counts[0]} worker(s); over threads at {counts[0]}):")  # fmt: skip
+    walls: dict[tuple[str, int], float] = {}
+    for kind in executors:
+        for workers in counts:
+            with make_executor(kind, workers) as executor:
+                if executor is not None:  # start-up: workers spawned and importing before the clock starts
+                    list(executor.map(abs, range(workers)))
+                wall, _, outcomes = one_pass(uri, spec, workers, force=True, executor=executor)
+            walls[kind, workers] = wall
+            base, threads = walls[kind, counts[0]], walls.get(("threads", counts[0]), wall)
+            print(f"   {kind:<9} {workers} worker(s): {wall:7.1f} s, {1000 * wall / n:5.0f} ms per run, "
+                  f"x{base / wall:.2f}, x{threads / wall:.2f} over threads; failures {len(failures(outcomes))}")  # fmt: skip
+    return walls
+
+
+def arithmetic(figures: dict[str, float], walls: dict[tuple[str, int], float], n: int) -> None:
+    """10,000 runs on a 2-core machine: the client's and the server's CPU share the 2 cores."""
+    runs = 10_000
+    cpu = figures["cpu"] + figures["server_cpu"]
+    best = min(walls.items(), key=lambda item: item[1]) if walls else None
+    print("\n4. 10,000 runs on a 2-core machine (client and server on it):")
+    print(f"   CPU-bound floor: ({1000 * figures['cpu']:.0f} ms client + {1000 * figures['server_cpu']:.0f} ms server) "
+          f"x {runs:,} / 2 cores = {runs * cpu / 2 / 60:.0f} min")  # fmt: skip
+    print(f"   measured first pass, one run at a time: {1000 * figures['wall']:.0f} ms x {runs:,} = {runs * figures['wall'] / 60:.0f} min")
+    if best is not None:
+        (kind, workers), wall = best
+        print(f"   best fan-out measured ({kind}, {workers}): {1000 * wall / n:.0f} ms x {runs:,} = {runs * wall / n / 60:.0f} min")
+    print(f"   a night with nothing changed: {1000 * figures['rerun']:.1f} ms x {runs:,} = {runs * figures['rerun'] / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()
