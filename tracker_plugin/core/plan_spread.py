@@ -92,11 +92,14 @@ def over_plans(
     """
     seed = _seed(history)
     per_plan: list[tuple[list[tuple[float, ...]], float]] = []
+    like: LawFit | None = None
     for k, schedule in enumerate(plausible_schedules(history.step, history.lr, PLAN_DRAWS, known_total)):
-        # Started from the central fit: the logged part of the timeline is the same.
-        alternative = fit.on_timeline(timeline_for(schedule), prior)
+        # Started from the central fit: the logged part of the timeline is the same. Plans
+        # that differ only past the log share one fit (``like``).
+        alternative = fit.on_timeline(timeline_for(schedule), prior, like=like)
         if isinstance(alternative, FitFailure):
             continue
+        like = alternative
         raws = replicate_crossings(alternative, targets, history, first, replicates=PLAN_REPLICATES,
                                    seed=seed + 7919 * (k + 1))
         per_plan.append((raws, _end_tokens(alternative.timeline)))
