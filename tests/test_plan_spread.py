@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.core.analysis import _crossing
+from tracker_plugin.core.analysis import _crossing, run_analysis
 from tracker_plugin.core.clock import TimelineBuilder
 from tracker_plugin.core.forecast import (
+    REPLICATES,
     fit_window,
     forecast_targets,
     interval_of,
@@ -114,7 +115,15 @@ def test_the_interval_on_an_unknown_future_decay_covers_the_crossing(truth_spec,
     # An 80% interval may miss a case; here each truth lies inside or within 1% of an end
     # (the WSD run cut at 35% is the closest: its low end 0.1% past the truth).
     assert low * 0.99 <= truth <= high * 1.01
-    central = np.sort(result.tokens_raw_draws)
+    # The central plan's own bootstrap feeds neither the interval nor the point here: the
+    # analysis leaves it out, and one that keeps it (as a backtest does) answers the same.
+    assert result.tokens_raw_draws == ()
+    replayed = run_analysis(analysis.history, analysis.config, replays=True).targets[0]
+    assert (replayed.tokens, replayed.tokens_interval, replayed.p_reach_within_plan) == (
+        result.tokens, result.tokens_interval, result.p_reach_within_plan)
+    assert replayed.tokens_draws == result.tokens_draws and replayed.tokens_plan_draws == result.tokens_plan_draws
+    central = np.sort(replayed.tokens_raw_draws)
+    assert len(central) == REPLICATES
     if truth_spec.startswith("wsd"):
         # the constant lr's own bootstrap misses the decay's earlier crossing; the plans drawn reach it
         assert central[len(central) // 10] > truth
@@ -237,3 +246,55 @@ def test_an_analysis_on_a_steps_only_plan_draws_only_plans_ending_at_its_total()
     at_total = 3000 * float(cut.batch[-1])  # a fixed batch: tokens at the planned last step
     # the two prior cooldowns (20% and 40% of the run) ending there, each with its draws
     assert len(ends) == 2 * 10 and np.allclose(ends, at_total, rtol=1e-9)
+
+
+def _plan_fits(history: tp.History, shared: bool) -> list[LawFit]:
+    """The central fit of ``history`` refitted on each plausible plan, each plan's fit taking
+    over the one before it where it can (``shared``) or fitted afresh."""
+    plan = resolve_plan(history, None)
+    timelines = TimelineBuilder(history)
+    smoothed = token_window_ema(history.loss, history.step, history.batch, WINDOW)
+    first = int(np.searchsorted(history.step, history.step[-1] * 0.1))
+    prior = GainPrior()
+    fit = fit_window("lr-annealing", history, first, len(history), timelines(plan.schedule), WINDOW, prior,
+                     smoothed=smoothed)
+    assert isinstance(fit, LawFit)
+    fits: list[LawFit] = []
+    for schedule in plausible_schedules(history.step, history.lr):
+        again = fit.on_timeline(timelines(schedule), prior, like=fits[-1] if shared and fits else None)
+        assert isinstance(again, LawFit)
+        fits.append(again)
+    return fits
+
+
+def _short_constant(rows: int) -> tp.History:
+    """A short log whose lr is still at its peak after a warmup (bench_cli_startup's runs)."""
+    return tp.build_history(synthetic_run(rows, seed=0, warmup=rows // 10), run=f"synthetic {rows} rows")
+
+
+@pytest.mark.parametrize(("history", "share"), [
+    (_short_constant(100), True),  # the lr at its peak: the plans differ past the log alone
+    (_short_constant(1000), True),
+    # the lr at its peak too, but the plans' warmups differ in the lr area at the first row
+    # (1.2e-2 and 1.5e-2 reference areas), which the origin shift's check reads
+    (_cut_and_truth(_run("wsd:warmup=100,total=3000,decay=0.2,final=0.0"), 1400, 0.9)[0], False),
+    (_cut_and_truth(_run("cosine:warmup=100,total=3000,final=0.1"), 1200, 0.9)[0], False),  # a decay under way
+], ids=["100 rows", "1000 rows", "wsd at its peak", "cosine"])
+def test_plausible_plans_share_a_fit_only_where_the_log_looks_the_same_on_them(history, share):
+    """Plans that differ only past the log (the cooldowns an lr at its peak might end in) give
+    the logged window the same fit: it is made once and taken over, with the answer a fresh
+    fit gives (to 1e-9; the plans' timelines sum the lr area on their own grids, equal to
+    about 1e-13); plans that give the fit other inputs are each fitted."""
+    shared, fresh = _plan_fits(history, True), _plan_fits(history, False)
+    assert len(shared) == len(fresh) >= 2
+    for a, b in zip(shared, fresh):
+        assert a.theta == pytest.approx(b.theta, rel=1e-9, abs=1e-12)
+        assert a.coef == pytest.approx(b.coef, rel=1e-9, abs=1e-12)
+        assert a.residuals == pytest.approx(b.residuals, rel=1e-6, abs=1e-9)
+        assert a.strength == pytest.approx(b.strength, rel=1e-6)
+        # each predicts on its own plan
+        assert np.array_equal(a.timeline.lr, b.timeline.lr) and np.array_equal(a.cells.size, b.cells.size)
+        later = np.array([history.step[-1] * 3.0])
+        assert a.predict_steps(later) == pytest.approx(b.predict_steps(later), rel=1e-9)
+    taken_over = [later.theta is earlier.theta for earlier, later in zip(shared, shared[1:])]
+    assert all(taken_over) if share else not any(taken_over)

@@ -255,15 +255,22 @@ class Analysis:
         return None if self.on_steps else value
 
 
-def run_analysis(history: History, config: AnalysisConfig) -> Analysis:
-    """Analyse a validated history; see :func:`tracker_plugin.analyze` for the public entry."""
+def run_analysis(history: History, config: AnalysisConfig, *, replays: bool = False) -> Analysis:
+    """Analyse a validated history; see :func:`tracker_plugin.analyze` for the public entry.
+
+    ``replays`` keeps every draw a backtest replays other rules with
+    (:attr:`TargetResult.tokens_raw_draws` even where the forecast does not read them): on an
+    lr plan whose shape is unknown the interval and the point come from the plausible plans
+    alone, and an analysis then skips the central plan's bootstrap refits. The answer is the
+    same either way.
+    """
     # Absurd values (a loss of 1e158) overflow inside fits; those end as failed fits with
     # a reason, so the floating-point warnings on the way say nothing new.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore", under="ignore"):
-        return _run_analysis(history, config)
+        return _run_analysis(history, config, replays)
 
 
-def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
+def _run_analysis(history: History, config: AnalysisConfig, replays: bool = False) -> Analysis:
     ignored = False
     if history.on_steps:  # a batch of one "token" per step: the window is in steps
         if config.throughput is not None:
@@ -316,7 +323,7 @@ def _run_analysis(history: History, config: AnalysisConfig) -> Analysis:
     forecasts = _Forecasts()
     if open_targets:
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window), open_targets)
+        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window, replays), open_targets)
         results.update(forecasts.results)
     end = _PlanEnd.of(history, config, forecasts)
     ordered = tuple(_within_plan(results[t], history, smoothed, end) for t in config.targets)
@@ -448,6 +455,7 @@ class _Prepared:
     smoothed: np.ndarray
     fit_start: int
     window: np.ndarray
+    replays: bool = False  # keep the draws a backtest replays (see run_analysis)
 
 
 @dataclass(frozen=True)
@@ -521,7 +529,7 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
         spread = partial(
             over_plans, fit, targets=targets, history=history, first=first, prior=prior,
             level=config.interval, error_scale=selection.error_scale, error_dof=selection.error_count,
-            inflation=plan_inflation(plan), timeline_for=timelines, source=plan.source,
+            inflation=plan_inflation(plan), timeline_for=timelines, source=plan.source, replays=run.replays,
             known_total=plan.schedule.total_steps if plan.source == STEPS_ONLY and plan.schedule is not None else None,
         )
     results = _law_forecasts(
@@ -556,17 +564,21 @@ def _law_forecasts(
     config: AnalysisConfig,
     sweeps: dict[float, Sweep | None],
     inflation: float,
-    spread: Callable[[list[TargetForecast]], list[TargetForecast]] | None = None,
+    spread: Callable[[Callable[[bool], list[TargetForecast]]], list[TargetForecast]] | None = None,
 ) -> dict[float, TargetResult]:
     if isinstance(fit, FitFailure):
         note = f"fit failed: {fit.reason}"
         return {t: TargetResult(t, Status.NOT_ENOUGH_DATA, note=note, sweep=sweeps[t]) for t in targets}
-    found = forecast_targets(
-        fit, targets, history, first, level=config.interval,
-        error_scale=selection.error_scale, error_dof=selection.error_count, inflation=inflation,
-    )
-    if spread is not None:  # the plan is inferred or assumed: draw over the plans it cannot rule out
-        found = spread(found)
+
+    def central(refit: bool) -> list[TargetForecast]:
+        """The forecasts on the central plan, with its bootstrap's refits or (False) without."""
+        return forecast_targets(
+            fit, targets, history, first, level=config.interval,
+            error_scale=selection.error_scale, error_dof=selection.error_count, inflation=inflation, refit=refit,
+        )
+
+    # With the plan inferred or assumed, draw over the plans it cannot rule out.
+    found = central(True) if spread is None else spread(central)
     results = {}
     for target, forecast in zip(targets, found):
         results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])

@@ -256,7 +256,7 @@ def _cut(
         lr_schedule=schedule if schedule is not None else config.lr_schedule,
         stability_sweep=False,
     )
-    analysis = run_analysis(history.head(rows), settings)
+    analysis = run_analysis(history.head(rows), settings, replays=True)
     chosen = analysis.selection.chosen if analysis.selection is not None else None
     score = dict(analysis.selection.scores).get(chosen) if analysis.selection is not None and chosen else None
     if model == "power-law":

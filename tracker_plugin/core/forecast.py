@@ -307,6 +307,7 @@ def forecast_targets(
     replicates: int = REPLICATES,
     inflation: float = INTERVAL_INFLATION,
     seed: int | None = None,
+    refit: bool = True,
 ) -> list[TargetForecast]:
     """When the smoothed loss reaches each target, with an interval and the chance within plan.
 
@@ -317,11 +318,13 @@ def forecast_targets(
     from three errors is itself uncertain, which the t's heavier tails carry). The
     replicates are fitted once and serve every target. ``seed`` replaces the one drawn from
     the run's data (the plans of :mod:`~tracker_plugin.core.plan_spread` each take their own).
+    ``refit`` False leaves out the bootstrap's replicates: the point forecast alone, for a
+    caller that draws the interval elsewhere (the point is the same either way).
     """
     seed = _seed(history) if seed is None else seed
     rng = np.random.default_rng(seed)
     spread = np.random.default_rng(seed + 1)
-    drawn = _draw(fit, history, first, replicates, rng, point=True)
+    drawn = _draw(fit, history, first, replicates, rng, point=True, refit=refit)
     shifts = spread.standard_t(error_dof_of(error_dof), len(drawn.curves))
     observed = float(history.tokens[-1])
     # Past the end of the timeline (20x the run) a forecast means "not in sight".
@@ -333,6 +336,9 @@ def forecast_targets(
         # The point forecast: the fitted law's median first crossing over the fluctuation
         # paths alone (its plain crossing when the smoothed loss hardly fluctuates).
         tokens = float(np.median([math.inf if t is None else t for t in crossings]))
+        if not refit:
+            out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None))
+            continue
         if not drawn.curves:
             out.append(TargetForecast(tokens if math.isfinite(tokens) else None, None, None,
                                       "the bootstrap could not refit the law: no interval"))
@@ -381,9 +387,10 @@ class _Drawn:
 
 
 def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.random.Generator, *,
-          point: bool) -> _Drawn:
+          point: bool, refit: bool = True) -> _Drawn:
     """The fluctuation paths on the fitted law (``point``: else their random draws alone are
-    made, so the replicates' draws are the same either way), then the replicates."""
+    made, so the replicates' draws are the same either way), then the replicates (``refit``
+    False: none; the paths draw first, so they are the same either way)."""
     last = fit.timeline.last_step
     if point:
         steps, curve = fit.smoothed()
@@ -402,6 +409,8 @@ def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.ra
             central.append(curve[ahead:] + paths.draw(rng))
         else:
             paths.skip(rng)
+    if not refit:
+        return _Drawn(steps, central, [])
     resampler = _Resampler(fit)
     losses, means, drawn = [], [], []
     for _ in range(replicates):

@@ -36,7 +36,8 @@ from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import PLAN_DRAWS, LrSchedule, plausible_schedules
 
 __all__ = [
-    "INFERRED_POINT_SHARE", "PLAN_REPLICATES", "PLAN_SHARE", "UNKNOWN_SHAPE_POINT_SHARE", "over_plans", "point_share", "pooled",
+    "INFERRED_POINT_SHARE", "PLAN_REPLICATES", "PLAN_SHARE", "UNKNOWN_SHAPE_POINT_SHARE", "central_unused", "over_plans",
+    "point_share", "pooled",
     "pooled_median",
 ]
 
@@ -68,7 +69,7 @@ def point_share(source: str | None, inferred: float = INFERRED_POINT_SHARE, unkn
 
 def over_plans(
     fit: LawFit,
-    found: Sequence[TargetForecast],
+    central_plan: Callable[[bool], Sequence[TargetForecast]],
     targets: Sequence[float],
     history: History,
     first: int,
@@ -81,25 +82,35 @@ def over_plans(
     inflation: float,
     source: str,
     known_total: float | None = None,
+    replays: bool = False,
 ) -> list[TargetForecast]:
-    """``found`` (the central plan's forecasts) with intervals drawn over the plausible plans too.
+    """The central plan's forecasts (``central_plan(True)``, or ``central_plan(False)``
+    without its bootstrap's refits) with intervals drawn over the plausible plans too.
 
     ``timeline_for`` builds the run's timeline on another plan (the analysis's clock and
     batch settings); ``known_total`` is the planned last step when the params give only
     that (every plausible plan then ends there); ``source`` is the central plan's
     (:attr:`~tracker_plugin.plan.schedule.Plan.source`), which sets :func:`point_share`. A plan
-    whose fit fails adds no draws.
+    whose fit fails adds no draws. Where the plausible plans' draws make both the interval
+    and the point (:func:`central_unused`), the central plan's refits are left out, unless
+    ``replays`` (a backtest replays other shares with them) or no plan could be drawn.
     """
     seed = _seed(history)
     per_plan: list[tuple[list[tuple[float, ...]], float]] = []
+    like: LawFit | None = None
     for k, schedule in enumerate(plausible_schedules(history.step, history.lr, PLAN_DRAWS, known_total)):
-        # Started from the central fit: the logged part of the timeline is the same.
-        alternative = fit.on_timeline(timeline_for(schedule), prior)
+        # Started from the central fit: the logged part of the timeline is the same. Plans
+        # that differ only past the log share one fit (``like``).
+        alternative = fit.on_timeline(timeline_for(schedule), prior, like=like)
         if isinstance(alternative, FitFailure):
             continue
+        like = alternative
         raws = replicate_crossings(alternative, targets, history, first, replicates=PLAN_REPLICATES,
                                    seed=seed + 7919 * (k + 1))
         per_plan.append((raws, _end_tokens(alternative.timeline)))
+    drawn = any(raws and raws[0] for raws, _ in per_plan)
+    refitted = replays or not drawn or not central_unused(source)
+    found = central_plan(refitted)
     observed = float(history.tokens[-1])
     beyond = float(fit.timeline.tokens[-1])
     end = _end_tokens(fit.timeline)
@@ -109,7 +120,7 @@ def over_plans(
     for i, central in enumerate(found):
         plan_raw = tuple(v for raws, _ in per_plan for v in raws[i])
         plan_ends = tuple(e for raws, e in per_plan for _ in raws[i])
-        if central.interval is None and central.tokens is not None or not plan_raw:
+        if refitted and central.interval is None and central.tokens is not None or not plan_raw:
             out.append(replace(central, plan_raw=plan_raw, plan_ends=plan_ends))
             continue
         own = math.inf if central.tokens is None else central.tokens
@@ -129,6 +140,13 @@ def over_plans(
                            draws=tuple(float(v) for v in values), plan_raw=plan_raw, plan_ends=plan_ends,
                            central=own if share > 0 else None))
     return out
+
+
+def central_unused(source: str) -> bool:
+    """Whether on a plan of ``source`` the central plan's bootstrap feeds neither the
+    interval (:data:`PLAN_SHARE` of it from the plausible plans) nor the point
+    (:func:`point_share`)."""
+    return PLAN_SHARE >= 1 and point_share(source) >= 1
 
 
 def _ends_first(own: float, assumed: bool, unit: str) -> str:
