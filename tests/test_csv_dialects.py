@@ -294,3 +294,19 @@ def test_time_col_help_names_none(capsys):
     assert main(["analyze", "--help-all"]) == 0
     help_text = " ".join(capsys.readouterr().out.split())
     assert "ISO 8601" in help_text and "--time-col none reads no clock" in help_text
+
+
+@pytest.mark.parametrize("flag", ["--lr-col", "--time-col", "--tokens-col", "--batch-col"])
+def test_a_column_the_user_names_must_be_there(capsys, tmp_path, flag):
+    """A named column that is not in the file is an error that names it, not a reading
+    without it: --lr-col lrate on a log of 'lr' would otherwise forecast with no lr at all."""
+    path = tmp_path / "run.csv"
+    path.write_text("step,tokens,global_batch,lr,time,train_loss\n" + "".join(
+        f"{s},{s * 1000},1000,0.001,{1.7e9 + s},{4.5 - s / 1000}\n" for s in range(1, 200)))
+    code, doc, err = _analyze(capsys, path, flag, "no_such_column")
+    assert code == 2 and doc is None and "Traceback" not in err
+    assert f"no {flag[2:-4]} column 'no_such_column'" in err and str(path) in err and "'lr'" in err
+    assert flag in err  # the flag that fixes it
+    # the way to read none of it is still there
+    code, doc, _ = _analyze(capsys, path, flag, "none") if flag in ("--lr-col", "--time-col") else (0, {}, "")
+    assert code == 0

@@ -232,10 +232,7 @@ def build_history(
     names = {
         "step": step_key,
         "loss": loss_key,
-        "tokens": _find(data, columns.tokens),
-        "batch": _find(data, columns.batch),
-        "lr": _find(data, columns.lr),
-        "time": _find(data, columns.time),
+        **{role: _optional(data, columns, role, run) for role in ("tokens", "batch", "lr", "time")},
     }
     nan_loss = _spelled_nan(data[loss_key])
     if logged_nan_loss is not None:
@@ -337,6 +334,19 @@ def _find(data: pd.DataFrame, candidates: tuple[str, ...]) -> str | None:
     return next((name for name in candidates if name in data.columns), None)
 
 
+def _optional(data: pd.DataFrame, columns: Columns, role: str, run: str) -> str | None:
+    """A column the analysis can do without: the first of its candidates the data has. A
+    name the user chose in place of the defaults must be there: reading on without it
+    would give another answer than the one asked for, silently. (Readers that add a
+    trainer's own names keep the defaults among the candidates.)"""
+    candidates: tuple[str, ...] = getattr(columns, role)
+    if not candidates or set(getattr(_DEFAULT_COLUMNS, role)) <= set(candidates):
+        return _find(data, candidates)
+    if candidates == ("none",) and "none" not in data.columns:
+        return None  # --time-col none: read no clock
+    return _pick(data, candidates, role, run)
+
+
 def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) -> str:
     """The first of ``candidates`` the data has; a column the analysis cannot do without."""
     found = _find(data, candidates)
@@ -350,6 +360,7 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) 
     )
 
 
+_DEFAULT_COLUMNS = Columns()
 _NAN_SPELLINGS = ("nan", "+nan", "-nan")
 _MAX_STEP = 1e15
 # A read keeping less than this share of the logged rows says why in one line; with fewer
