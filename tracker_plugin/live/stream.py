@@ -317,7 +317,9 @@ def warn_once(exc: BaseException, warned: set[str]) -> str:
     return message
 
 
-_COLUMNS = Columns(step=("step",), loss=("loss",), tokens=("tokens",), batch=("batch",), lr=("lr",), time=("time",))
+# The live frame's own names. The optional ones stay among the defaults (which hold
+# "tokens", "lr" and "time"): a frame without them is read without them, not refused.
+_COLUMNS = Columns().with_overrides(step="step", loss="loss", batch=("batch", *Columns().batch))
 
 
 def _line(analysis: Analysis, k: int) -> str:
