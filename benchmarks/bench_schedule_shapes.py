@@ -1,6 +1,6 @@
 """Forecasts on synthetic runs of the multi-power law, schedule shape by schedule shape.
 
-    python benchmarks/bench_schedule_shapes.py [--quick] [--workers 2] [--seeds 2] [--noise 0.01]
+    python benchmarks/bench_schedule_shapes.py [--quick] [--workers 2] [--seeds 3] [--noise 0.01]
 
 Each run follows the multi-power law of Luo et al. (2025) (the form of
 ``core/models/multipower.py``) with known parameters, plus white noise of ``--noise``:
@@ -9,9 +9,13 @@ Each run follows the multi-power law of Luo et al. (2025) (the form of
     G(x) = 1 - (C x + 1) ** -beta
 
 ``lr`` is the planned lr over its peak, ``S1`` the lr summed from step 0 and ``S_k`` from step
-``k``, both in peak-lr steps. The shapes: cosine to 0, cosine to 10%, linear to 0, WSD with
+``k``, both in peak-lr steps (``tracker_plugin.testing.synthetic.multi_power_run``; two sets of
+parameters, ``--quick`` the first only). The shapes: cosine to 0, cosine to 10%, linear to 0, WSD with
 10% and 50% linear cooldowns, and two-stage (constant, a drop to half the peak at 40%, held,
 then a linear cooldown over the last 20%); every one warms up over the first 2% of steps.
+Runs of 2000 and 4000 steps (``--quick``: 2000), so the cooldown's length differs against the
+law's annealing time ``1 / C``: a decay barely begun at the cut is a smaller share of it in
+the shorter runs.
 
 Each run is cut at 10%, 25% and 50% of its tokens and forecast with its whole planned lr given
 (an ``LrSchedule`` of the plan, as ``--lr-schedule`` gives it), by the backtest's protocol
@@ -35,13 +39,13 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import build_history
 from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.testing.synthetic import MultiPowerLaw, multi_power_run
 
 CUTS = (0.1, 0.25, 0.5)
 QUANTILES = (0.6, 0.8, 0.95)
@@ -52,21 +56,8 @@ GOAL_MEDIAN_AT_25 = 0.05
 GOAL_COVERAGE = (0.7, 0.9)
 
 
-@dataclass(frozen=True)
-class Law:
-    """The multi-power law's parameters, lr over its peak, areas in peak-lr steps."""
-
-    l0: float = 2.5
-    a: float = 0.8
-    alpha: float = 0.4
-    s_ref: float = 1000.0
-    b: float = 0.3
-    c: float = 0.01
-    beta: float = 0.6
-    gamma: float = 0.5
-
-
-LAWS = {"base": Law(), "steep": Law(a=1.2, alpha=0.6, b=0.4, c=0.004, beta=0.8, gamma=0.3)}
+LAWS = {"base": MultiPowerLaw(),
+        "steep": MultiPowerLaw(a=1.2, alpha=0.6, b=0.4, c=0.004, beta=0.8, gamma=0.3)}
 
 
 def shapes(steps: int) -> dict[str, LrSchedule]:
@@ -85,27 +76,6 @@ def shapes(steps: int) -> dict[str, LrSchedule]:
     return out
 
 
-def law_loss(law: Law, shape: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """The law's loss after each step in ``at``, for the lr ``shape`` (over its peak) per step."""
-    area = np.cumsum(shape)  # through each step
-    power = law.a * (np.maximum(area[at], 1e-9) / law.s_ref) ** -law.alpha
-    drop = np.r_[0.0, np.maximum(shape[:-1] - shape[1:], 0.0)]  # lr_(k-1) - lr_k at step k
-    cells = np.flatnonzero(drop > 0)
-    since = np.maximum(area[at][:, None] - area[cells][None, :] + shape[cells][None, :], 0.0)
-    x = since * np.maximum(shape[cells], 1e-6)[None, :] ** -law.gamma
-    anneal = (1.0 - (law.c * x + 1.0) ** -law.beta) @ drop[cells]
-    return law.l0 + power - law.b * anneal
-
-
-def synthetic(name: str, plan: LrSchedule, steps: int, law: Law, noise: float, seed: int) -> pd.DataFrame:
-    shape = plan.at(np.arange(steps)) / plan.peak
-    at = np.arange(0, steps, LOG_EVERY)
-    rng = np.random.default_rng(seed)
-    loss = law_loss(law, shape, at) + rng.normal(0.0, noise, len(at))
-    return pd.DataFrame({"step": at, "tokens": at * BATCH, "global_batch": BATCH, "lr": 3e-4 * shape[at],
-                         "train_loss": loss})
-
-
 @dataclass(frozen=True)
 class Job:
     shape: str
@@ -117,8 +87,9 @@ class Job:
 
 def run_job(job: Job) -> list[BacktestCase]:
     plan = shapes(job.steps)[job.shape]
-    frame = synthetic(job.shape, plan, job.steps, LAWS[job.law], job.noise, job.seed)
-    history = build_history(frame, run=f"{job.shape}-{job.law}-{job.seed}")
+    frame = multi_power_run(plan, job.steps, LAWS[job.law], batch=BATCH, noise=job.noise, log_every=LOG_EVERY,
+                            seed=job.seed)
+    history = build_history(frame, run=f"{job.shape}-{job.law}-{job.steps}-{job.seed}")
     # The EMA over 2% of the run, as a real run's window is a small share of it.
     config = AnalysisConfig(targets=(1.0,), lr_schedule=plan, ema_token_window=0.02 * job.steps * BATCH)
     return backtest_run(history, config, fit_fractions=CUTS, target_quantiles=QUANTILES, models=("auto",),
@@ -182,25 +153,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one law, one seed, shorter runs")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--seeds", type=int, default=2, help="noise draws per shape and law (default 2)")
+    parser.add_argument("--seeds", type=int, default=3, help="noise draws per shape and law (default 3)")
     parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")
-    parser.add_argument("--steps", type=int, default=None, help="steps per run (default 4000, --quick 2000)")
+    parser.add_argument("--steps", type=int, nargs="+", default=None,
+                        help="run lengths in steps (default 2000 4000, --quick 2000)")
     args = parser.parse_args()
-    steps = args.steps or (2000 if args.quick else 4000)
+    lengths = args.steps or ([2000] if args.quick else [2000, 4000])
     laws = ("base",) if args.quick else tuple(LAWS)
     seeds = range(1 if args.quick else args.seeds)
-    jobs = [Job(s, law, seed, steps, args.noise) for s in shapes(steps) for law in laws for seed in seeds]
+    names = list(shapes(lengths[0]))
+    jobs = [Job(s, law, seed, n, args.noise) for n in lengths for s in names for law in laws for seed in seeds]
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(run_job, jobs))
     cases = [c for r in results for c in r]
-    print(f"{len(jobs)} runs ({steps} steps, logged every {LOG_EVERY}, noise {args.noise}, laws {', '.join(laws)}), "
+    print(f"{len(jobs)} runs ({'/'.join(map(str, lengths))} steps, logged every {LOG_EVERY}, noise {args.noise}, laws {', '.join(laws)}), "
           f"cuts {CUTS}, targets at {QUANTILES} of the plan + one beyond it; {time.perf_counter() - began:.0f}s")
     print("n: reachable targets; unreach/not_rch: their statuses 'unreachable'/'not_reached' (goal 0); "
           "no_fc: without a forecast;\nP|reach, P|beyond: mean p_reach_within_plan of reachable / unreachable targets; "
           "Brier over both.\n")
     print(HEADER)
-    for name in shapes(steps):
+    for name in names:
         for f in CUTS:
             group = [c for c in cases if c.run.startswith(name + "-") and c.fit_fraction == f]
             print(row(name, f"{f:g}", figures(group)))
@@ -209,6 +182,8 @@ def main() -> None:
         print(row("all", f"{f:g}", figures([c for c in cases if c.fit_fraction == f])))
     total = figures(cases)
     print(row("all", "all", total))
+    for n in lengths:
+        print(row(f"{n} steps", "all", figures([c for c in cases if f"-{n}-" in c.run])))
     at_25 = figures([c for c in cases if c.fit_fraction == 0.25])
     print("\nagainst the issue's targets:")
     print(f"  'unreachable' for a reachable target: {total['unreach']} (goal 0); "
