@@ -188,6 +188,12 @@ def main() -> None:
     print("\nagainst the issue's targets:")
     print(f"  'unreachable' for a reachable target: {total['unreach']} (goal 0); "
           f"'not_reached': {total['not_reached']} (goal 0)")
+    missed = [c for c in cases if c.reached_in_run and c.status in (Status.UNREACHABLE, Status.NOT_REACHED)]
+    if missed:
+        p_missed = np.array([c.p_reach or 0.0 for c in missed])
+        finite = np.array([np.mean(np.isfinite(c.draws)) if c.draws else 0.0 for c in missed])
+        print(f"    of those {len(missed)}: P(reach within plan) median {np.median(p_missed):.2f} (0 in {int((p_missed == 0).sum())}, "
+              f">= 0.5 in {int((p_missed >= 0.5).sum())}), draws that ever reach the target median {np.median(finite):.2f}")
     print(f"  median |ln| at 25%: {at_25['median']:.3f} (goal <= {GOAL_MEDIAN_AT_25})")
     print(f"  80% coverage over the set: {total['coverage']:.2f} (goal {GOAL_COVERAGE[0]:.2f}-{GOAL_COVERAGE[1]:.2f})")
     print(f"  Brier of p_reach_within_plan: {total['brier']:.3f} (always 0.5: 0.250)")
