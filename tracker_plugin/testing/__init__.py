@@ -3,6 +3,6 @@
 Nothing here is imported by the rest of the package.
 """
 
-from tracker_plugin.testing.synthetic import synthetic_run
+from tracker_plugin.testing.synthetic import MultiPowerLaw, multi_power_run, synthetic_run
 
-__all__ = ["synthetic_run"]
+__all__ = ["MultiPowerLaw", "multi_power_run", "synthetic_run"]

@@ -2,16 +2,22 @@
 
 By default the loss follows a power law in tokens; with an lr schedule it follows the
 learning-rate annealing law of Tissue et al. (2024) on the tokens clock.
+:func:`multi_power_run` follows the multi-power law of Luo et al. (2025) on any planned lr.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-__all__ = ["synthetic_run"]
+if TYPE_CHECKING:
+    from tracker_plugin.plan.schedule import LrSchedule
+
+__all__ = ["MultiPowerLaw", "multi_power_run", "synthetic_run"]
 
 
 def synthetic_run(
@@ -117,3 +123,61 @@ def _noise(rng: np.random.Generator, n: int, sd: float, correlation: float) -> n
     for i in range(1, n):
         out[i] = correlation * out[i - 1] + scale * white[i]
     return out
+
+
+@dataclass(frozen=True)
+class MultiPowerLaw:
+    """The multi-power law's parameters (the form of ``core/models/multipower.py``).
+
+    ``L(t) = l0 + a * (S1(t) / s_ref) ** -alpha - b * sum_k (lr_(k-1) - lr_k) * G(lr_k ** -gamma * S_k(t))``
+    with ``G(x) = 1 - (c x + 1) ** -beta``; ``lr`` is the planned lr over its peak, ``S1``
+    the lr summed over steps 0 to t and ``S_k`` over steps k to t, in peak-lr steps. ``b``
+    is the loss a full decay removes once saturated.
+    """
+
+    l0: float = 2.5
+    a: float = 0.8
+    alpha: float = 0.4
+    s_ref: float = 1000.0
+    b: float = 0.3
+    c: float = 0.01
+    beta: float = 0.6
+    gamma: float = 0.5
+
+    def loss(self, shape: np.ndarray, at: np.ndarray) -> np.ndarray:
+        """The law's loss after each step in ``at``, for ``shape`` the lr over its peak at each step."""
+        area = np.cumsum(shape)  # through each step
+        power = self.a * (np.maximum(area[at], 1e-9) / self.s_ref) ** -self.alpha
+        drop = np.r_[0.0, np.maximum(shape[:-1] - shape[1:], 0.0)]  # lr_(k-1) - lr_k, at step k
+        cells = np.flatnonzero(drop > 0)
+        since = np.maximum(area[at][:, None] - area[cells][None, :] + shape[cells][None, :], 0.0)
+        x = since * np.maximum(shape[cells], 1e-6)[None, :] ** -self.gamma
+        anneal = (1.0 - (self.c * x + 1.0) ** -self.beta) @ drop[cells]
+        return self.l0 + power - self.b * anneal
+
+
+def multi_power_run(
+    plan: LrSchedule,
+    steps: int,
+    law: MultiPowerLaw | None = None,
+    *,
+    batch: float = 262_144.0,
+    noise: float = 0.01,
+    log_every: int = 10,
+    lr_peak: float = 3e-4,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """A run of ``steps`` steps on the planned lr ``plan`` whose loss follows ``law`` (the
+    defaults of :class:`MultiPowerLaw` when None) plus white noise of standard deviation
+    ``noise``, logged every ``log_every`` steps at ``batch`` tokens a step.
+
+    Columns: ``step, tokens, global_batch, lr, train_loss`` (tokens consumed before the step).
+    """
+    law = law or MultiPowerLaw()
+    shape = plan.at(np.arange(steps)) / plan.peak
+    at = np.arange(0, steps, log_every)
+    rng = np.random.default_rng(seed)
+    loss = law.loss(shape, at) + rng.normal(0.0, noise, len(at))
+    return pd.DataFrame(
+        {"step": at, "tokens": at * batch, "global_batch": batch, "lr": lr_peak * shape[at], "train_loss": loss}
+    )
