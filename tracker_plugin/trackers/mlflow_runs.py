@@ -387,22 +387,18 @@ class MlflowSource(Source):
         from mlflow.exceptions import MlflowException
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
-            repository = self._artifacts(run)
-            try:
-                path = repository.download_artifacts(artifact, tmp)
-            except (MlflowException, OSError) as exc:
-                if _network_failure(exc):
-                    raise
-                return None  # not there (or not readable): the annotation is redone
-            finally:
-                # Each repository has a thread pool of its own: none left behind per run.
-                pool = getattr(repository, "thread_pool", None)
-                if pool is not None:
-                    pool.shutdown(wait=False)
+            with self._artifacts(self._record(run).info.artifact_uri) as repository:
+                try:
+                    path = repository.download_artifacts(artifact, tmp)
+                except (MlflowException, OSError) as exc:
+                    if _network_failure(exc):
+                        raise
+                    return None  # not there (or not readable): the annotation is redone
             return Path(path).read_bytes()
 
-    def _artifacts(self, run: RunInfo) -> Any:
-        """The run's artifact repository, from the artifact URI its record holds.
+    @contextmanager
+    def _artifacts(self, artifact_uri: str) -> Iterator[Any]:
+        """The artifact repository of a run's artifact URI (its record holds it).
 
         ``MlflowClient.download_artifacts`` asks the server for the run (and, in MLflow 3,
         searches logged models) on every download: 6 requests for one small file, where the
@@ -410,8 +406,14 @@ class MlflowSource(Source):
         """
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-        uri = self._record(run).info.artifact_uri
-        return get_artifact_repository(uri, tracking_uri=self._client().tracking_uri)
+        repository = get_artifact_repository(artifact_uri, tracking_uri=self._client().tracking_uri)
+        try:
+            yield repository
+        finally:
+            # Each repository has a thread pool of its own: none left behind per run.
+            pool = getattr(repository, "thread_pool", None)
+            if pool is not None:
+                pool.shutdown(wait=False)
 
     def write_content(self, run: RunInfo, annotation: Annotation) -> None:
         client = self._client()
@@ -453,17 +455,14 @@ class MlflowSource(Source):
 
     def _remove_legacy_artifacts(self, record: Any) -> None:
         """Remove the earlier layout's ``loss_eta/`` files, where the artifact store can."""
-        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
-        client = self._client()
-        names = {a.path for a in client.list_artifacts(record.info.run_id, "loss_eta")}
-        repository = get_artifact_repository(record.info.artifact_uri, tracking_uri=client.tracking_uri)
-        for name in LEGACY_ARTIFACTS:
-            if name in names:
-                try:
-                    repository.delete_artifacts(name)
-                except NotImplementedError:
-                    return  # an artifact store that cannot delete: the old files stay, unread
+        with self._artifacts(record.info.artifact_uri) as repository:
+            names = {a.path for a in repository.list_artifacts("loss_eta")}
+            for name in LEGACY_ARTIFACTS:
+                if name in names:
+                    try:
+                        repository.delete_artifacts(name)
+                    except NotImplementedError:
+                        return  # an artifact store that cannot delete: the old files stay, unread
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:
         from mlflow.entities import RunTag
