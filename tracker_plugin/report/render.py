@@ -19,7 +19,7 @@ from tracker_plugin.report.timing import (
     throughput_line,
 )
 
-__all__ = ["Wording", "as_written", "format_tokens", "not_reached_text", "status_head", "to_json", "to_text"]
+__all__ = ["Wording", "as_written", "format_steps", "format_tokens", "not_reached_text", "status_head", "to_json", "to_text"]
 
 # Rewords a message for its reader: see ``tracker_plugin.cli.words``.
 Wording = Callable[[str], str]
@@ -297,7 +297,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             # Written as every table writes an interval: an open end reads the same everywhere.
             spread = f" {level} interval:" + ("" if on_steps else f" tokens={interval(result.tokens_interval, format_tokens)}")
             if result.step_interval is not None:
-                spread += f" steps={interval(result.step_interval, _steps)}"
+                spread += f" steps={interval(result.step_interval, format_steps)}"
         note = f" [{result.note}]" if result.note else ""
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
@@ -326,7 +326,8 @@ def not_reached_text(result: TargetResult, on_steps: bool) -> str:
             f"step={result.end_step:,.0f}{at}; P(reached within plan)={chance}")
 
 
-def _steps(value: float) -> str:
+def format_steps(value: float) -> str:
+    """``7768.56 -> '7,769'``: a step at a glance."""
     return f"{value:,.0f}"
 
 

@@ -20,7 +20,7 @@ import math
 
 from tracker_plugin.core.analysis import Analysis, TargetResult
 from tracker_plugin.core.status import Status
-from tracker_plugin.report.render import format_tokens
+from tracker_plugin.report.render import format_steps, format_tokens
 from tracker_plugin.report.tables import UNICODE, interval, using_glyphs
 from tracker_plugin.report.timing import duration, eta_text, target_p_by_deadline, target_seconds
 
@@ -51,8 +51,8 @@ def _located(analysis: Analysis, k: int, result: TargetResult) -> list[str]:
     if result.step is not None and math.isfinite(result.step):
         spread = ""
         if analysis.on_steps and result.step_interval is not None:
-            spread = f" ({level}: {interval(result.step_interval, _steps)})"
-        parts.append(f"step {_steps(result.step)}{spread}")
+            spread = f" ({level}: {interval(result.step_interval, format_steps)})"
+        parts.append(f"step {format_steps(result.step)}{spread}")
     seconds, left, eta = target_seconds(analysis, k)
     if result.status == Status.REACHED:
         if seconds is not None:
@@ -72,11 +72,7 @@ def _not_reached(analysis: Analysis, result: TargetResult) -> list[str]:
     if result.end_step is not None:
         ends = "the run ended" if result.run_finished else "the plan ends"
         tokens = "" if analysis.on_steps or result.end_tokens is None else f"{format_tokens(result.end_tokens)} tok, "
-        parts.append(f"{ends} at {tokens}step {_steps(result.end_step)}")
+        parts.append(f"{ends} at {tokens}step {format_steps(result.end_step)}")
     if result.p_reach_within_plan is not None:
         parts.append(f"P(within plan) {result.p_reach_within_plan:.2f}")
     return parts
-
-
-def _steps(value: float) -> str:
-    return f"{value:,.0f}"
