@@ -39,10 +39,10 @@ from pathlib import Path
 from bench_forecast import load  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.core.cross_family import MIXES, cross_family, family_of
+from tracker_plugin.core.cross_family import MIXES, cross_family, family_of, matching_rows
 from tracker_plugin.jobs.cross_family import Member, cross_family_cases
 from tracker_plugin.plan.schedule import LrSchedule
-from tracker_plugin.report.cross_family import cross_family_text
+from tracker_plugin.report.cross_family import cross_family_text, matching_text
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = next((p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "data" / "runs").is_dir()),
@@ -93,6 +93,9 @@ def main() -> None:
                              "the other families chose a mixture that forecast the held-out OLMo runs later (p90 0.41 "
                              "against 0.31 at f=0.5 q=0.8, plan given)")
     parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
+    parser.add_argument("--runs-like", action="append", metavar="REGEX",
+                        help="also print the LOFO figures of the runs whose name matches (repeatable; "
+                             "default: the MPL cosine runs, mpl-.*-cosine)")
     parser.add_argument("--cache", type=Path, help="keep the backtest cases here and reuse them (same runs, settings and version)")
     args = parser.parse_args()
     files = csvs(args.runs, args.runs_time)
@@ -105,7 +108,10 @@ def main() -> None:
     held_cache = None if args.cache is None else args.cache.with_name(args.cache.name + ".heldout")
     other = cross_family_cases(members(held, plans), processes=args.workers, cache=held_cache) if held else None
     print(f"cases in {time.perf_counter() - start:.0f} s; speedrun plans {args.speedrun_plans}\n")
-    print(cross_family_text(cross_family(results, other, mixes=tuple(args.law_mixes))))
+    result = cross_family(results, other, mixes=tuple(args.law_mixes))
+    print(cross_family_text(result))
+    rows = [row for pattern in args.runs_like or ["mpl-.*-cosine"] for row in matching_rows(result, pattern)]
+    print("\n".join(matching_text(rows)))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from tracker_plugin.core.cross_family import (
     family_rows,
     figures,
     lofo,
+    matching_rows,
     point_loss,
 )
 from tracker_plugin.core.status import Status
@@ -108,6 +109,17 @@ def test_a_familys_own_coverage_is_reported_beside_its_signed_error():
     assert rows[("log", "a")].coverage_80_lofo == 1.0
     text = cross_family_text(result)
     assert "cov80 1.00 -> 0.00" in text
+
+
+def test_the_figures_of_runs_matching_a_pattern_are_their_own():
+    result = cross_family(_results(ERRORS))
+    rows = matching_rows(result, r"^c-")
+    # c's two runs alone, scored with the rule chosen without c (gain 0.05): 0.3 late each
+    given = [r for r in rows if r.plan == "log"]
+    assert {(r.fit_fraction, r.target_quantile) for r in given} == {(0.5, 0.8), (0.25, 0.6), (0.25, 0.8)}
+    for r in given:
+        assert r.cases == 2 and r.signed == pytest.approx(0.3, abs=1e-12) and r.group == "^c-"
+    assert matching_rows(result, "no-such-run") == []
 
 
 def test_choose_sees_only_the_families_it_is_given():

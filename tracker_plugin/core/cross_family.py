@@ -58,9 +58,9 @@ from tracker_plugin.plan.schedule import LrSchedule
 
 __all__ = [
     "BEFORE", "DEFAULT_FAMILY_RULE", "DOFS", "GAINS", "LAWS", "MISS_SCORE", "MIXES", "PLAN_SHARES", "POINT_SHARES", "SETTINGS", "TODAY", "UNDER_COVERAGE_WEIGHT",
-    "CrossFamily", "Cut", "FamilyRow", "FigureRow", "Replay", "Rule", "Scored", "brier", "choose", "choose_mix",
+    "CrossFamily", "Cut", "FamilyRow", "FigureRow", "ReliabilityBin", "Replay", "Rule", "Scored", "brier", "choose", "choose_mix",
     "cross_family", "family_of", "family_rows", "figure_rows", "figures", "held_out", "mixed", "plan_point",
-    "replay_raw", "replay_reach", "run_cases",
+    "matching_rows", "reliability", "replay_raw", "replay_reach", "reliability_rows", "run_cases",
 ]
 
 LAWS = ("lr-annealing", "multi-power")
@@ -548,6 +548,44 @@ def brier(scored: Sequence[Scored], f: float) -> tuple[float | None, int]:
 
 
 @dataclass(frozen=True)
+class ReliabilityBin:
+    """The cases whose ``p_reach_within_plan`` fell in ``[low, high)`` (the last bin holds
+    1): how many, their mean chance, and the share whose target the run did reach."""
+
+    low: float
+    high: float
+    cases: int
+    mean_p: float | None
+    reached: float | None
+
+
+def reliability(pairs: Iterable[tuple[float, bool]], bins: int = 5) -> tuple[ReliabilityBin, ...]:
+    """The reliability table of chances against outcomes, ``(p_reach, reached)`` pairs in
+    ``bins`` equal bins of the chance: a calibrated chance reaches in each bin as often as
+    its mean says."""
+    table = np.array(list(pairs), float).reshape(-1, 2)
+    p, y = table[:, 0], table[:, 1]
+    where = np.minimum((p * bins).astype(np.int64), bins - 1)
+    out = []
+    for k in range(bins):
+        inside = where == k
+        n = int(inside.sum())
+        out.append(ReliabilityBin(k / bins, (k + 1) / bins, n, float(p[inside].mean()) if n else None,
+                                  float(y[inside].mean()) if n else None))
+    return tuple(out)
+
+
+def reliability_rows(replay: Replay, rules: Mapping[str, Rule]) -> list[tuple[str, tuple[ReliabilityBin, ...]]]:
+    """Per plan, the :func:`reliability` of every family's forecasts under its rule in
+    ``rules`` (every cut and target with a chance: a plan end to reach within)."""
+    out = []
+    for plan in PLANS:
+        scored = lofo(replay, plan, rules)
+        out.append((plan, reliability([(s.p_reach, s.case.reached_in_run) for s in scored if s.p_reach is not None])))
+    return out
+
+
+@dataclass(frozen=True)
 class CrossFamily:
     """The leave-one-family-out validation: the replay, the rule chosen without each
     family, the rule all families choose, and the held-out families (scored with it)."""
@@ -647,6 +685,20 @@ def figure_rows(replay: Replay, sets: Sequence[tuple[str, Mapping[str, Rule]]]) 
 def _figure_row(plan: str, name: str, f: float, q: float, group: str, x: dict[str, float | None]) -> FigureRow:
     return FigureRow(plan, name, f, q, group, int(x["n"] or 0), int(x["never"] or 0), int(x["failed"] or 0), x["median"], x["p90"],
                      x["signed"], x["cov50%"], x["cov80%"], x["cov95%"])
+
+
+def matching_rows(result: CrossFamily, pattern: str) -> list[FigureRow]:
+    """The leave-one-family-out figures of the runs whose name matches ``pattern`` (a
+    regular expression, searched), every cut pooled: one kind of schedule, say, each run
+    scored with the rule chosen without its family (the group is the pattern)."""
+    rules, found = dict(result.rules), re.compile(pattern)
+    rows = []
+    for plan in PLANS:
+        scored = [s for s in lofo(result.replay, plan, rules) if found.search(s.case.run)]
+        for f, q in SETTINGS:
+            if part := in_setting(scored, f, q):
+                rows.append(_figure_row(plan, "LOFO", f, q, pattern, figures(part)))
+    return rows
 
 
 def family_rows(replay: Replay, today: Mapping[str, Rule], rules: Mapping[str, Rule]) -> list[FamilyRow]:

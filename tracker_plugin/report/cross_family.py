@@ -19,17 +19,19 @@ from tracker_plugin.core.cross_family import (
     CrossFamily,
     FamilyRow,
     FigureRow,
+    ReliabilityBin,
     Replay,
     Rule,
     family_rows,
     figure_rows,
     held_out,
+    reliability_rows,
     rule_sets,
 )
 from tracker_plugin.report.render import Wording, as_written
 from tracker_plugin.report.tables import MISSING, Align, json_row, json_value, text_table
 
-__all__ = ["cross_family_json", "cross_family_text"]
+__all__ = ["cross_family_json", "cross_family_text", "matching_text", "reliability_text"]
 
 _PROTOCOL = (
     "each family held out in turn: the rules (gain prior, auto's margin and gate, interval inflations, error prior, "
@@ -55,6 +57,7 @@ def cross_family_json(result: CrossFamily, skipped: Sequence[Skipped] = ()) -> d
                   "without": [{"family": f, **_rule_json(r)} for f, r in result.rules]},
         "figures": [json_row(x) for x in figure_rows(replay, sets)],
         "per_family": [_family_json(x) for x in family_rows(replay, sets[1][1], sets[2][1])],
+        "reliability": _reliability_json(reliability_rows(replay, sets[2][1])),
         "held_out": None,
         "skipped": [json_row(s) for s in skipped],
     }
@@ -64,8 +67,14 @@ def cross_family_json(result: CrossFamily, skipped: Sequence[Skipped] = ()) -> d
             "families": [{"family": f, "runs": result.held_out.runs(f)} for f in result.held_out.families],
             "figures": [json_row(x) for x in rows],
             "per_family": [_family_json(x) for x in fams],
+            "reliability": _reliability_json(reliability_rows(result.held_out, dict.fromkeys(result.held_out.families,
+                                                                                             result.on_all))),
         }
     return doc
+
+
+def _reliability_json(rows: list[tuple[str, tuple[ReliabilityBin, ...]]]) -> list[dict[str, Any]]:
+    return [{"plan": plan, "bins": [json_row(b) for b in bins]} for plan, bins in rows]
 
 
 def _rule_json(rule: Rule) -> dict[str, Any]:
@@ -91,6 +100,7 @@ def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), word
     lines = [_header(result.replay), ""]
     lines += _figures_text(figure_rows(result.replay, sets), [name for name, _ in sets], "on the other families (LOFO)")
     lines += _families_text(family_rows(result.replay, sets[1][1], sets[2][1]), "today -> LOFO")
+    lines += reliability_text(reliability_rows(result.replay, sets[2][1]), "LOFO")
     lines += [f"\nrules before the plausible plans: {BEFORE}\ntoday's rules: {TODAY}", "Rules chosen with each family held out:"]
     lines += [f"  without {held:8} {rule}" for held, rule in result.rules]
     lines.append(f"  on all families:  {result.on_all}  (what the forecast's defaults should be)")
@@ -102,6 +112,8 @@ def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), word
                   + _header(result.held_out), ""]
         lines += _figures_text(rows, ["today", "all"], "on all visible families (all)")
         lines += _families_text(fams, "today -> all", held_out=True)
+        chosen = dict.fromkeys(result.held_out.families, result.on_all)
+        lines += reliability_text(reliability_rows(result.held_out, chosen), "all")
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in skipped]
     return "\n".join(lines)
 
@@ -153,6 +165,31 @@ def _families_text(rows: list[FamilyRow], arrow: str, held_out: bool = False) ->
         name = f"{x.family} (held out)" if held_out else x.family
         lines.append(f"  plan {x.plan:5} {name:8} signed {_fmt(x.signed_today, '+.3f')} -> {_fmt(x.signed_lofo, '+.3f')}   "
                      f"cov80 {_fmt(x.coverage_80_today, '.2f')} -> {_fmt(x.coverage_80_lofo, '.2f')}   Brier " + briers)
+    return lines
+
+
+def matching_text(rows: Sequence[FigureRow]) -> list[str]:
+    """The figures of :func:`~tracker_plugin.core.cross_family.matching_rows`, one line each."""
+    header = ("runs like", "plan", "f", "q", "cases", "never", "failed", "median", "p90", "signed", "cov50", "cov80", "cov95")
+    cells = [(x.group, x.plan, f"{x.fit_fraction:g}", f"{x.target_quantile:g}", f"{x.cases}", f"{x.never}", f"{x.failed}",
+              _fmt(x.median_abs), _fmt(x.p90_abs), _fmt(x.signed, "+.3f"), _fmt(x.coverage_50, ".2f"),
+              _fmt(x.coverage_80, ".2f"), _fmt(x.coverage_95, ".2f")) for x in rows]
+    lines = ["\nThe runs whose name matches, each scored with the rules chosen without its family (LOFO), "
+             "sparse and dense cuts pooled:"]
+    left: list[Align] = ["<"] * 4
+    right: list[Align] = [">"] * 9
+    return lines + text_table(header, cells, align=left + right)
+
+
+def reliability_text(rows: Sequence[tuple[str, Sequence[ReliabilityBin]]], rules: str) -> list[str]:
+    """The reliability tables of p_reach_within_plan, one line per plan and bin."""
+    lines = [f"\nReliability of p_reach_within_plan ({rules} rules, every cut and target with a plan end): "
+             "per bin of the chance, the cases, their mean chance and the share the run reached:"]
+    for plan, bins in rows:
+        for b in bins:
+            close = "]" if b.high >= 1 else ")"
+            lines.append(f"  plan {plan:5} P in [{b.low:.1f}, {b.high:.1f}{close}: {b.cases:>4} cases, "
+                         f"mean P {_fmt(b.mean_p, '.2f')}, reached {_fmt(b.reached, '.2f')}")
     return lines
 
 
