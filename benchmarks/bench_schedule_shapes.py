@@ -36,15 +36,17 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
+from tracker_plugin.core.cross_family import reliability
 from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import build_history
 from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.report.cross_family import reliability_text
 from tracker_plugin.testing.synthetic import MultiPowerLaw, multi_power_run
 
 CUTS = (0.1, 0.25, 0.5)
@@ -83,6 +85,8 @@ class Job:
     seed: int
     steps: int
     noise: float
+    gain: float | None = None
+    model: str = "auto"
 
 
 def run_job(job: Job) -> list[BacktestCase]:
@@ -92,7 +96,9 @@ def run_job(job: Job) -> list[BacktestCase]:
     history = build_history(frame, run=f"{job.shape}-{job.law}-{job.steps}-{job.seed}")
     # The EMA over 2% of the run, as a real run's window is a small share of it.
     config = AnalysisConfig(targets=(1.0,), lr_schedule=plan, ema_token_window=0.02 * job.steps * BATCH)
-    return backtest_run(history, config, fit_fractions=CUTS, target_quantiles=QUANTILES, models=("auto",),
+    if job.gain is not None:
+        config = replace(config, anneal_gain=job.gain)
+    return backtest_run(history, config, fit_fractions=CUTS, target_quantiles=QUANTILES, models=(job.model,),
                         plan="infer", beyond=True)
 
 
@@ -136,19 +142,6 @@ def row(label: str, cut: str, f: dict[str, object]) -> str:
             f"{f['brier']:>6.3f}")
 
 
-def reliability(cases: Sequence[BacktestCase], bins: int = 5) -> list[str]:
-    scored = [(c.p_reach, c.reached_in_run) for c in cases if c.p_reach is not None]
-    lines = []
-    for i in range(bins):
-        low, high = i / bins, (i + 1) / bins
-        inside = [y for p, y in scored if low <= p < high or (i == bins - 1 and p == 1.0)]
-        mean_p = np.mean([p for p, _ in scored if low <= p < high or (i == bins - 1 and p == 1.0)] or [math.nan])
-        share = np.mean(inside) if inside else math.nan
-        lines.append(f"  P in [{low:.1f}, {high:.1f}{']' if i == bins - 1 else ')'}: {len(inside):>3} cases, "
-                     f"mean P {mean_p:.2f}, reached {share:.2f}")
-    return lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one law, one seed, shorter runs")
@@ -157,12 +150,14 @@ def main() -> None:
     parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")
     parser.add_argument("--steps", type=int, nargs="+", default=None,
                         help="run lengths in steps (default 2000 4000, --quick 2000)")
+    parser.add_argument("--anneal-gain", type=float, default=None, help="the gain prior's share (default: the library's)")
+    parser.add_argument("--model", default="auto", help="the law to forecast with (default auto)")
     args = parser.parse_args()
     lengths = args.steps or ([2000] if args.quick else [2000, 4000])
     laws = ("base",) if args.quick else tuple(LAWS)
     seeds = range(1 if args.quick else args.seeds)
     names = list(shapes(lengths[0]))
-    jobs = [Job(s, law, seed, n, args.noise) for n in lengths for s in names for law in laws for seed in seeds]
+    jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model) for n in lengths for s in names for law in laws for seed in seeds]
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(run_job, jobs))
@@ -197,8 +192,8 @@ def main() -> None:
     print(f"  median |ln| at 25%: {at_25['median']:.3f} (goal <= {GOAL_MEDIAN_AT_25})")
     print(f"  80% coverage over the set: {total['coverage']:.2f} (goal {GOAL_COVERAGE[0]:.2f}-{GOAL_COVERAGE[1]:.2f})")
     print(f"  Brier of p_reach_within_plan: {total['brier']:.3f} (always 0.5: 0.250)")
-    print("  reliability of p_reach_within_plan:")
-    print("\n".join(reliability(cases)))
+    table = reliability([(c.p_reach, c.reached_in_run) for c in cases if c.p_reach is not None])
+    print("\n".join(reliability_text([("given", table)], "the library's")))
 
 
 if __name__ == "__main__":

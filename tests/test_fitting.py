@@ -34,10 +34,11 @@ from tracker_plugin.core.models.search import least_squares_from
 
 ROOT = Path(__file__).resolve().parents[1]
 # The multi-power fit of olmo-ladder-370M-5xC (val_loss from step 500, the lr plan inferred
-# from the log, the gain prior at 5% of the loss): the minimum SciPy's least_squares reaches at
-# tolerances of 1e-10 from every start. Its default tolerance (1e-8) stops at -7.7153 and
-# the hand-rolled Levenberg-Marquardt this replaced at -7.705 to -7.719, by start and BLAS.
-OLMO_LOG_C = -7.71416
+# from the log, the gain prior at 5% of the loss removed by the plan's end): the minimum
+# every start reaches. (With the prior on the full decay's loss it was -7.71416, where
+# least_squares' default tolerance stopped at -7.7153 and the hand-rolled
+# Levenberg-Marquardt it replaced at -7.705 to -7.719, by start and BLAS.)
+OLMO_LOG_C = -4.93687
 PINNED_PRIOR = GainPrior(0.05)
 
 

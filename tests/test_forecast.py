@@ -100,9 +100,11 @@ def test_a_forecast_past_a_decay_the_log_has_not_shown_says_it_rests_on_the_gain
     cut, target, _ = _protocol(_run(spec, gain=0.2), 0.5, 0.95)
     before = tp.analyze(cut, [target], lr_schedule=spec, ema_token_window=WINDOW, anneal_gain=0.05)
     [note] = [n for n in before.notes if "not in the log yet" in n]
-    # the plan sheds 95% of the peak, the log none of it; G is the prior's 5% of the loss
-    assert "the plan 95%" in note and "5% of the loss, anneal_gain" in note
-    assert f"G={before.fit.params['G']:.4g}" in note
+    # the plan sheds 95% of the peak, the log none of it; the loss the decay removes by the
+    # plan's end is the prior's 5% of the loss per full decay, so 95% of that here
+    assert "the plan 95%" in note and "5% of the loss for a full decay, anneal_gain" in note
+    assert f"{before.fit.planned_gain:.4g}" in note
+    assert before.fit.planned_gain == pytest.approx(0.05 * 0.95 * before.fit.prior_mean / 0.05, rel=0.5)
     # once the log holds the decay, its gain is measured, not the prior's
     late, target, _ = _protocol(_run(spec, gain=0.2), 0.9, 0.95)
     # the target the run reaches at 95% of its tokens: within the plan, a forecast, which could have said it

@@ -248,14 +248,13 @@ def test_an_analysis_on_a_steps_only_plan_draws_only_plans_ending_at_its_total()
     assert len(ends) == 2 * 10 and np.allclose(ends, at_total, rtol=1e-9)
 
 
-def _plan_fits(history: tp.History, shared: bool) -> list[LawFit]:
+def _plan_fits(history: tp.History, shared: bool, prior: GainPrior | None = None) -> list[LawFit]:
     """The central fit of ``history`` refitted on each plausible plan, each plan's fit taking
     over the one before it where it can (``shared``) or fitted afresh."""
     plan = resolve_plan(history, None)
     timelines = TimelineBuilder(history)
     smoothed = token_window_ema(history.loss, history.step, history.batch, WINDOW)
     first = int(np.searchsorted(history.step, history.step[-1] * 0.1))
-    prior = GainPrior()
     fit = fit_window("lr-annealing", history, first, len(history), timelines(plan.schedule), WINDOW, prior,
                      smoothed=smoothed)
     assert isinstance(fit, LawFit)
@@ -273,7 +272,7 @@ def _short_constant(rows: int) -> tp.History:
 
 
 @pytest.mark.parametrize(("history", "share"), [
-    (_short_constant(100), True),  # the lr at its peak: the plans differ past the log alone
+    (_short_constant(100), True),  # the lr at its peak, no gain prior: the plans differ past the log alone
     (_short_constant(1000), True),
     # the lr at its peak too, but the plans' warmups differ in the lr area at the first row
     # (1.2e-2 and 1.5e-2 reference areas), which the origin shift's check reads
@@ -286,6 +285,22 @@ def test_plausible_plans_share_a_fit_only_where_the_log_looks_the_same_on_them(h
     fit gives (to 1e-9; the plans' timelines sum the lr area on their own grids, equal to
     about 1e-13); plans that give the fit other inputs are each fitted."""
     shared, fresh = _plan_fits(history, True), _plan_fits(history, False)
+    _same_fits(history, shared, fresh)
+    taken_over = [later.theta is earlier.theta for earlier, later in zip(shared, shared[1:])]
+    assert all(taken_over) if share else not any(taken_over)
+
+
+@pytest.mark.parametrize("rows", [100, 1000])
+def test_plans_that_differ_in_the_decay_the_gain_prior_reads_are_each_fitted(rows):
+    """The gain prior is on the loss the planned decay removes by the plan's end: plausible
+    plans with other cooldowns give the same log another prior, so each gets its own fit."""
+    history = _short_constant(rows)
+    shared, fresh = _plan_fits(history, True, GainPrior()), _plan_fits(history, False, GainPrior())
+    _same_fits(history, shared, fresh)
+    assert not any(later.theta is earlier.theta for earlier, later in zip(shared, shared[1:]))
+
+
+def _same_fits(history: tp.History, shared: list[LawFit], fresh: list[LawFit]) -> None:
     assert len(shared) == len(fresh) >= 2
     for a, b in zip(shared, fresh):
         assert a.theta == pytest.approx(b.theta, rel=1e-9, abs=1e-12)
@@ -296,5 +311,3 @@ def test_plausible_plans_share_a_fit_only_where_the_log_looks_the_same_on_them(h
         assert np.array_equal(a.timeline.lr, b.timeline.lr) and np.array_equal(a.cells.size, b.cells.size)
         later = np.array([history.step[-1] * 3.0])
         assert a.predict_steps(later) == pytest.approx(b.predict_steps(later), rel=1e-9)
-    taken_over = [later.theta is earlier.theta for earlier, later in zip(shared, shared[1:])]
-    assert all(taken_over) if share else not any(taken_over)

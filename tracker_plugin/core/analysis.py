@@ -549,9 +549,11 @@ def _prior_gain_note(fit: LawFit | FitFailure, share: float) -> str | None:
     planned = fit.cells.total
     if seen >= MIN_SEEN_DECAY or planned - seen < MIN_SEEN_DECAY:
         return None
+    gain = fit.planned_gain
+    removed = "" if gain is None else f", {gain:.4g},"
     return (f"the planned lr decay is not in the log yet (the lr has shed {seen:.0%} of its peak by the last row, "
-            f"the plan {planned:.0%}): the loss it removes, G={fit.params['G']:.4g}, is the anneal-gain prior's "
-            f"({share * 100:g}% of the loss, anneal_gain), and a target past the decay is forecast on it")
+            f"the plan {planned:.0%}): the loss it removes by the plan's end{removed} rests on the anneal-gain prior "
+            f"({share * 100:g}% of the loss for a full decay, anneal_gain), and a target past the decay is forecast on it")
 
 
 def _law_forecasts(
