@@ -15,7 +15,9 @@ One vocabulary of outcomes for a target:
   finished), or the plan ends before the law gets there. Then the report says the best
   smoothed loss, where the run ended (or ends) and the chance of reaching it within the
   plan; no crossing is reported as a number.
-- ``unreachable``: on the evidence the law levels off above it (even far past the plan).
+- ``unreachable``: on the evidence the law levels off above it (even far past the plan):
+  the fitted law and most of its bootstrap refits (one the law misses by less than its own
+  uncertainty is a forecast, at the refits' median, with an open-ended interval).
 - ``not_enough_data``: no forecast: too few rows after the fit start, or no law could be
   fitted to them (the note says which).
 
