@@ -291,12 +291,22 @@ def test_plausible_plans_share_a_fit_only_where_the_log_looks_the_same_on_them(h
 
 
 @pytest.mark.parametrize("rows", [100, 1000])
-def test_plans_that_differ_in_the_decay_the_gain_prior_reads_are_each_fitted(rows):
-    """The gain prior is on the loss the planned decay removes by the plan's end: plausible
-    plans with other cooldowns give the same log another prior, so each gets its own fit."""
+def test_plans_that_differ_in_their_decay_share_a_fit_where_the_log_has_seen_no_drop(rows):
+    """The gain prior is on the loss the planned decay removes by the plan's end, which
+    differs between plausible plans with other cooldowns; at the lr's peak the log says
+    nothing of the gain, so it is the prior's on every plan, and the fit is taken over with
+    the law's G for its plan: the answer a fresh fit gives."""
     history = _short_constant(rows)
     shared, fresh = _plan_fits(history, True, GainPrior()), _plan_fits(history, False, GainPrior())
     _same_fits(history, shared, fresh)
+    assert all(later.theta is earlier.theta for earlier, later in zip(shared, shared[1:]))
+    assert len({round(float(f.coef[2]), 12) for f in shared}) > 1  # the plans' G differ
+
+
+def test_plans_that_differ_in_their_decay_are_each_fitted_where_the_log_has_seen_one():
+    """Past a drop the data and the prior share the gain: another plan end moves the fit."""
+    history = _cut_and_truth(_run("cosine:warmup=100,total=3000,final=0.1"), 1200, 0.9)[0]
+    shared = _plan_fits(history, True, GainPrior())
     assert not any(later.theta is earlier.theta for earlier, later in zip(shared, shared[1:]))
 
 

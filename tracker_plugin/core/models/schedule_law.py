@@ -409,7 +409,7 @@ class LawFit:
         obs = replace(self.observations, area=timeline.area_at(self.observations.step),
                       clock=timeline.clock_at(self.observations.step))
         if like is not None and _same_inputs(like, obs, timeline):
-            return replace(like, timeline=timeline, cells=timeline.drops())
+            return _taken_over(like, timeline)
         return fit_law(
             self.law, obs, timeline, ema_window=self.ema_window, start_step=self.start_step, prior=prior,
             start=self.theta, smoothed_start=self.smoothed_start, cadence=self.cadence,
@@ -444,13 +444,31 @@ def _same_inputs(fit: LawFit, obs: Observations, timeline: Timeline) -> bool:
     if not all(np.array_equal(x, y) for x, y in
                ((a.size, b.size), (a.clock, b.clock), (a.area, b.area), (a.lr_after, b.lr_after))):
         return False
-    if fit.prior is not None and not _same_effect(fit, timeline):
+    # A plan whose decay has another effect by its end gives the gain prior another meaning,
+    # unless the window has seen no drop: the gain is then the prior's alone, whatever the
+    # plan, and the fit differs only in the law's G (see _taken_over).
+    if fit.prior is not None and a.total > 0 and not _same_effect(fit, timeline):
         return False
     there = np.array([fit.start_step, timeline.first_step])
     old = fit.timeline
     return (old.lr_assumed == timeline.lr_assumed and old.first_step == timeline.first_step
             and old.first_loss == timeline.first_loss
             and _same(old.area_at(there), timeline.area_at(there)))
+
+
+def _taken_over(like: LawFit, timeline: Timeline) -> LawFit:
+    """``like`` on ``timeline`` (see :func:`_same_inputs`): where the planned decay's effect
+    by the plan's end differs, the solved gain (the prior's, the window having seen no drop)
+    is the same and the law's ``G`` is that over the other plan's effect."""
+    cells = timeline.drops()
+    fit = replace(like, timeline=timeline, cells=cells)
+    if like.prior is None:
+        return fit
+    shape = like.theta[:-1]
+    mine, theirs = _planned_effect(like.law, like.timeline, like.cells), _planned_effect(like.law, timeline, cells)
+    solved = like.coef[2] * (1.0 if mine is None else mine.value(shape))
+    gain = solved / (1.0 if theirs is None else theirs.value(shape))
+    return replace(fit, coef=np.array([like.coef[0], like.coef[1], gain]))
 
 
 def _same_effect(fit: LawFit, timeline: Timeline) -> bool:
@@ -948,7 +966,7 @@ class _PlannedEffect:
         self._value = 1.0
 
     def value(self, shape: np.ndarray) -> float:
-        key = shape.tobytes()
+        key = b"" if self.law.anneal_fixed else shape.tobytes()  # a fixed response: one share
         if key != self._key:
             with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
                 realised = float(self.law.anneal(shape, self.clock, self.area, self.cells)[0]) / self.total
