@@ -346,12 +346,8 @@ class LawFit:
     def planned_gain(self) -> float | None:
         """The loss the planned lr decays remove by the plan's end (by the timeline's when no
         plan is known): ``G`` times the response realised there. None without a decay."""
-        end = self.timeline.plan_end if self.timeline.plan_end is not None else self.timeline.horizon
-        steps = np.array([end])
-        _, anneal = self.law.columns(self.theta, self.timeline.clock_at(steps), self.timeline.area_at(steps),
-                                     self.area_ref, self.cells)
-        gain = float(self.coef[2] * anneal[0])
-        return gain if self.cells.total > 0 else None
+        effect = _planned_effect(self.law, self.timeline, self.cells)
+        return None if effect is None else float(self.coef[2]) * effect.value(self.theta[:-1]) * effect.total
 
     def predict_steps(self, steps: np.ndarray) -> np.ndarray:
         """The raw loss the law predicts at ``steps`` (the plan's lr decays included)."""
@@ -447,7 +443,7 @@ def _same_inputs(fit: LawFit, obs: Observations, timeline: Timeline) -> bool:
     # A plan whose decay has another effect by its end gives the gain prior another meaning,
     # unless the window has seen no drop: the gain is then the prior's alone, whatever the
     # plan, and the fit differs only in the law's G (see _taken_over).
-    if fit.prior is not None and a.total > 0 and not _same_effect(fit, timeline):
+    if fit.prior is not None and a.total > 0 and not _same_effect(fit, timeline, seen):
         return False
     there = np.array([fit.start_step, timeline.first_step])
     old = fit.timeline
@@ -471,10 +467,11 @@ def _taken_over(like: LawFit, timeline: Timeline) -> LawFit:
     return replace(fit, coef=np.array([like.coef[0], like.coef[1], gain]))
 
 
-def _same_effect(fit: LawFit, timeline: Timeline) -> bool:
+def _same_effect(fit: LawFit, timeline: Timeline, cells: DropCells) -> bool:
     """Whether the planned decay's effect that ``fit``'s gain was solved as (see
-    :class:`_PlannedEffect`) is the same on ``timeline``: the same plan end and drops by it."""
-    mine, theirs = (_planned_effect(fit.law, t, t.drops()) for t in (fit.timeline, timeline))
+    :class:`_PlannedEffect`) is the same on ``timeline`` (its drops ``cells``): the same
+    plan end and drops by it."""
+    mine, theirs = _planned_effect(fit.law, fit.timeline, fit.cells), _planned_effect(fit.law, timeline, cells)
     if mine is None or theirs is None:
         return mine is None and theirs is None
     return (_same(mine.area, theirs.area) and _same(mine.clock, theirs.clock)
