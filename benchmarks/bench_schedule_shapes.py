@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.core.cross_family import reliability
@@ -87,9 +88,12 @@ class Job:
     noise: float
     gain: float | None = None
     model: str = "auto"
+    loss_horizon_share: float | None = None
 
 
 def run_job(job: Job) -> list[BacktestCase]:
+    if job.loss_horizon_share is not None:  # a worker process of this benchmark: its own copy of the module
+        forecast.LOSS_HORIZON_SHARE = job.loss_horizon_share
     plan = shapes(job.steps)[job.shape]
     frame = multi_power_run(plan, job.steps, LAWS[job.law], batch=BATCH, noise=job.noise, log_every=LOG_EVERY,
                             seed=job.seed)
@@ -152,12 +156,14 @@ def main() -> None:
                         help="run lengths in steps (default 2000 4000, --quick 2000)")
     parser.add_argument("--anneal-gain", type=float, default=None, help="the gain prior's share (default: the library's)")
     parser.add_argument("--model", default="auto", help="the law to forecast with (default auto)")
+    parser.add_argument("--loss-horizon-share", type=float, default=None,
+                        help="the interval's share of the loss horizon (default: the library's LOSS_HORIZON_SHARE)")
     args = parser.parse_args()
     lengths = args.steps or ([2000] if args.quick else [2000, 4000])
     laws = ("base",) if args.quick else tuple(LAWS)
     seeds = range(1 if args.quick else args.seeds)
     names = list(shapes(lengths[0]))
-    jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model) for n in lengths for s in names for law in laws for seed in seeds]
+    jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model, args.loss_horizon_share) for n in lengths for s in names for law in laws for seed in seeds]
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(run_job, jobs))

@@ -12,7 +12,7 @@ import pytest
 import tracker_plugin as tp
 from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import _crossing
-from tracker_plugin.core.clock import build_timeline
+from tracker_plugin.core.clock import Timeline, build_timeline
 from tracker_plugin.core.forecast import _block_length, _inflated, _Resampler, fit_window, plan_inflation
 from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
 from tracker_plugin.core.models.replicates import refit_many
@@ -483,3 +483,41 @@ def test_the_shift_is_held_once_the_window_has_seen_a_decay():
         analysis = tp.analyze(cut, [2.0], model="lr-annealing", lr_schedule=COSINE, ema_token_window=WINDOW,
                               fit_start_step=300)
         assert (analysis.fit.shift != 0.0) == free, (cut.step[-1], analysis.fit.params)
+
+
+def _flat_timeline(tokens: np.ndarray) -> Timeline:
+    """A timeline whose steps are its tokens (all the loss horizons read)."""
+    ones = np.ones_like(tokens)
+    return Timeline(step=tokens, lr=ones, batch=ones, tokens=tokens, area=tokens, clock_steps=tokens, clock="tokens",
+                    reference_batch=1.0, last_step=float(tokens[0]), plan_end=None)
+
+
+def test_the_loss_horizon_is_the_horizon_on_a_curve_straight_in_ln_tokens_and_longer_where_it_flattens():
+    tokens = np.geomspace(1e6, 1e9, 4000)
+    timeline = _flat_timeline(tokens)
+    straight = 3.0 - 0.1 * np.log(tokens / 1e6)
+    flattening = 3.0 - 0.2 * (1 - (tokens / 1e6) ** -0.5)
+    drawn = forecast._Drawn(tokens, [], [], [straight, flattening])
+    target = 2.85
+    crossings = [1e6 * math.exp(1.5), 1e6 * (1 - 0.15 / 0.2) ** -2.0]
+    straight_h, flat_h = drawn.loss_horizons(timeline, target, crossings)
+    assert straight_h == pytest.approx(1.5, rel=1e-3)  # the fall 0.15 over a slope of 0.1 per e-fold
+    # At 16x the slope is 0.1 * 16 ** -0.5 = 0.025 per e-fold: 6.0, against a horizon of ln 16 = 2.77.
+    assert flat_h == pytest.approx(6.0, rel=1e-2) and flat_h > math.log(16)
+    assert drawn.loss_horizons(timeline, target, [math.inf, math.inf]) == (0.0, 0.0)  # no crossing
+    assert drawn.loss_horizons(timeline, 3.5, crossings) == (0.0, 0.0)  # no fall to come
+
+
+def test_the_interval_widens_by_its_share_of_a_longer_loss_horizon_only():
+    observed, raw = 1e8, np.array([1e8 * math.e, 1e8 * math.e])
+    shifts = np.array([1.0, -1.0])
+    alone = forecast.stretched(raw, shifts, 0.2, observed, math.inf)
+    np.testing.assert_allclose(np.log(alone / observed), np.exp([0.2, -0.2]), rtol=1e-12)  # h * exp(scale * t)
+    longer = np.array([3.0, 3.0])
+    np.testing.assert_array_equal(forecast.stretched(raw, shifts, 0.2, observed, math.inf, longer, 0.0), alone)
+    widened = forecast.stretched(raw, shifts, 0.2, observed, math.inf, longer, 1.0)
+    np.testing.assert_allclose(np.log(widened / raw), 3.0 * (np.exp([0.2, -0.2]) - 1), rtol=1e-12)
+    half = forecast.stretched(raw, shifts, 0.2, observed, math.inf, longer, 0.5)
+    np.testing.assert_allclose(np.log(half / raw), 2.0 * (np.exp([0.2, -0.2]) - 1), rtol=1e-12)
+    shorter = np.array([0.5, 0.5])  # a steep curve keeps the horizon's spread
+    np.testing.assert_allclose(forecast.stretched(raw, shifts, 0.2, observed, math.inf, shorter, 1.0), alone, rtol=1e-12)

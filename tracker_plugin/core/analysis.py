@@ -195,6 +195,7 @@ class TargetResult:
     # The bootstrap's sorted crossings in tokens (inf: never), for backtests' calibration.
     tokens_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)
     tokens_raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the stretch
+    tokens_loss_horizons: tuple[float, ...] = field(default=(), repr=False, compare=False)  # each raw draw's
     tokens_plan_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # on the plausible plans
     tokens_plan_ends: tuple[float, ...] = field(default=(), repr=False, compare=False)  # their plans' ends
     # The central plan's crossing where the point is over the plausible plans (TargetForecast.central).
@@ -603,7 +604,7 @@ def _law_result(
         )
         return TargetResult(
             target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
-            tokens_draws=found.draws, tokens_raw_draws=found.raw, tokens_plan_draws=found.plan_raw,
+            tokens_draws=found.draws, tokens_raw_draws=found.raw, tokens_loss_horizons=found.loss_horizons, tokens_plan_draws=found.plan_raw,
             tokens_plan_ends=found.plan_ends, tokens_central=found.central,
         )
     factor = found.tokens / history.last_tokens
@@ -627,6 +628,7 @@ def _law_result(
         p_reach_within_plan=found.p_reach_within_plan,
         tokens_draws=found.draws,
         tokens_raw_draws=found.raw,
+        tokens_loss_horizons=found.loss_horizons,
         tokens_plan_draws=found.plan_raw,
         tokens_plan_ends=found.plan_ends,
         tokens_central=found.central,

@@ -64,6 +64,7 @@ class BacktestCase:
     rows: int = 0  # logged rows the forecast saw
     plan_source: str | None = None  # where the plan came from: params/given, inferred, assumed
     raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the track record's stretch
+    loss_horizons: tuple[float, ...] = field(default=(), repr=False, compare=False)  # each raw draw's (forecast.LOSS_HORIZON_SHARE)
     error_scale: float | None = None  # the selection's (see forecast.Selection)
     error_count: int = 0
     # The track-record prior (scale, weight in forecasts) error_scale was shrunk towards, so
@@ -270,6 +271,7 @@ def _cut(
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
             score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
+            loss_horizons=result.tokens_loss_horizons,
             plan_draws=result.tokens_plan_draws, plan_ends=result.tokens_plan_ends, central_tokens=result.tokens_central,
             error_scale=None if selection is None else selection.error_scale,
             error_count=0 if selection is None else selection.error_count, plan_end_tokens=plan_end,

@@ -80,6 +80,7 @@ ERROR_WEIGHTS = (1.0, 3.0, 10.0)
 PLAN_SHARES = (0.0, 0.5, 1.0)
 POINT_SHARES = (0.0, 0.5, 1.0)
 DOFS = (0.0, 2.0, 3.0, 5.0)
+LOSS_HORIZON_SHARES = (0.0, 0.5, 1.0)
 # How much more an interval that covers less than it says costs than one that covers more,
 # in the calibration loss: rules fitted to the pooled coverage of some families cover less
 # on a family they have not seen (its runs differ from theirs by more than their runs
@@ -131,17 +132,18 @@ class Rule:
     mix: float = 0.0
     point_inferred: float = plan_spread.INFERRED_POINT_SHARE
     point_unknown: float = plan_spread.UNKNOWN_SHAPE_POINT_SHARE
+    loss_horizon: float = forecast.LOSS_HORIZON_SHARE  # the interval's share of the loss horizon
 
     def __str__(self) -> str:
         return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
                 f"error prior {self.error_scale:g} x {self.error_weight:g}, plan share {self.plan_share:g}, "
-                f"dof {self.dof:g}, law mix {self.mix:g}, point from the plans {self.point_inferred:g} inferred / {self.point_unknown:g} unknown shape")
+                f"dof {self.dof:g}, loss horizon {self.loss_horizon:g}, law mix {self.mix:g}, point from the plans {self.point_inferred:g} inferred / {self.point_unknown:g} unknown shape")
 
 
 # Today's rules (the forecast's and plan_spread's defaults, the gain prior's default).
 TODAY = Rule(ANNEAL_GAIN, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
 # The rules before the interval drew over the plausible plans (the rules of that forecast).
-BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, point_inferred=0.0, point_unknown=0.0)
+BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, point_inferred=0.0, point_unknown=0.0, loss_horizon=0.0)
 
 
 def family_of(name: str, rule: str = DEFAULT_FAMILY_RULE) -> str:
@@ -318,11 +320,8 @@ class Replay:
         # not depend on where the runs are checked out.
         seed = zlib.crc32(f"{case.run.rsplit('/', 1)[-1]}|{case.fit_fraction}|{case.target_quantile}|{case.model}".encode())
         shifts = np.random.default_rng(seed).standard_t(rule.dof or weight + n, len(raw))
+        draws = forecast.stretched(raw, shifts, scale, observed, math.inf, replay_loss_horizons(case, rule), rule.loss_horizon)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            horizon = np.log(np.maximum(raw / observed, 1.0))
-            stretch = np.exp(np.clip(scale * shifts, -20.0, 5.0))
-            draws = observed * np.exp(np.minimum(horizon * stretch, 600.0))
-            draws = np.where(np.isfinite(raw), draws, math.inf)
             inflation = rule.unknown_inflation if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES else rule.inflation
             if inflation != 1.0 and tokens is not None:
                 moved = tokens * np.exp(inflation * np.log(draws / tokens))
@@ -351,6 +350,15 @@ def replay_raw(case: BacktestCase, rule: Rule) -> np.ndarray:
     if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws:
         return plan_spread.pooled(raw, np.array(case.plan_draws, float), rule.plan_share)
     return raw
+
+
+def replay_loss_horizons(case: BacktestCase, rule: Rule) -> np.ndarray:
+    """The loss horizons of :func:`replay_raw`'s crossings (0 for the plausible plans', as
+    the forecast takes them)."""
+    horizons = np.array(case.loss_horizons, float)
+    if case.plan_source in forecast.UNKNOWN_PLAN_SOURCES and case.plan_draws:
+        return plan_spread.pooled(horizons, np.zeros(len(case.plan_draws)), rule.plan_share)
+    return horizons
 
 
 def plan_point(case: BacktestCase, rule: Rule) -> float | None:
@@ -465,9 +473,9 @@ def choose(replay: Replay, families: Sequence[str], mixes: Sequence[float] = MIX
                key=lambda r: (round(point_loss(replay, r, families), 6), _point_rules(r) != _point_rules(TODAY)))
     best = choose_mix(replay, best, families, mixes)
     # The interval rules by coordinate descent from a fixed start (the t's counted dof, half
-    # the draws from the plausible plans), not from today's defaults, which would otherwise
+    # the draws from the plausible plans, the horizon alone), not from today's defaults, which would otherwise
     # steer it; repeated until a round changes nothing.
-    rule = replace(best, dof=0.0, plan_share=0.5)
+    rule = replace(best, dof=0.0, plan_share=0.5, loss_horizon=0.0)
     for _ in range(_DESCENT_ROUNDS):
         before = rule
         rule = _interval_round(replay, rule, families)
@@ -486,6 +494,7 @@ def _interval_round(replay: Replay, rule: Rule, families: Sequence[str]) -> Rule
     rule = min((replace(rule, inflation=k, unknown_inflation=k, error_scale=s0, error_weight=w)
                 for k, s0, w in itertools.product(INFLATIONS, ERROR_SCALES, ERROR_WEIGHTS)), key=loss)
     rule = min((replace(rule, dof=d) for d in DOFS), key=loss)
+    rule = min((replace(rule, loss_horizon=h) for h in LOSS_HORIZON_SHARES), key=loss)
     rule = min((replace(rule, plan_share=p) for p in PLAN_SHARES), key=loss)
     rule = min((replace(rule, inflation=k) for k in INFLATIONS), key=loss)
     return min((replace(rule, unknown_inflation=k) for k in INFLATIONS), key=loss)

@@ -100,6 +100,16 @@ ERROR_DOF = 5
 # before those draws, then 1.0 and 1.0, then 0.8 and 0.8).
 INTERVAL_INFLATION = 0.8
 UNKNOWN_PLAN_INFLATION = 0.8
+# Where the forecast curve is flat at the target, a small error in the loss's level is a
+# large one in tokens. Each replicate's horizon in the track record's stretch is moved this
+# share of the way up to its *loss horizon*, the fall still to come over the curve's slope
+# per unit of ln tokens at its crossing, where that is longer (on a curve straight in
+# ln tokens the two are equal). 0 keeps the horizon alone. Chosen by leave-one-family-out
+# cross-validation among 0, 0.5 and 1 (benchmarks/bench_calibration.py): three folds of four
+# choose 0.
+LOSS_HORIZON_SHARE = 0.0
+# The slope at a crossing is read over this half-width in ln tokens.
+_SLOPE_HALF_WIDTH = 0.05
 # Plans whose source says they are not the run's own plan (see Plan.source).
 UNKNOWN_PLAN_SOURCES = ("inferred", "assumed", STEPS_ONLY)
 # The EMA remembers its start for a few spans (2.5 spans: under 1%).
@@ -147,6 +157,9 @@ class TargetForecast:
     # The replicates' crossings before the track record's stretch, in replicate order (inf:
     # never): with the selection's error scale they let a backtest replay other priors.
     raw: tuple[float, ...] = ()
+    # Each replicate's loss horizon (see LOSS_HORIZON_SHARE), in the order of ``raw``
+    # (0: none, as where it does not cross), so a backtest can replay other shares.
+    loss_horizons: tuple[float, ...] = ()
     # With an inferred or assumed plan, the crossings of replicates on the plans the log
     # cannot rule out, before the stretch (see tracker_plugin.core.plan_spread).
     plan_raw: tuple[float, ...] = ()
@@ -344,7 +357,8 @@ def forecast_targets(
                                       "the bootstrap could not refit the law: no interval"))
             continue
         raw = drawn.raw(target, beyond)
-        found = stretched(np.array(raw), shifts, error_scale, observed, beyond)
+        horizons = drawn.loss_horizons(fit.timeline, target, raw)
+        found = stretched(np.array(raw), shifts, error_scale, observed, beyond, np.array(horizons))
         values = np.sort(_inflated(found, tokens, observed, inflation))
         low, high = interval_of(values, level)
         p_reach = None if plan_end is None else float(np.mean(values <= float(fit.timeline.tokens_at(plan_end))))
@@ -355,9 +369,10 @@ def forecast_targets(
             # most refits reach it, so "unreachable" would be the point's word, not the evidence's.
             tokens, note = median, _near_miss_note(fit, values)
         if not math.isfinite(tokens):
-            out.append(TargetForecast(None, None, p_reach, draws=draws, raw=tuple(raw)))
+            out.append(TargetForecast(None, None, p_reach, draws=draws, raw=tuple(raw), loss_horizons=horizons))
         else:
-            out.append(TargetForecast(tokens, (low, high), p_reach, note, draws=draws, raw=tuple(raw)))
+            out.append(TargetForecast(tokens, (low, high), p_reach, note, draws=draws, raw=tuple(raw),
+                                      loss_horizons=horizons))
     return out
 
 
@@ -387,6 +402,7 @@ class _Drawn:
     steps: np.ndarray  # the EMA's steps past the last logged step, and the one before them
     central: list[np.ndarray]  # the fitted law's EMA plus a fluctuation path, each (empty: not asked)
     curves: list[tuple[LawFit, np.ndarray]]  # each refitted replicate, its EMA plus a path of its own
+    clean: list[np.ndarray]  # each replicate's EMA alone, on the same steps
 
     def raw(self, target: float, beyond: float) -> list[float]:
         """The replicates' crossings of ``target`` (inf: never, or past ``beyond``)."""
@@ -395,6 +411,25 @@ class _Drawn:
             crossing = crossing_tokens(replicate.timeline, self.steps, curve, target)
             raw.append(math.inf if crossing is None or crossing > beyond else crossing)
         return raw
+
+    def loss_horizons(self, timeline: Timeline, target: float, raw: Sequence[float]) -> tuple[float, ...]:
+        """Each replicate's fall still to come (its EMA's first value here less ``target``)
+        over its EMA's fall per unit of ln tokens at its crossing in ``raw`` (0: no crossing,
+        no fall, or an EMA that does not fall there; inf: one that is flat there)."""
+        if not self.clean:
+            return ()
+        ln_tokens = np.log(np.maximum(timeline.tokens_at(self.steps), 1e-300))
+        out = []
+        for crossing, curve in zip(raw, self.clean):
+            fall = float(curve[0]) - target
+            if not math.isfinite(crossing) or crossing <= 0 or fall <= 0:
+                out.append(0.0)
+                continue
+            at = math.log(crossing) + np.array([-_SLOPE_HALF_WIDTH, _SLOPE_HALF_WIDTH])
+            low, high = np.interp(at, ln_tokens, curve)
+            slope = (low - high) / (2 * _SLOPE_HALF_WIDTH)
+            out.append(fall / slope if slope > 0 else (math.inf if slope == 0 else 0.0))
+        return tuple(out)
 
 
 def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.random.Generator, *,
@@ -421,7 +456,7 @@ def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.ra
         else:
             paths.skip(rng)
     if not refit:
-        return _Drawn(steps, central, [])
+        return _Drawn(steps, central, [], [])
     resampler = _Resampler(fit)
     losses, means, drawn = [], [], []
     for _ in range(replicates):
@@ -433,8 +468,9 @@ def _draw(fit: LawFit, history: History, first: int, replicates: int, rng: np.ra
     kept = [(r, path) for r, path in zip(refits, drawn) if not isinstance(r, FitFailure)]
     # A replicate shares the fit's timeline, so its EMA lies on the same steps.
     _, smoothed = smooth_after([replicate for replicate, _ in kept], last)
-    curves = [(replicate, rep[-len(steps):] + path) for (replicate, path), rep in zip(kept, smoothed)]
-    return _Drawn(steps, central, curves)
+    clean = [rep[-len(steps):] for rep in smoothed]
+    curves = [(replicate, curve + path) for (replicate, path), curve in zip(kept, clean)]
+    return _Drawn(steps, central, curves, clean)
 
 
 def error_dof_of(count: int) -> float:
@@ -442,18 +478,26 @@ def error_dof_of(count: int) -> float:
     return float(ERROR_DOF) if ERROR_DOF > 0 else float(max(count, 1))
 
 
-def stretched(raw: np.ndarray, shifts: np.ndarray, error_scale: float | None, observed: float, beyond: float) -> np.ndarray:
+def stretched(raw: np.ndarray, shifts: np.ndarray, error_scale: float | None, observed: float, beyond: float,
+              loss_horizons: np.ndarray | None = None, share: float | None = None) -> np.ndarray:
     """Raw crossings (inf: never) moved by the law's track record: each log horizon
-    ``h = ln(tokens / observed)`` becomes ``h * exp(error_scale * shift)``, ``shift`` a
-    Student-t draw per crossing (see :func:`forecast_targets`); past ``beyond``, never."""
+    ``h = ln(tokens / observed)`` becomes ``h + H * (exp(error_scale * shift) - 1)``,
+    ``shift`` a Student-t draw per crossing (see :func:`forecast_targets`) and ``H`` the
+    horizon moved ``share`` (default :data:`LOSS_HORIZON_SHARE`) of the way up to the
+    crossing's loss horizon where that is longer (``H = h`` without them); past ``beyond``,
+    never."""
     if not error_scale or observed <= 0:
         return np.where(raw > beyond, math.inf, raw)
-    # For small errors ln(tokens) moves by about scale * h * t, and a forecast never lands
+    share = LOSS_HORIZON_SHARE if share is None else share
+    # For small errors ln(tokens) moves by about scale * H * t, and a forecast never lands
     # before the tokens already logged.
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         horizon = np.log(np.maximum(raw / observed, 1.0))
+        spread = horizon
+        if share > 0 and loss_horizons is not None and len(loss_horizons) == len(raw):
+            spread = horizon + share * np.maximum(loss_horizons - horizon, 0.0)
         stretch = np.exp(np.clip(error_scale * shifts, -20.0, 5.0))
-        moved = observed * np.exp(np.minimum(horizon * stretch, 600.0))
+        moved = observed * np.exp(np.clip(horizon + spread * (stretch - 1.0), 0.0, 600.0))
     return np.where(np.isfinite(raw) & (moved <= beyond), moved, math.inf)
 
 

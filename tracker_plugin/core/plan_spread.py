@@ -126,9 +126,11 @@ def over_plans(
         own = math.inf if central.tokens is None else central.tokens
         raw = pooled(np.array(central.raw, float), np.array(plan_raw, float), PLAN_SHARE)
         ends = pooled(np.full(len(central.raw), end), np.array(plan_ends, float), PLAN_SHARE)
+        # The plausible plans' draws keep their horizon alone (a loss horizon of 0).
+        horizons = pooled(np.array(central.loss_horizons, float), np.zeros(len(plan_raw)), PLAN_SHARE)
         shifts = rng.standard_t(error_dof_of(error_dof), len(raw))
         tokens = _point(central, plan_raw, share)
-        values = _inflated(stretched(raw, shifts, error_scale, observed, beyond), tokens, observed, inflation)
+        values = _inflated(stretched(raw, shifts, error_scale, observed, beyond, horizons), tokens, observed, inflation)
         # Within the plan each draw was made on: an inferred plan's end is as unknown as its
         # decay. A plan assumed (no end) has none to reach within.
         p_reach = None if fit.timeline.plan_end is None else float(np.mean(values <= ends))
