@@ -521,3 +521,24 @@ def test_the_interval_widens_by_its_share_of_a_longer_loss_horizon_only():
     np.testing.assert_allclose(np.log(half / raw), 2.0 * (np.exp([0.2, -0.2]) - 1), rtol=1e-12)
     shorter = np.array([0.5, 0.5])  # a steep curve keeps the horizon's spread
     np.testing.assert_allclose(forecast.stretched(raw, shifts, 0.2, observed, math.inf, shorter, 1.0), alone, rtol=1e-12)
+
+
+def test_auto_compares_the_laws_only_where_the_log_had_begun_its_decay():
+    """Inner cuts before the decay score the multi-power law's response on its prior alone;
+    ``auto`` (and its replay under any rule) compares the laws on the cuts that had shed a
+    share of what the log has shed, the multi-power law forecasting where none had."""
+    from tracker_plugin.core.backtest import BacktestCase
+    from tracker_plugin.core.cross_family import Cut, Rule, _auto
+    from tracker_plugin.core.status import Status
+
+    inner_la, inner_mp = ((0.01, 0.0), (0.01, 0.05), (0.2, 0.3)), ((0.3, 0.0), (0.3, 0.05), (0.1, 0.3))
+    assert forecast.selection_score(inner_la, 0.1) == pytest.approx(0.2)
+    assert forecast.selection_score(inner_la, 0.0) == pytest.approx(0.22 / 3)
+    assert forecast.selection_score(inner_la, 0.5) is None
+    la = BacktestCase("r", "lr-annealing", 0.5, 0.8, 3.0, 1e9, Status.FORECAST, inner=inner_la)
+    mp = replace(la, model="multi-power", inner=inner_mp)
+    cut = Cut("r", "fam", 0.5, 0.6, 1e8, "log")
+    assert _auto(la, mp, cut, Rule(0.1, 0.0, 0.1, compared=0.25)) is mp  # the last cut alone: 0.1 against 0.2
+    assert _auto(la, mp, cut, Rule(0.1, 0.0, 0.1, compared=0.0)) is la  # every cut: 0.07 against 0.23
+    assert _auto(la, mp, cut, Rule(0.1, 0.0, 0.1, compared=0.75)) is mp  # no cut sheds 0.45: the richer law
+    assert _auto(la, mp, replace(cut, seen_decay=0.05), Rule(0.1, 0.0, 0.1)) is la  # the log itself is before the gate

@@ -61,6 +61,8 @@ class BacktestCase:
     p_reach: float | None = None  # p_reach_within_plan
     draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # the bootstrap's sorted crossings
     score: float | None = None  # the chosen law's mean |ln| forecasting the cut's own later log
+    # The law's inner forecasts, (|ln|, share of the peak lr shed at the inner cut): Selection.inner.
+    inner: tuple[tuple[float, float], ...] = ()
     rows: int = 0  # logged rows the forecast saw
     plan_source: str | None = None  # where the plan came from: params/given, inferred, assumed
     raw_draws: tuple[float, ...] = field(default=(), repr=False, compare=False)  # before the track record's stretch
@@ -270,7 +272,7 @@ def _cut(
     cases = [
         replace(
             _scored(history.run, model, fraction, q, target, truth, result, chosen),
-            score=score, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
+            score=score, inner=() if selection is None else selection.inner, rows=rows, plan_source=source, raw_draws=result.tokens_raw_draws,
             loss_horizons=result.tokens_loss_horizons,
             plan_draws=result.tokens_plan_draws, plan_ends=result.tokens_plan_ends, central_tokens=result.tokens_central,
             error_scale=None if selection is None else selection.error_scale,

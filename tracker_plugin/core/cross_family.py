@@ -3,12 +3,13 @@
 The forecast rests on rules read off runs: the annealing-gain prior (``anneal_gain``), the
 margin by which ``auto`` prefers the multi-power law over the lr-annealing law
 (``forecast.SELECTION_MARGIN``), the share of the peak lr a log must have shed before the
-multi-power law is a candidate (``forecast.MIN_SEEN_DECAY``), the interval's inflations
+multi-power law is a candidate (``forecast.MIN_SEEN_DECAY``), the share of the log's decay an
+inner cut must have shed to compare the laws (``forecast.COMPARED_SHARE``), the interval's inflations
 the error prior, and the uncertainty rules: the share of an inferred or assumed plan's
 draws taken from the plausible plans (``plan_spread.PLAN_SHARE``), the share of the point
 forecast's crossings from those plans, for a plan inferred and for one whose shape is
 unknown (``plan_spread.INFERRED_POINT_SHARE``, ``UNKNOWN_SHAPE_POINT_SHARE``), the t's degrees of freedom
-(``forecast.ERROR_DOF``) and an evidence-weighted mixture of the two laws' draws in place of
+(``forecast.ERROR_DOF``), the interval's share of the loss horizon (``forecast.LOSS_HORIZON_SHARE``) and an evidence-weighted mixture of the two laws' draws in place of
 ``auto``'s hard pick (a candidate only when asked for). Tuned on the runs they are scored on, their figures flatter them, so
 each family of runs is held out in turn:
 
@@ -20,10 +21,10 @@ each family of runs is held out in turn:
    or error prior from the bootstrap's raw draws, which every case carries, and the draws
    over the plausible plans from those draws, which every case with an unknown plan carries;
 3. for each held-out family the rule is chosen on the *other* families alone
-   (:func:`choose`): gain, margin and gate by the mean over families of the median and
+   (:func:`choose`): gain, margin, gate and the inner cuts compared by the mean over families of the median and
    p90 ``|ln(predicted/true)|`` (each family weighs the same; :func:`point_loss`) jointly with the point's shares
    from the plausible plans, then by the same loss the laws' mixture, then the error prior and the inflations
-   jointly, the t's degrees of freedom and the plausible plans' share, each by the squared
+   jointly, the t's degrees of freedom, the loss horizon's share and the plausible plans' share, each by the squared
    miss of the 50/80/95% coverages of their cases pooled (cuts with no inner forecast apart);
 4. the held-out family is scored with that rule; all families' held-out scores pooled are
    the leave-one-family-out figures (:func:`cross_family`, :func:`figure_rows`).
@@ -81,6 +82,7 @@ PLAN_SHARES = (0.0, 0.5, 1.0)
 POINT_SHARES = (0.0, 0.5, 1.0)
 DOFS = (0.0, 2.0, 3.0, 5.0)
 LOSS_HORIZON_SHARES = (0.0, 0.5, 1.0)
+COMPARED_SHARES = (0.0, 0.25, 0.5, 0.75)
 # How much more an interval that covers less than it says costs than one that covers more,
 # in the calibration loss: rules fitted to the pooled coverage of some families cover less
 # on a family they have not seen (its runs differ from theirs by more than their runs
@@ -133,9 +135,10 @@ class Rule:
     point_inferred: float = plan_spread.INFERRED_POINT_SHARE
     point_unknown: float = plan_spread.UNKNOWN_SHAPE_POINT_SHARE
     loss_horizon: float = forecast.LOSS_HORIZON_SHARE  # the interval's share of the loss horizon
+    compared: float = forecast.COMPARED_SHARE  # auto compares the laws on inner cuts that shed this share of the log's
 
     def __str__(self) -> str:
-        return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
+        return (f"gain {self.gain:g}, margin {self.margin:g}, gate {self.gate:g}, compared past {self.compared:g}, inflation {self.inflation:g} / unknown plan {self.unknown_inflation:g}, "
                 f"error prior {self.error_scale:g} x {self.error_weight:g}, plan share {self.plan_share:g}, "
                 f"dof {self.dof:g}, loss horizon {self.loss_horizon:g}, law mix {self.mix:g}, point from the plans {self.point_inferred:g} inferred / {self.point_unknown:g} unknown shape")
 
@@ -143,7 +146,8 @@ class Rule:
 # Today's rules (the forecast's and plan_spread's defaults, the gain prior's default).
 TODAY = Rule(ANNEAL_GAIN, forecast.SELECTION_MARGIN, forecast.MIN_SEEN_DECAY)
 # The rules before the interval drew over the plausible plans (the rules of that forecast).
-BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, point_inferred=0.0, point_unknown=0.0, loss_horizon=0.0)
+BEFORE = Rule(0.05, 0.01, 0.25, 0.8, 1.0, 0.3, 1.0, plan_share=0.0, dof=0.0, mix=0.0, point_inferred=0.0, point_unknown=0.0, loss_horizon=0.0,
+              compared=0.0)
 
 
 def family_of(name: str, rule: str = DEFAULT_FAMILY_RULE) -> str:
@@ -332,10 +336,13 @@ class Replay:
 def _auto(la: BacktestCase, mp: BacktestCase, cut: Cut, rule: Rule) -> BacktestCase:
     """The law auto chooses under ``rule``, as choose_law does: the multi-power law once the
     log has shed enough of the peak lr, unless the lr-annealing law forecast the log's end
-    better by the margin."""
+    better by the margin, over the inner cuts whose log had shed the rule's share of the
+    log's decay."""
     if cut.seen_decay < rule.gate:
         return la
-    if la.score is not None and mp.score is not None and la.score < mp.score - rule.margin:
+    floor = rule.compared * cut.seen_decay
+    la_score, mp_score = (forecast.selection_score(c.inner, floor) if c.inner else c.score for c in (la, mp))
+    if la_score is not None and mp_score is not None and la_score < mp_score - rule.margin:
         return la
     return mp
 
@@ -462,14 +469,14 @@ def _no_track_record(scored: Scored) -> bool:
 
 
 def choose(replay: Replay, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:
-    """The rule ``families`` pick: the point rules first (gain, margin, gate and the point's
-    shares from the plausible plans jointly, a tie keeping today's), then the laws' mixture (of
+    """The rule ``families`` pick: the point rules first (gain, margin, gate, the inner cuts
+    compared and the point's shares from the plausible plans jointly, a tie keeping today's), then the laws' mixture (of
     ``mixes``) by the point loss, then the interval rules by the calibration loss (rounds
     of :func:`_interval_round` until one changes nothing)."""
     # The point rules jointly (the point over the plausible plans moves which gain fits),
     # so what is chosen does not depend on today's defaults but for exact ties.
-    candidates = itertools.product(GAINS, MARGINS, GATES, POINT_SHARES, POINT_SHARES)
-    best = min((Rule(g, m, gate, point_inferred=a, point_unknown=b) for g, m, gate, a, b in candidates),
+    candidates = itertools.product(GAINS, MARGINS, GATES, POINT_SHARES, POINT_SHARES, COMPARED_SHARES)
+    best = min((Rule(g, m, gate, point_inferred=a, point_unknown=b, compared=c) for g, m, gate, a, b, c in candidates),
                key=lambda r: (round(point_loss(replay, r, families), 6), _point_rules(r) != _point_rules(TODAY)))
     best = choose_mix(replay, best, families, mixes)
     # The interval rules by coordinate descent from a fixed start (the t's counted dof, half
@@ -501,7 +508,7 @@ def _interval_round(replay: Replay, rule: Rule, families: Sequence[str]) -> Rule
 
 
 def _point_rules(rule: Rule) -> tuple[float, ...]:
-    return rule.gain, rule.margin, rule.gate, rule.point_inferred, rule.point_unknown
+    return rule.gain, rule.margin, rule.gate, rule.point_inferred, rule.point_unknown, rule.compared
 
 
 def choose_mix(replay: Replay, rule: Rule, families: Sequence[str], mixes: Sequence[float] = MIXES) -> Rule:

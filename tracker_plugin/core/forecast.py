@@ -76,6 +76,14 @@ SELECTION_MARGIN = 0.0
 # peak lr must have been shed in the log before it is a candidate (chosen by the same
 # validation among 0.1, 0.25 and 0.5).
 MIN_SEEN_DECAY = 0.1
+# ``auto`` compares the laws on the inner cuts whose log had shed at least this share of
+# the lr the whole log has shed, the multi-power law forecasting where none had: a cut
+# before the decay scores that law's response on its prior alone, which is not the regime
+# the forecast is in (a step drop late in the log leaves every inner cut before it). The
+# same validation cannot tell 0 (every cut) from 0.25: no cut of the visible runs moves,
+# 0.5 and 0.75 forecast worse; the synthetic schedule shapes, whose truth is known, take 0.25
+# (benchmarks/bench_schedule_shapes.py).
+COMPARED_SHARE = 0.25
 # Prior for the law's own error per unit of log horizon: an extrapolation over a factor e
 # in tokens is taken to be uncertain by this much in log tokens, before the run's own inner
 # forecasts say otherwise; it counts as this many forecasts. Chosen, with the inflations
@@ -141,6 +149,9 @@ class Selection:
     scores: tuple[tuple[str, float | None], ...] = ()
     error_scale: float | None = None
     error_count: int = 0
+    # The chosen law's inner forecasts: (|ln(predicted / actual)|, the share of the peak lr
+    # the log had shed at the cut), so a backtest can replay the choice under another gate.
+    inner: tuple[tuple[float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -232,12 +243,13 @@ def choose_law(
     """
     end = len(history)
     names = [model] if model != AUTO else list(CANDIDATES)
-    if model == AUTO:
-        seen = timeline.drops().before(float(timeline.clock_at(history.step[-1])))
-        if seen.total < MIN_SEEN_DECAY:
-            names = [LR_ANNEALING.name]
+    shed = timeline.drops().before(float(timeline.clock_at(history.step[-1]))).total
+    if model == AUTO and shed < MIN_SEEN_DECAY:
+        names = [LR_ANNEALING.name]
     inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior) for name in names}
-    scores = {name: (float(np.mean([abs(e) for e, _ in errs])) if errs else None) for name, errs in inner.items()}
+    # Alone, a law is scored on every cut.
+    floor = COMPARED_SHARE * shed if len(names) > 1 else 0.0
+    scores = {name: selection_score([(abs(e), seen) for e, _, seen in errs], floor) for name, errs in inner.items()}
     chosen = names[0]
     for name in names[1:]:
         score, best = scores[name], scores[chosen]
@@ -254,12 +266,24 @@ def choose_law(
         cuts = ", ".join(f"{c:.0%}" for c in INNER_CUTS)
         method = (
             f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
-            f"of the logged {history.unit}; lowest mean |ln(predicted/actual)| wins "
+            f"of the logged {history.unit}"
+            + (f" (those whose log had shed {COMPARED_SHARE:.0%} of the lr the log has shed; none: the multi-power law)"
+               if COMPARED_SHARE > 0 else "")
+            + "; lowest mean |ln(predicted/actual)| wins "
             + (f"(by more than {SELECTION_MARGIN})" if SELECTION_MARGIN > 0 else "(a tie keeps the richer law)")
         )
     fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
     errors = inner[chosen]
-    return fit, Selection(chosen, method, tuple(scores.items()), *_error_scale(errors))
+    return fit, Selection(chosen, method, tuple(scores.items()), *_error_scale([(e, r) for e, r, _ in errors]),
+                          inner=tuple((abs(e), seen) for e, _, seen in errors))
+
+
+def selection_score(inner: Sequence[tuple[float, float]], floor: float) -> float | None:
+    """A law's mean ``|ln|`` over its inner forecasts ``(|ln|, share of the peak lr shed
+    at the cut)`` from cuts that had shed at least ``floor`` (None: no such cut). Every law
+    has the same cuts, so the laws' scores rest on the same ones (see :data:`COMPARED_SHARE`)."""
+    seen = [error for error, shed in inner if shed >= floor]
+    return float(np.mean(seen)) if seen else None
 
 
 def _error_scale(errors: list[tuple[float, float]]) -> tuple[float, int]:
@@ -285,10 +309,12 @@ def _inner_errors(
     timeline: Timeline,
     ema_window: float,
     prior: GainPrior | None,
-) -> list[tuple[float, float]]:
-    """``(ln(predicted / actual tokens), actual / cut tokens)`` of forecasts of the log's end."""
+) -> list[tuple[float, float, float]]:
+    """``(ln(predicted / actual tokens), actual / cut tokens, share of the peak lr shed by
+    the cut)`` of forecasts of the log's end."""
     tokens = history.tokens
     target = float(smoothed[-1])
+    cells = timeline.drops()
     out = []
     for cut in INNER_CUTS:
         end = int(np.searchsorted(tokens, cut * tokens[-1], side="right"))
@@ -304,7 +330,8 @@ def _inner_errors(
         fit = fit_window(name, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
         predicted = None if isinstance(fit, FitFailure) else fit.solve(target)
         error = FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), FAILED_SCORE), -FAILED_SCORE)
-        out.append((error, ratio))
+        shed = cells.before(float(timeline.clock_at(history.step[end - 1]))).total
+        out.append((error, ratio, shed))
     return out
 
 
