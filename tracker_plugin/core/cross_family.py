@@ -615,6 +615,11 @@ class CrossFamily:
     def families(self) -> list[str]:
         return self.replay.families
 
+    @property
+    def held_out_rules(self) -> dict[str, Rule]:
+        """Each held-out family's rule: the rule of all visible families (none held out: empty)."""
+        return {} if self.held_out is None else dict.fromkeys(self.held_out.families, self.on_all)
+
 
 def cross_family(results: Results, held_out_results: Results | None = None, mixes: Sequence[float] = MIXES) -> CrossFamily:
     """Each family's rule chosen on the others, and the rule of all (see the module's docstring).
@@ -744,6 +749,5 @@ def held_out(result: CrossFamily) -> tuple[list[FigureRow], list[FamilyRow]]:
     other = result.held_out
     if other is None:
         return [], []
-    today = dict.fromkeys(other.families, TODAY)
-    chosen = dict.fromkeys(other.families, result.on_all)
+    today, chosen = dict.fromkeys(other.families, TODAY), result.held_out_rules
     return figure_rows(other, (("today", today), ("all", chosen))), family_rows(other, today, chosen)

@@ -34,8 +34,9 @@ from tracker_plugin.report.tables import MISSING, Align, json_row, json_value, t
 __all__ = ["cross_family_json", "cross_family_text", "matching_text", "reliability_text"]
 
 _PROTOCOL = (
-    "each family held out in turn: the rules (gain prior, auto's margin and gate, interval inflations, error prior, "
-    "plausible plans' share and point, the t's degrees of freedom, the laws' mixture) "
+    "each family held out in turn: the rules (gain prior, auto's margin, gate and inner cuts compared, interval "
+    "inflations, error prior, plausible plans' share and point, the t's degrees of freedom, the loss horizon's share, "
+    "the laws' mixture) "
     "chosen on the other families, the held-out family scored with them; error = ln(predicted / true tokens)"
 )
 
@@ -67,8 +68,7 @@ def cross_family_json(result: CrossFamily, skipped: Sequence[Skipped] = ()) -> d
             "families": [{"family": f, "runs": result.held_out.runs(f)} for f in result.held_out.families],
             "figures": [json_row(x) for x in rows],
             "per_family": [_family_json(x) for x in fams],
-            "reliability": _reliability_json(reliability_rows(result.held_out, dict.fromkeys(result.held_out.families,
-                                                                                             result.on_all))),
+            "reliability": _reliability_json(reliability_rows(result.held_out, result.held_out_rules)),
         }
     return doc
 
@@ -112,8 +112,7 @@ def cross_family_text(result: CrossFamily, skipped: Sequence[Skipped] = (), word
                   + _header(result.held_out), ""]
         lines += _figures_text(rows, ["today", "all"], "on all visible families (all)")
         lines += _families_text(fams, "today -> all", held_out=True)
-        chosen = dict.fromkeys(result.held_out.families, result.on_all)
-        lines += reliability_text(reliability_rows(result.held_out, chosen), "all")
+        lines += reliability_text(reliability_rows(result.held_out, result.held_out_rules), "all")
     lines += [f"skipped {item.run}: {wording(item.error)}" for item in skipped]
     return "\n".join(lines)
 

@@ -24,6 +24,7 @@ from tracker_plugin.report.plot_parts import (
     frame_loss,
     furthest,
     interval_band,
+    keep_layout,
     mark_crossing,
     open_top,
     outside_legend,
@@ -100,9 +101,7 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     for label in labels:
         label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
     place_labels(ax, labels, [t.xy for t in labels], plan_x, curves=curves)
-    # The layout is done (the labels are out of it): saving must not work it out again,
-    # which costs as much as the drawing itself.
-    fig.set_layout_engine("none")
+    keep_layout(fig)  # the layout is done (the labels are out of it)
     return fig
 
 

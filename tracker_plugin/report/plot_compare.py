@@ -25,6 +25,7 @@ from tracker_plugin.report.plot_parts import (
     frame_loss,
     furthest,
     interval_band,
+    keep_layout,
     mark_crossing,
     open_top,
     outside_legend,
@@ -129,6 +130,7 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
     for label in labels:
         label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
     place_labels(ax, labels, [t.xy for t in labels], avoid=names, curves=ax.lines)
+    keep_layout(fig)  # the layout is done (the labels are out of it)
     return fig
 
 

@@ -79,6 +79,18 @@ def figure() -> Any:
     return fig
 
 
+def keep_layout(fig: Any) -> None:
+    """Keep the layout worked out so far (the labels placed in it): saving must not work it
+    out again. savefig draws a figure with any layout engine, even matplotlib's placeholder
+    for 'none', once more before it draws it to the file; with none at all, it does not."""
+    import matplotlib as mpl
+
+    if mpl.rcParams["figure.autolayout"] or mpl.rcParams["figure.constrained_layout.use"]:
+        fig.set_layout_engine("none")  # None would bring the user's rc engine back
+    else:
+        fig.set_layout_engine(None)
+
+
 def plot_format(path: str | os.PathLike[str] | BinaryIO) -> str:
     """The format a plot path's extension names (png for a file object or no extension).
 
