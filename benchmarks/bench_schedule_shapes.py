@@ -1,6 +1,6 @@
 """Forecasts on synthetic runs of the multi-power law, schedule shape by schedule shape.
 
-    python benchmarks/bench_schedule_shapes.py [--quick] [--workers 2] [--seeds 3] [--noise 0.01]
+    python benchmarks/bench_schedule_shapes.py [--quick] [--workers 2] [--seeds 3] [--noise 0.01] [--loss-horizon-share S]
 
 Each run follows the multi-power law of Luo et al. (2025) (the form of
 ``core/models/multipower.py``) with known parameters, plus white noise of ``--noise``:

@@ -113,7 +113,7 @@ OVERLAY_TARGETS = (3.6, 3.4, 3.3)
 def ladder() -> list[tuple[str, Analysis]]:
     """Runs of different lengths: 3.6 reached by two, not reached by the shortest (it finished
     just above it); 3.4 reached by the longest, forecast for a cut one (its lr still held:
-    beyond the plan); 3.1 not reached by the finished ones, forecast for the cut one."""
+    beyond the plan); 3.2 not reached by the finished ones, forecast for the cut one."""
     columns = tp.Columns().with_overrides(loss="val_loss")
     runs = [("short", DATA / "olmo-ladder-190M-1xC.csv"), ("long", DATA / "olmo-ladder-370M-5xC.csv")]
     runs.append(("cut", DATA / "olmo-ladder-370M-5xC.csv"))
@@ -122,7 +122,7 @@ def ladder() -> list[tuple[str, Analysis]]:
         frame = pd.read_csv(path)
         if name == "cut":
             frame = frame.iloc[: len(frame) // 6]
-        out.append((name, tp.analyze(frame, [3.6, 3.4, 3.1], run=name, columns=columns)))
+        out.append((name, tp.analyze(frame, [3.6, 3.4, 3.2], run=name, columns=columns)))
     return out
 
 
@@ -256,11 +256,11 @@ def test_bands_of_runs_at_one_target_are_drawn_apart() -> None:
 
 @cache
 def open_ended() -> list[tuple[str, Analysis]]:
-    """The 370M-5xC log read without its lr (no plan: beyond the plan) to 2.8, which some
+    """The 370M-5xC log read without its lr (no plan: beyond the plan) to 2.9, which some
     replicates never reach: an interval open at the top; and the cut run of the ladder."""
     frame = pd.read_csv(DATA / "olmo-ladder-370M-5xC.csv").drop(columns="lr")
     columns = tp.Columns().with_overrides(loss="val_loss")
-    return [("no lr", tp.analyze(frame, [3.3, 2.8], run="no lr", columns=columns)), ladder()[2]]
+    return [("no lr", tp.analyze(frame, [3.3, 2.9], run="no lr", columns=columns)), ladder()[2]]
 
 
 def test_an_interval_open_at_the_top_ends_in_an_arrow_inside_the_frame() -> None:
@@ -308,11 +308,11 @@ def test_a_time_plot_of_clocked_runs_is_written(capsys, tmp_path) -> None:
 def test_a_forecast_past_the_warn_factor_is_flagged_on_the_overlay() -> None:
     _, ax = _overlay(ladder())
     flagged = [r for _, a in ladder() for r in a.targets if r.beyond_warn_factor]
-    assert flagged and all(r.target == 3.1 for r in flagged)  # the farthest target only
+    assert flagged and all(r.target == 3.2 for r in flagged)  # the farthest target only
     warned = sorted(t.get_text() for t in ax.texts if "WARNING" in t.get_text())
     factors = [r.extrapolation_factor for r in flagged]
     assert all(f is not None and f > 3 for f in factors)
-    assert len(warned) == len(flagged) and all(w.startswith("3.1: ") for w in warned)
+    assert len(warned) == len(flagged) and all(w.startswith("3.2: ") for w in warned)
     assert all(sum(f"WARNING: {f:.2f}x past the log" in w for w in warned) == 1 for f in factors)
     edged = [m for m in _markers(ax) if m.get_markeredgecolor() == "black"]
     assert sorted(float(m.get_xdata()[0]) for m in edged) == pytest.approx(sorted(r.tokens for r in flagged), rel=1e-9)

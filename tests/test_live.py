@@ -40,15 +40,15 @@ def feed(live: LiveForecast, frame: pd.DataFrame, until: int, *, tokens: bool = 
 
 def test_a_live_forecast_is_the_analysis_of_the_same_rows(nanogpt):
     plan = LrSchedule.from_table(nanogpt.step.tolist(), nanogpt.lr.tolist(), source="scheduler")
-    live = LiveForecast([3.3, 3.1], plan=plan, tokens_per_step=524288, background=False, every_logs=10_000,
+    live = LiveForecast([3.3, 3.2], plan=plan, tokens_per_step=524288, background=False, every_logs=10_000,
                         every_seconds=0)
     feed(live, nanogpt, until=4000, tokens=False)
     result = live.forecast()
     assert result is not None and result.step == 4000 and result.rows == 4001
     cut = nanogpt[nanogpt.step <= 4000].assign(time=lambda f: 1.7e9 + 0.3 * f.step)
     batch = run_analysis(build_history(cut[["step", "global_batch", "lr", "train_loss", "time"]], run="x"),
-                         AnalysisConfig(targets=(3.3, 3.1), lr_schedule=plan))
-    # 3.3 is forecast within the plan; the plan ends (step 9,536) before the law reaches 3.1 (the run ends at 3.30)
+                         AnalysisConfig(targets=(3.3, 3.2), lr_schedule=plan))
+    # 3.3 is forecast within the plan; the plan ends (step 9,536) before the law reaches 3.2 (the run ends at 3.30)
     assert [t.status for t in batch.targets] == [Status.FORECAST, Status.NOT_REACHED]
     for mine, theirs in zip(result.analysis.targets, batch.targets, strict=True):
         assert mine.status == theirs.status

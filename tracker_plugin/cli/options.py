@@ -88,7 +88,7 @@ DEFAULTS: dict[str, Any] = {
     "model": "auto",
     "clock": "tokens",
     "interval": 0.8,
-    "anneal_gain": 0.1,
+    "anneal_gain": 0.05,
     "fit_start_step": None,
     "fit_last_stage": False,
     "extrapolation_warn_factor": 3.0,
