@@ -62,11 +62,12 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     (run,) = client.search_runs([client.get_experiment_by_name("live").experiment_id])
     points = client.get_metric_history(run.info.run_id, KEY)
     steps = [p.step for p in points]
-    # a series over the run, a point per forecast that had a number for the target (every 10 logged rows
+    # a series over the run (2 points or more: the early forecasts of the tiny model, on a 5% gain
+    # prior, call the target unreachable), a point per forecast that had a number for the target (every 10 logged rows
     # once the warmup is over), at the trainer's logged steps; forecasts run inline here, so the series
     # does not depend on the machine's speed (the background thread is tested in test_live.py). The
     # final annotation writes its own value at the last step too, when it differs from the live one.
-    assert len(set(steps)) >= 5 and steps == sorted(steps) and steps[-1] == STEPS, str(steps)
+    assert len(set(steps)) >= 2 and steps == sorted(steps) and steps[-1] == STEPS, str(steps)
     assert all(0 < s <= STEPS for s in steps) and len(steps) - len(set(steps)) <= 1
     assert set(run.data.metrics) >= {KEY, "when_2p5_step", "when_2p5_hours"}
     assert run.data.tags[MARKER] and run.data.tags["when_2p5"].startswith("reached · ")
@@ -80,7 +81,7 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
     offline = read_offline_run(wandb_file, {KEY, "train/global_step"}, ref="w")
     live_steps, values = offline.data[KEY]
-    assert len(values) >= 5 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)  # whole steps
+    assert len(values) >= 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)  # whole steps
     assert offline.summary[MARKER] and offline.summary["when_2p5"].startswith("reached · ")
     # annotated while open, the W&B run is annotated again once closed, and annotate says why
     assert main(["annotate", f"wandb-offline:{wandb_file.parent}", "-t", *TARGETS, "--json", *extra]) == 0
