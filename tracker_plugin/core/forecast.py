@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracker_plugin.core.clock import Timeline
+from tracker_plugin.core.clock import DropCells, Timeline
 from tracker_plugin.core.models import (
     LAWS,
     LR_ANNEALING,
@@ -242,10 +242,11 @@ def choose_law(
     """
     end = len(history)
     names = [model] if model != AUTO else list(CANDIDATES)
-    shed = timeline.drops().before(float(timeline.clock_at(history.step[-1]))).total
+    cells = timeline.drops()
+    shed = cells.before(float(timeline.clock_at(history.step[-1]))).total
     if model == AUTO and shed < MIN_SEEN_DECAY:
         names = [LR_ANNEALING.name]
-    inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior) for name in names}
+    inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior, cells) for name in names}
     # Alone, a law is scored on every cut.
     floor = COMPARED_SHARE * shed if len(names) > 1 else 0.0
     scores = {name: selection_score([(abs(e), seen) for e, _, seen in errs], floor) for name, errs in inner.items()}
@@ -308,12 +309,12 @@ def _inner_errors(
     timeline: Timeline,
     ema_window: float,
     prior: GainPrior | None,
+    cells: DropCells,
 ) -> list[tuple[float, float, float]]:
     """``(ln(predicted / actual tokens), actual / cut tokens, share of the peak lr shed by
-    the cut)`` of forecasts of the log's end."""
+    the cut)`` of forecasts of the log's end; ``cells`` are the timeline's drops."""
     tokens = history.tokens
     target = float(smoothed[-1])
-    cells = timeline.drops()
     out = []
     for cut in INNER_CUTS:
         end = int(np.searchsorted(tokens, cut * tokens[-1], side="right"))
