@@ -25,6 +25,7 @@ from tracker_plugin.report.plot_parts import (
     furthest,
     interval_band,
     keep_layout,
+    lay_out,
     mark_crossing,
     open_top,
     outside_legend,
@@ -97,7 +98,7 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     ax.set_title(_title(analysis, name), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax)
-    fig.draw_without_rendering()  # the constrained layout, so the labels are placed in the final axes
+    lay_out(fig)
     for label in labels:
         label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
     place_labels(ax, labels, [t.xy for t in labels], plan_x, curves=curves)

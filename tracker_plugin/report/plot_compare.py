@@ -26,6 +26,7 @@ from tracker_plugin.report.plot_parts import (
     furthest,
     interval_band,
     keep_layout,
+    lay_out,
     mark_crossing,
     open_top,
     outside_legend,
@@ -126,7 +127,7 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
     ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
-    fig.draw_without_rendering()  # the constrained layout, so the labels are placed in the final axes
+    lay_out(fig)
     for label in labels:
         label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
     place_labels(ax, labels, [t.xy for t in labels], avoid=names, curves=ax.lines)

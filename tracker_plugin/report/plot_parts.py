@@ -79,6 +79,13 @@ def figure() -> Any:
     return fig
 
 
+def lay_out(fig: Any) -> None:
+    """Work out the constrained layout, so that labels are placed in the final axes. Only
+    the layout: drawing every artist for it (``draw_without_rendering``) cost a sixth of a
+    plot and changes no pixel."""
+    fig.get_layout_engine().execute(fig)
+
+
 def keep_layout(fig: Any) -> None:
     """Keep the layout worked out so far (the labels placed in it): saving must not work it
     out again. savefig draws a figure with any layout engine, even matplotlib's placeholder
