@@ -33,13 +33,22 @@ import argparse
 import csv
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 # The runs are read as the forecast benchmark beside this file reads them.
 from bench_forecast import load  # noqa: E402  (benchmarks/ is on the path when run as a script)
 
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.core.cross_family import MIXES, cross_family, family_of, matching_rows
+from tracker_plugin.core.cross_family import (
+    MIXES,
+    TODAY,
+    CrossFamily,
+    cross_family,
+    family_of,
+    figure_rows,
+    matching_rows,
+)
 from tracker_plugin.jobs.cross_family import Member, cross_family_cases
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.report.cross_family import cross_family_text, matching_text
@@ -96,6 +105,9 @@ def main() -> None:
     parser.add_argument("--runs-like", action="append", metavar="REGEX",
                         help="also print the LOFO figures of the runs whose name matches (repeatable; "
                              "default: the MPL cosine runs, mpl-.*-cosine)")
+    parser.add_argument("--error-priors", nargs="+", metavar="SCALE,WEIGHT", default=[],
+                        help="also print today's rules with each of these error priors (the track record's prior "
+                             "error per unit of log horizon and its weight in forecasts) on every family, pooled")
     parser.add_argument("--cache", type=Path, help="keep the backtest cases here and reuse them (same runs, settings and version)")
     args = parser.parse_args()
     files = csvs(args.runs, args.runs_time)
@@ -112,6 +124,24 @@ def main() -> None:
     print(cross_family_text(result))
     rows = [row for pattern in args.runs_like or ["mpl-.*-cosine"] for row in matching_rows(result, pattern)]
     print("\n".join(matching_text(rows)))
+    if args.error_priors:
+        print("\n".join(error_prior_text(result, [tuple(map(float, x.split(","))) for x in args.error_priors])))
+
+
+def error_prior_text(result: CrossFamily, priors: list[tuple[float, ...]]) -> list[str]:
+    """Today's rules with each error prior in place, every family scored with it (no
+    family held out: a reading of what the prior does, not a choice of it), pooled cuts."""
+    lines = ["", "Today's rules with other error priors (scale, weight), every family, pooled cuts: "
+             "median / p90 / cov80"]
+    groups = [("visible", result.replay)] + ([("held-out", result.held_out)] if result.held_out else [])
+    for label, replay in groups:
+        for scale, weight in [(TODAY.error_scale, TODAY.error_weight), *priors]:
+            rule = replace(TODAY, error_scale=scale, error_weight=weight)
+            rows = figure_rows(replay, [("x", dict.fromkeys(replay.families, rule))])
+            cells = [f"{x.plan[:5]} f={x.fit_fraction:g} q={x.target_quantile:g} {x.median_abs or 0:.3f}/"
+                     f"{x.p90_abs or 0:.3f}/{x.coverage_80 or 0:.2f}" for x in rows if x.group == "pooled"]
+            lines.append(f"  {label:<8} {scale:g},{weight:g}: " + " | ".join(cells))
+    return lines
 
 
 if __name__ == "__main__":

@@ -89,11 +89,14 @@ class Job:
     gain: float | None = None
     model: str = "auto"
     loss_horizon_share: float | None = None
+    error_prior: tuple[float, float] | None = None  # (scale, weight)
 
 
 def run_job(job: Job) -> list[BacktestCase]:
     if job.loss_horizon_share is not None:  # a worker process of this benchmark: its own copy of the module
         forecast.LOSS_HORIZON_SHARE = job.loss_horizon_share
+    if job.error_prior is not None:
+        forecast.ERROR_PRIOR_SCALE, forecast.ERROR_PRIOR_WEIGHT = job.error_prior
     plan = shapes(job.steps)[job.shape]
     frame = multi_power_run(plan, job.steps, LAWS[job.law], batch=BATCH, noise=job.noise, log_every=LOG_EVERY,
                             seed=job.seed)
@@ -158,12 +161,16 @@ def main() -> None:
     parser.add_argument("--model", default="auto", help="the law to forecast with (default auto)")
     parser.add_argument("--loss-horizon-share", type=float, default=None,
                         help="the interval's share of the loss horizon (default: the library's LOSS_HORIZON_SHARE)")
+    parser.add_argument("--error-prior", type=float, nargs=2, metavar=("SCALE", "WEIGHT"), default=None,
+                        help="the track record's prior error per unit of log horizon and its weight in forecasts "
+                             "(default: the library's ERROR_PRIOR_SCALE and ERROR_PRIOR_WEIGHT)")
     args = parser.parse_args()
     lengths = args.steps or ([2000] if args.quick else [2000, 4000])
     laws = ("base",) if args.quick else tuple(LAWS)
     seeds = range(1 if args.quick else args.seeds)
     names = list(shapes(lengths[0]))
-    jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model, args.loss_horizon_share) for n in lengths for s in names for law in laws for seed in seeds]
+    jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model, args.loss_horizon_share,
+            None if args.error_prior is None else tuple(args.error_prior)) for n in lengths for s in names for law in laws for seed in seeds]
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(run_job, jobs))
