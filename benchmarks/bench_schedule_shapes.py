@@ -31,6 +31,7 @@ issue's target figure.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from collections import Counter
@@ -40,10 +41,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracker_plugin.core import forecast
+from tracker_plugin.core import analysis, forecast
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.core.cross_family import reliability
+from tracker_plugin.core.models import GainPrior
 from tracker_plugin.core.status import Status
 from tracker_plugin.frame.history import build_history
 from tracker_plugin.plan.schedule import LrSchedule
@@ -90,6 +92,7 @@ class Job:
     model: str = "auto"
     loss_horizon_share: float | None = None
     error_prior: tuple[float, float] | None = None  # (scale, weight)
+    gain_sd: float | None = None
 
 
 def run_job(job: Job) -> list[BacktestCase]:
@@ -97,6 +100,8 @@ def run_job(job: Job) -> list[BacktestCase]:
         forecast.LOSS_HORIZON_SHARE = job.loss_horizon_share
     if job.error_prior is not None:
         forecast.ERROR_PRIOR_SCALE, forecast.ERROR_PRIOR_WEIGHT = job.error_prior
+    if job.gain_sd is not None:  # the analysis builds its GainPrior with the default spread
+        analysis.GainPrior = functools.partial(GainPrior, sd=job.gain_sd)
     plan = shapes(job.steps)[job.shape]
     frame = multi_power_run(plan, job.steps, LAWS[job.law], batch=BATCH, noise=job.noise, log_every=LOG_EVERY,
                             seed=job.seed)
@@ -164,13 +169,15 @@ def main() -> None:
     parser.add_argument("--error-prior", type=float, nargs=2, metavar=("SCALE", "WEIGHT"), default=None,
                         help="the track record's prior error per unit of log horizon and its weight in forecasts "
                              "(default: the library's ERROR_PRIOR_SCALE and ERROR_PRIOR_WEIGHT)")
+    parser.add_argument("--gain-sd", type=float, default=None,
+                        help="the gain prior's spread, relative to its mean (default: GainPrior's 0.5)")
     args = parser.parse_args()
     lengths = args.steps or ([2000] if args.quick else [2000, 4000])
     laws = ("base",) if args.quick else tuple(LAWS)
     seeds = range(1 if args.quick else args.seeds)
     names = list(shapes(lengths[0]))
     jobs = [Job(s, law, seed, n, args.noise, args.anneal_gain, args.model, args.loss_horizon_share,
-            None if args.error_prior is None else tuple(args.error_prior)) for n in lengths for s in names for law in laws for seed in seeds]
+            None if args.error_prior is None else tuple(args.error_prior), args.gain_sd) for n in lengths for s in names for law in laws for seed in seeds]
     began = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         results = list(pool.map(run_job, jobs))
