@@ -8,7 +8,9 @@ Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished r
   1. the first ``annotate`` of the experiment (one run at a time, so that each part's CPU
      is measured whole; history cache off): the client's CPU per run (target: <= 120 ms),
      split into reading, the analysis, the plot and the write-back, the wall time per run,
-     and the failures (target: 0), each failure's reason;
+     and the failures (target: 0), each failure's reason; beside them, MLflow's own client
+     fetching the same histories, and the floor of the plot (a bare matplotlib figure with
+     the plot's parts);
   2. an unchanged rerun, one run at a time too: its wall time as a share of the first's
      (target: <= 5%), how many runs it left unchanged and how many history reads it sent
      (target: 0);
@@ -54,8 +56,13 @@ TARGET_CPU_MS = 120.0
 TARGET_RERUN = 0.05
 
 
-def ensure_runs(uri: str, runs: int) -> str:
-    """The experiment's id, with ``runs`` finished runs logged (those an earlier call left are kept)."""
+def ensure_runs(uri: str, runs: int, store: Path | None = None) -> str:
+    """The experiment's id, with ``runs`` finished runs logged (those an earlier call left are kept).
+
+    With ``store`` (the server's sqlite file), each run is created and ended through the
+    REST API and its points are inserted in bulk, in the rows MLflow's own ``log_batch``
+    writes: logging 30M points through the API takes about an hour here.
+    """
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
@@ -67,12 +74,36 @@ def ensure_runs(uri: str, runs: int) -> str:
     started = time.perf_counter()
     for k in range(have, runs):
         frame = synthetic_run(int(steps[k]), seed=k, log_every=1)
-        log_run(client, experiment_id, frame, name=f"run-{k:05d}", keys=KEYS, workers=4)
+        if k == 0 or store is None:  # the first through the REST API: the rows the rest copy
+            log_run(client, experiment_id, frame, name=f"run-{k:05d}", keys=KEYS, workers=4)
+        else:
+            run_id = client.create_run(experiment_id, run_name=f"run-{k:05d}").info.run_id
+            store_points(store, run_id, frame)
+            client.set_terminated(run_id)
     if runs > have:
         points = int(steps[have:].sum()) * len(KEYS)
         print(f"setup: logged {runs - have} runs, {points:,} points, in {time.perf_counter() - started:.0f} s")
     print(f"{runs} runs of {int(steps.min()):,}-{int(steps.max()):,} steps (mean {steps.mean():,.0f}), keys {KEYS}")
     return str(experiment_id)
+
+
+def store_points(store: Path, run_id: str, frame) -> None:
+    """Insert ``frame``'s ``KEYS`` as ``log_frame`` logs them (row ``i`` at ``start + i`` ms)
+    into the store's ``metrics`` and ``latest_metrics`` tables."""
+    import sqlite3
+
+    start = int(time.time() * 1000)
+    stamps = start + np.arange(len(frame), dtype=np.int64)
+    steps = frame["step"].to_numpy(dtype=np.int64)
+    rows, latest = [], []
+    for key in KEYS:
+        values = frame[key].to_numpy(dtype=float)
+        rows += zip([key] * len(frame), values.tolist(), stamps.tolist(), [run_id] * len(frame), steps.tolist(), [0] * len(frame))
+        last = int(np.argmax(steps))  # MLflow's latest: the largest step, then the latest time
+        latest.append((key, float(values[last]), int(stamps[last]), int(steps[last]), 0, run_id))
+    with sqlite3.connect(store, timeout=60) as db:
+        db.executemany("INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) VALUES (?, ?, ?, ?, ?, ?)", rows)
+        db.executemany("INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid) VALUES (?, ?, ?, ?, ?, ?)", latest)
 
 
 class Parts:
@@ -122,16 +153,61 @@ def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor
     return time.perf_counter() - wall, time.process_time() - cpu, outcomes
 
 
-def read_only(uri: str, spec: str) -> None:
-    """Every run read and analysed, nothing written: what the server spends on the reads."""
+def read_only(uri: str, spec: str, sample: int) -> None:
+    """The first ``sample`` runs read and analysed, nothing written: what the server spends
+    on the reads."""
     from tracker_plugin.jobs.runner import process_runs
     from tracker_plugin.trackers import open_source
 
     source = open_source(spec, options(uri, 1))
     try:
-        process_runs(source, source.runs(), CONFIG, write=False, workers=1, progress=False)
+        process_runs(source, list(source.runs())[:sample], CONFIG, write=False, workers=1, progress=False)
     finally:
         source.close()
+
+
+def baselines(uri: str, spec: str, sample: int) -> None:
+    """Baselines measured here: MLflow's own client fetching the same histories, and a
+    matplotlib figure of the plot's size with only the parts every run plot has (one line on a log token axis, its grid, a title, axis labels,
+    a legend outside the axes, the constrained layout that keeps them in the figure)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([spec.rsplit("/", 1)[1]], max_results=sample)
+    start = time.process_time()
+    for run in runs:
+        for key in KEYS:
+            client.get_metric_history(run.info.run_id, key)
+    read = (time.process_time() - start) / len(runs)
+    print(f"     reading's baseline: MLflow's get_metric_history of the {len(KEYS)} keys, {1000 * read:.0f} ms per run "
+          f"(the first {len(runs)} runs)")  # fmt: skip
+    bare_plot()
+    start, count = time.process_time(), 10
+    for _ in range(count):
+        bare_plot()
+    print(f"     floor of the plot: a bare figure of its size and parts, {1000 * (time.process_time() - start) / count:.0f} ms")
+
+
+def bare_plot() -> bytes:
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    x = np.geomspace(3e7, 5e10, 2048)
+    fig = Figure(figsize=(10, 6), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.plot(x, 3 + 3 * (x / 1e9) ** -0.3, label="loss")
+    ax.set_xscale("log")
+    ax.set_title("run\nfit from step 100")
+    ax.set_xlabel("tokens")
+    ax.set_ylabel("train_loss")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png")
+    return buffer.getvalue()
 
 
 def failures(outcomes: list) -> list[str]:
@@ -143,7 +219,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--executors", nargs="+", default=["threads", "processes", "dask"])
+    parser.add_argument("--executors", nargs="*", default=["threads", "processes", "dask"],
+                        help="none given: no fan-out passes (measure them on fewer runs)")
     parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
     args = parser.parse_args()
     # The benchmark's own process: MLflow's progress bars and run links would bury the figures.
@@ -155,10 +232,10 @@ def main() -> None:
         with MlflowServer(root, workers=args.server_workers) as server:
             print(f"mlflow server at {server.uri}, {args.server_workers} workers; {os.cpu_count()} CPUs, "
                   f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-            spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs)}"
+            spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs, root / 'mlflow.db')}"
             n = args.runs
             figures = first_and_rerun(server, spec, n)
-            walls = fan_out(server.uri, spec, n, args.executors, args.workers)
+            walls = fan_out(server.uri, spec, n, args.executors, args.workers) if args.executors else {}
             arithmetic(figures, walls, n)
             print(f"load average {os.getloadavg()[0]:.1f} after the figures")
     sys.stdout.flush()
@@ -179,16 +256,18 @@ def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]
         print(f"     {part:<28} {1000 * seconds / n:7.1f} ms per run")
     plot = parts.cpu.get("plot", 0.0)
     print(f"     {'write-back without the plot':<28} {1000 * (parts.cpu.get('write-back (with the plot)', 0) - plot) / n:7.1f} ms per run")
+    baselines(server.uri, spec, min(n, 50))
     print(f"   wall per run {1000 * wall / n:.0f} ms ({wall:.1f} s in all)")
     print(f"   failures: {len(failed)} (target 0)")
     for line in failed[:10]:
         print(f"     {line}")
 
+    sample = min(n, 100)
     server_read, client_read = group_cpu(pgid), time.process_time()
-    read_only(server.uri, spec)
+    read_only(server.uri, spec, sample)
     server_read, client_read = group_cpu(pgid) - server_read, time.process_time() - client_read
-    print(f"   of which reading the histories alone (a pass that reads and analyses, writes nothing): "
-          f"server CPU {1000 * server_read / n:.0f} ms per run, client CPU {1000 * client_read / n:.0f} ms with the analysis")  # fmt: skip
+    print(f"   of which reading the histories alone (the first {sample} runs read and analysed, nothing written): "
+          f"server CPU {1000 * server_read / sample:.0f} ms per run, client CPU {1000 * client_read / sample:.0f} ms with the analysis")  # fmt: skip
 
     mark = server.mark()
     rewall, recpu, again = one_pass(server.uri, spec, 1)
