@@ -71,8 +71,9 @@ SETTINGS = {
     "gives P(reached by then) per target.",
 }
 # Fields that are not among the settings options: the targets and the model have options
-# of their own (the backtest sets them by its protocol); the sampling cap is for the API.
-NOT_SETTINGS = ("targets", "model", "max_fit_points")
+# of their own (the backtest sets them by its protocol); the sampling cap is for the API;
+# the calibration is made from the runs --calibrate-on names.
+NOT_SETTINGS = ("targets", "model", "max_fit_points", "calibration")
 
 # The analysis's names and defaults as the command line shows them. They are written here,
 # not read from AnalysisConfig, so that --help and a bad argument are answered without

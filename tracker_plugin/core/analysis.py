@@ -42,6 +42,7 @@ from tracker_plugin.core.models.power_sweep import fit_power_law_windows
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
+from tracker_plugin.core.siblings import NONE, Calibration
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
@@ -114,6 +115,9 @@ class AnalysisConfig:
     throughput: float | None = None
     count_pauses: bool = False
     deadline: str | None = None
+    # What the finished runs of the project say (core.siblings): the schedule-aware laws'
+    # forecasts are calibrated with it; NONE, the default, leaves them as they are.
+    calibration: Calibration = NONE
 
     def __post_init__(self) -> None:
         targets = tuple(self.targets)
@@ -147,6 +151,8 @@ class AnalysisConfig:
             raise ConfigError(f"interval is a coverage between 0 and 1 (0.8 for 80%), got {self.interval!r}")
         if not (isinstance(self.anneal_gain, (int, float)) and 0 <= self.anneal_gain < 1):
             raise ConfigError(f"anneal_gain is a share of the loss in [0, 1), got {self.anneal_gain!r}")
+        if not isinstance(self.calibration, Calibration):
+            raise ConfigError(f"calibration must be a Calibration (tracker_plugin.core.siblings), got {self.calibration!r}")
 
 
 def _positive(name: str, value: float) -> None:
@@ -537,7 +543,9 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
         fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan), spread
     )
     gain = _prior_gain_note(fit, config.anneal_gain)
-    return _Forecasts(results, fit, selection, plan, notes=(plan.note, *([gain] if gain else [])))
+    calibrated = config.calibration.describe() if config.calibration.asked else None
+    notes = (plan.note, *([gain] if gain else []), *([calibrated] if calibrated else []))
+    return _Forecasts(results, fit, selection, plan, notes=notes)
 
 
 def _prior_gain_note(fit: LawFit | FitFailure, share: float) -> str | None:
@@ -582,6 +590,7 @@ def _law_forecasts(
 
     # With the plan inferred or assumed, draw over the plans it cannot rule out.
     found = central(True) if spread is None else spread(central)
+    found = [config.calibration.forecast(f) for f in found]
     results = {}
     for target, forecast in zip(targets, found):
         results[target] = _law_result(fit, target, forecast, history, stages, config, sweeps[target])

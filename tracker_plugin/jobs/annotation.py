@@ -32,6 +32,11 @@ def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | No
     settings = asdict(config)
     settings["batch_schedule"] = None if config.batch_schedule is None else str(config.batch_schedule)
     settings["lr_schedule"] = None if config.lr_schedule is None else config.lr_schedule.fingerprint()
+    # A calibration is a setting only where one was asked for: the runs annotated before
+    # there was one keep their fingerprint.
+    cal = settings.pop("calibration")
+    if config.calibration.asked:
+        settings["calibration"] = {k: cal[k] for k in ("runs", "bias", "width", "left_out")}
     settings["columns"] = asdict(columns)
     settings["batch_size"] = batch_size
     settings["version"] = __version__

@@ -72,6 +72,21 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "read_as": {**dict(analysis.history.read_as), "time": analysis.history.time_source},
         "throughput": throughput_json(analysis),
         "deadline": deadline_json(analysis),
+        "calibration": _calibration_json(analysis),
+    }
+
+
+def _calibration_json(analysis: Analysis) -> dict[str, Any] | None:
+    """What the finished sibling runs set, and from what (None: not calibrated)."""
+    cal = analysis.config.calibration
+    if not cal.active or analysis.config.model == "power-law":
+        return None
+    return {
+        "runs": list(cal.runs),
+        "count": len(cal.runs),
+        "cases": cal.cases,
+        "bias": {"value": cal.bias, "siblings": _num(cal.raw_bias), "prior": 0.0, "weight": _num(cal.bias_weight)},
+        "width": {"value": cal.width, "siblings": _num(cal.raw_width), "prior": 1.0, "weight": _num(cal.width_weight)},
     }
 
 
