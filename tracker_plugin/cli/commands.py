@@ -111,7 +111,12 @@ def _shown(value: Any) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a plot to this file: PNG, PDF or SVG, as its extension (.png, .pdf, .svg) says.")
 @plot_x_option("The plot's x axis: tokens (log scale) or time (hours on the run's clock; the run must log one).")
-def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **options: Any) -> None:
+@click.option("--calibrate-on", "calibrate_on", multiple=True, metavar="SOURCE",
+              help="Calibrate the forecast on the finished runs SOURCE names (any run string: CSVs, an experiment, a "
+                   "project; repeatable): each is backtested where this run stands, and its errors move the point and "
+                   "size the interval.")
+def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, calibrate_on: tuple[str, ...],
+            **options: Any) -> None:
     """Analyse one run and print the report.
 
     SOURCE is a CSV path, mlflow:RUN_ID, wandb:ENTITY/PROJECT/RUN_ID, wandb-offline:PATH,
@@ -130,7 +135,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, **op
     if plot_x != "tokens" and not plot_path:
         raise click.UsageError(f"--x {plot_x} sets the plot's axis: give --plot too")
     try:
-        result = analyze_one(source, make_source_options(options), config)
+        result = analyze_one(source, make_source_options(options), config, calibrate_on)
     except NotOneRun as exc:
         raise click.UsageError(
             f"{exc.spec} names {exc.count} runs; analyze takes one (use annotate or compare for many)"

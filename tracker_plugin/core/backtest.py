@@ -32,13 +32,17 @@ import numpy as np
 from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, law_timing, run_analysis
 from tracker_plugin.core.models import LawFit
+from tracker_plugin.core.siblings import NONE, SiblingCase, sibling_case
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 from tracker_plugin.core.throughput import time_target
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["PLANS", "Backtest", "BacktestCase", "BacktestSummary", "Skipped", "backtest_run", "logged_plan", "summarize"]
+__all__ = [
+    "PLANS", "SIBLING_QUANTILES", "Backtest", "BacktestCase", "BacktestSummary", "Skipped", "backtest_run", "logged_plan",
+    "sibling_cases", "summarize",
+]
 
 PLANS = ("log", "infer")
 
@@ -338,3 +342,25 @@ def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> Backte
         seconds_coverage=float(np.mean(seconds_covered)) if seconds_covered else None,
         seconds_intervals=len(seconds_covered),
     )
+
+
+# The targets a sibling is backtested on: where its smoothed loss stood at these shares of
+# its tokens (the validation's, benchmarks/bench_siblings.py).
+SIBLING_QUANTILES = (0.6, 0.8)
+
+
+def sibling_cases(history: History, config: AnalysisConfig, fraction: float) -> list[SiblingCase]:
+    """A finished sibling's backtest cases at ``fraction`` of its tokens (the forecast
+    run's progress): each target of :data:`SIBLING_QUANTILES` it reached, forecast with
+    ``config``'s law from the cut (its own plan, as it logs or gives it), its error and
+    interval. Cases with no finite forecast give none (a sibling says nothing there)."""
+    settings = replace(config, targets=(1.0,), calibration=NONE, stability_sweep=False)
+    cases = backtest_run(history, settings, fit_fractions=(fraction,), target_quantiles=SIBLING_QUANTILES,
+                         models=(config.model,))
+    out = []
+    for case in cases:
+        if case.reached_in_run and case.tokens is not None and case.draws:
+            found = sibling_case(history.run, case.tokens, case.true_tokens, np.array(case.draws, float))
+            if found is not None:
+                out.append(found)
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError
@@ -28,8 +29,9 @@ class NotOneRun(ConfigError):
         super().__init__(f"{spec} names {count} runs; one was expected")
 
 
-def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig) -> Analysis:
-    """The analysis of the one run ``spec`` names, whatever its state.
+def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig, calibrate_on: Sequence[str] = ()) -> Analysis:
+    """The analysis of the one run ``spec`` names, whatever its state; with
+    ``calibrate_on``, calibrated on the finished runs those run strings name.
 
     Raises
     ------
@@ -41,9 +43,14 @@ def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig) -> An
         runs = source.runs()
         if len(runs) != 1:
             raise NotOneRun(spec, len(runs))
-        return run_analysis(source.read(runs[0]), config)
+        history = source.read(runs[0])
     finally:
         source.close()
+    if calibrate_on:
+        from tracker_plugin.jobs.calibration import calibration_on
+
+        config = replace(config, calibration=calibration_on(calibrate_on, replace(options, states=("finished",)), history, config))
+    return run_analysis(history, config)
 
 
 def open_runs(
