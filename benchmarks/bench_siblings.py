@@ -52,11 +52,11 @@ from tracker_plugin.core.cross_family import (
     MISS_SCORE,
     POINT_PERCENTILES,
     SETTINGS,
-    UNDER_COVERAGE_WEIGHT,
     CrossFamily,
     Replay,
     Rule,
     Scored,
+    coverage_misses,
     cross_family,
     figures,
     in_setting,
@@ -65,7 +65,6 @@ from tracker_plugin.core.siblings import (
     BIAS_WEIGHT,
     CENTER,
     CENTERS,
-    LEVELS,
     MIN_RUNS,
     WIDTH_WEIGHT,
     Calibration,
@@ -188,16 +187,8 @@ def point_loss(scored: Sequence[Scored]) -> float:
 
 
 def calibration_loss(scored: Sequence[Scored]) -> float:
-    """Squared misses of the 50/80/95% coverages, pooled per setting, a shortfall weighing
-    UNDER_COVERAGE_WEIGHT times an excess (cross_family's, without its split by track record)."""
-    values = []
-    for f, q in SETTINGS:
-        group = in_setting(scored, f, q)
-        for level in LEVELS:
-            held = [c for s in group if (c := s.covered(level)) is not None]
-            if held:
-                miss = float(np.mean(held)) - level
-                values.append(miss**2 * (UNDER_COVERAGE_WEIGHT if miss < 0 else 1.0))
+    """cross_family's coverage misses, pooled per setting (without its split by track record)."""
+    values = [m for f, q in SETTINGS for m in coverage_misses(in_setting(scored, f, q))]
     return float(np.mean(values)) if values else math.inf
 
 

@@ -60,7 +60,7 @@ from tracker_plugin.plan.schedule import LrSchedule
 __all__ = [
     "BEFORE", "DEFAULT_FAMILY_RULE", "DOFS", "GAINS", "LAWS", "MISS_SCORE", "MIXES", "PLAN_SHARES", "POINT_SHARES", "SETTINGS", "TODAY", "UNDER_COVERAGE_WEIGHT",
     "CrossFamily", "Cut", "FamilyRow", "FigureRow", "ReliabilityBin", "Replay", "Rule", "Scored", "brier", "choose", "choose_mix",
-    "cross_family", "family_of", "family_rows", "figure_rows", "figures", "held_out", "mixed", "plan_point",
+    "coverage_misses", "cross_family", "family_of", "family_rows", "figure_rows", "figures", "held_out", "mixed", "plan_point",
     "matching_rows", "reliability", "replay_raw", "replay_reach", "reliability_rows", "run_cases",
 ]
 
@@ -455,12 +455,20 @@ def calibration_loss(replay: Replay, rule: Rule, families: Sequence[str]) -> flo
         for f, q in SETTINGS:
             group = in_setting(scored, f, q)
             for part in ([s for s in group if _no_track_record(s)], [s for s in group if not _no_track_record(s)]):
-                for level in LEVELS:
-                    held = [c for s in part if (c := s.covered(level)) is not None]
-                    if held:
-                        miss = float(np.mean(held)) - level
-                        values.append(miss**2 * (UNDER_COVERAGE_WEIGHT if miss < 0 else 1.0))
+                values += coverage_misses(part)
     return float(np.mean(values)) if values else math.inf
+
+
+def coverage_misses(part: Sequence[Scored]) -> list[float]:
+    """The squared misses of the 50/80/95% coverages of pooled cases (none for a level no
+    case speaks to), a shortfall weighing :data:`UNDER_COVERAGE_WEIGHT` times an excess."""
+    values = []
+    for level in LEVELS:
+        held = [c for s in part if (c := s.covered(level)) is not None]
+        if held:
+            miss = float(np.mean(held)) - level
+            values.append(miss**2 * (UNDER_COVERAGE_WEIGHT if miss < 0 else 1.0))
+    return values
 
 
 def _no_track_record(scored: Scored) -> bool:
