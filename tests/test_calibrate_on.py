@@ -88,3 +88,11 @@ def test_a_run_of_unknown_length_cannot_be_calibrated(capsys, tmp_path, project)
     assert "bare.csv" in err and "--calibrate-on" in err and "not known" in err and "Traceback" not in err
     with pytest.raises(ConfigError, match="length is not known"):
         progress(load_csv(bare), AnalysisConfig(targets=(float(TARGET),)))
+
+
+def test_the_power_law_is_not_calibrated_and_says_so(capsys, project) -> None:
+    run, siblings = project
+    code, _out, err = _cli(capsys, "analyze", run, "-t", TARGET, "--lr-spec", SPEC, "--model", "power-law",
+                           "--calibrate-on", siblings[0])
+    assert code != 0
+    assert "--model power-law" in err and "--calibrate-on" in err and "Traceback" not in err

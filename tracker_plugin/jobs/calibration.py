@@ -76,5 +76,14 @@ def sibling_table(specs: Sequence[str], options: SourceOptions, config: Analysis
 
 
 def calibration_on(specs: Sequence[str], options: SourceOptions, history: History, config: AnalysisConfig) -> Calibration:
-    """The calibration of ``history``'s forecast from the runs ``specs`` name."""
+    """The calibration of ``history``'s forecast from the runs ``specs`` name.
+
+    Raises
+    ------
+    ConfigError
+        The model is the power law, which is not calibrated; or the run's length is unknown.
+    """
+    if config.model == "power-law":
+        raise ConfigError("--calibrate-on calibrates the schedule-aware laws (auto, lr-annealing, multi-power); "
+                          "--model power-law is not one", run=history.run)
     return sibling_table(specs, options, config, progress(history, config), exclude=history.run).calibration
