@@ -22,6 +22,7 @@ from tracker_plugin.cli.options import (
     default_sources,
     executor_of,
     fanout_options,
+    forecast_options,
     make_config,
     make_settings,
     make_source_options,
@@ -162,14 +163,20 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
 @fanout_options
 @click.option("--force", is_flag=True, help="Annotate runs whose last annotation is still current.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
+@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
+              help="Calibrate the runs not finished on the finished runs of the same experiment or project.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool, **options: Any) -> int:
+def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, as_json: bool, **options: Any) -> int:
     """Analyse runs and write the forecasts back to them.
 
     SOURCES are run strings: mlflow:RUN_ID, mlflow:experiment/NAME_OR_ID,
     wandb:ENTITY/PROJECT[/RUN_ID], wandb-offline:PATH, or CSV paths (whose artifacts go
     beside them). Runs whose annotation is current are skipped. Exit code 1 if any run
     failed; the others still finish.
+
+    A run not finished is calibrated on the finished runs of its run string (same
+    experiment or project, same lr schedule kind): each finished run is backtested once
+    and keeps the result in its annotation. --no-calibrate forecasts each run on its own.
     """
     from tracker_plugin.cli.words import in_flags
     from tracker_plugin.jobs.annotate import annotate_runs
@@ -180,7 +187,8 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     reading = make_source_options(options)
     with executor_of(options, reading.workers) as executor:
         outcomes = annotate_runs(
-            default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor
+            default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor,
+            calibrate=calibrate,
         )
     rows = outcome_rows(outcomes)
     if as_json:
@@ -193,6 +201,34 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, as_json: bool
     failed = [(o.run.name, o.run.ref, o.error) for o in outcomes if o.failed]
     say_failures(failed, len(outcomes))
     return 1 if failed else 0
+
+
+@cli.command()
+@click.argument("sources", nargs=-1)
+@forecast_options
+@source_options
+@tracker_options
+@click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
+def calibrate(sources: tuple[str, ...], as_json: bool, **options: Any) -> int:
+    """Print what a project's finished runs calibrate its forecasts with; annotate nothing.
+
+    SOURCES name projects as annotate takes them (mlflow:experiment/NAME_OR_ID,
+    wandb:ENTITY/PROJECT, ...). Each finished run's backtest is the one its annotation
+    stores (annotate keeps it), else made now from its history. Prints each run's error at
+    three cuts, then the bias and width a forecast takes at each share of its plan.
+    """
+    from tracker_plugin.jobs.calibration import project_books
+    from tracker_plugin.report.calibration import calibration_json, calibration_table
+
+    options["targets"] = (1.0,)  # each run is backtested at its own quantiles, whatever the targets
+    config = make_config(options)
+    reading = make_source_options(options)
+    books = project_books(default_sources(sources, reading), reading, config)
+    if as_json:
+        say(json.dumps([calibration_json(b.records, b.origin, b.read, dict(b.names)) for b in books], indent=2))
+    else:
+        say("\n\n".join(calibration_table(b.records, b.origin, b.read, dict(b.names)) for b in books))
+    return 0
 
 
 @cli.command()

@@ -66,6 +66,7 @@ PLACES: dict[str, tuple[str, bool]] = {
     "convergence_tol": ("Forecast", False),
     "count_pauses": ("Forecast", False),
     "calibrate_on": ("Forecast", False),
+    "calibrate": ("Forecast", True),
     # what is printed or drawn
     "as_json": ("Output", True),
     "fmt": ("Output", True),

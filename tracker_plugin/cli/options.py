@@ -202,6 +202,12 @@ def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _TARGET_OPTION(_MODEL_OPTION(settings_options(func)))
 
 
+def forecast_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`analysis_options` without the targets: for commands that choose their own
+    (``calibrate`` backtests each run at its own quantiles)."""
+    return _MODEL_OPTION(settings_options(func))
+
+
 def make_config(options: dict[str, Any]) -> AnalysisConfig:
     """The analysis settings from the parsed command-line options, popped from ``options``."""
     from tracker_plugin.core.analysis import AnalysisConfig

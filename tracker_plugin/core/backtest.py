@@ -32,7 +32,14 @@ import numpy as np
 from tracker_plugin.core import forecast
 from tracker_plugin.core.analysis import AnalysisConfig, TargetResult, _crossing, law_timing, run_analysis
 from tracker_plugin.core.models import LawFit
-from tracker_plugin.core.siblings import NONE, SiblingCase, sibling_case
+from tracker_plugin.core.siblings import (
+    NONE,
+    SIBLING_CUTS,
+    SiblingCase,
+    SiblingRecord,
+    plan_shape,
+    sibling_case,
+)
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 from tracker_plugin.core.throughput import time_target
@@ -41,7 +48,7 @@ from tracker_plugin.plan.schedule import LrSchedule
 
 __all__ = [
     "PLANS", "SIBLING_QUANTILES", "Backtest", "BacktestCase", "BacktestSummary", "Skipped", "backtest_run", "logged_plan",
-    "sibling_cases", "summarize",
+    "sibling_cases", "sibling_record", "summarize",
 ]
 
 PLANS = ("log", "infer")
@@ -349,18 +356,41 @@ def _summary(key: tuple[str, float, float], group: list[BacktestCase]) -> Backte
 SIBLING_QUANTILES = (0.6, 0.8)
 
 
+# A finished run that stopped short of this share of its planned steps is no sibling: its
+# log does not hold what its plan's end did.
+RAN_ITS_PLAN = 0.95
+
+
+def sibling_record(history: History, config: AnalysisConfig) -> SiblingRecord:
+    """A finished run's backtest at every cut of :data:`~tracker_plugin.core.siblings.SIBLING_CUTS`,
+    made once for all (the forecasts calibrated on it read it, not its history); or why it
+    is no sibling (it stopped short of its plan)."""
+    plan = plan_shape(history, config.lr_schedule)
+    share = plan.share(history.last_step)
+    if share is not None and share < RAN_ITS_PLAN:
+        return SiblingRecord(history.run, plan.kind, plan.peak, left_out=f"it stopped at {share:.0%} of its planned steps")
+    cases = _cases(history, config, SIBLING_CUTS)
+    cuts = tuple((cut, tuple(c for at, c in cases if math.isclose(at, cut))) for cut in SIBLING_CUTS)
+    return SiblingRecord(history.run, plan.kind, plan.peak, tuple((cut, found) for cut, found in cuts if found))
+
+
 def sibling_cases(history: History, config: AnalysisConfig, fraction: float) -> list[SiblingCase]:
     """A finished sibling's backtest cases at ``fraction`` of its tokens (the forecast
     run's progress): each target of :data:`SIBLING_QUANTILES` it reached, forecast with
     ``config``'s law from the cut (its own plan, as it logs or gives it), its error and
     interval. Cases with no finite forecast give none (a sibling says nothing there)."""
+    return [case for _, case in _cases(history, config, (fraction,))]
+
+
+def _cases(history: History, config: AnalysisConfig, fractions: Sequence[float]) -> list[tuple[float, SiblingCase]]:
+    """The sibling cases at each of ``fractions`` (one backtest), with their cut."""
     settings = replace(config, targets=(1.0,), calibration=NONE, stability_sweep=False)
-    cases = backtest_run(history, settings, fit_fractions=(fraction,), target_quantiles=SIBLING_QUANTILES,
+    cases = backtest_run(history, settings, fit_fractions=tuple(fractions), target_quantiles=SIBLING_QUANTILES,
                          models=(config.model,))
     out = []
     for case in cases:
         if case.reached_in_run and case.tokens is not None and case.draws:
             found = sibling_case(history.run, case.tokens, case.true_tokens, np.array(case.draws, float))
             if found is not None:
-                out.append(found)
+                out.append((case.fit_fraction, found))
     return out

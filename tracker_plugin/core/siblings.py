@@ -32,7 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from tracker_plugin.core.forecast import TargetForecast
+from tracker_plugin.core.forecast import TargetForecast, resolve_plan
+from tracker_plugin.frame.history import History
+from tracker_plugin.plan.schedule import LrSchedule
 
 __all__ = [
     "BIAS_WEIGHT",
@@ -41,11 +43,18 @@ __all__ = [
     "LEVELS",
     "MIN_RUNS",
     "NONE",
+    "SIBLING_CUTS",
+    "PlanShape",
     "WIDTH_WEIGHT",
     "Calibration",
     "SiblingCase",
+    "SiblingRecord",
     "calibrate",
+    "calibrate_records",
+    "plan_shape",
+    "schedule_kind",
     "sibling_case",
+    "snap",
 ]
 
 # The interval levels the width is fitted to (each miss squared, summed).
@@ -61,6 +70,9 @@ MIN_RUNS = 1
 # from moving every forecast.
 CENTERS: dict[str, Callable[[Sequence[float]], Any]] = {"median": np.median, "mean": np.mean}
 CENTER = "median"
+# Where a finished run is backtested once for all (its record): the forecast run's share of
+# its plan is taken to the nearest of these. Within the range the validation scored.
+SIBLING_CUTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 # The widths searched (a grid in log space: coverage is a step function of the width).
 _WIDTHS = np.exp(np.linspace(math.log(0.25), math.log(4.0), 97))
 
@@ -114,6 +126,8 @@ class Calibration:
     width_weight: float = WIDTH_WEIGHT
     # The runs asked for that are not siblings, each with the reason (the report says so).
     left_out: tuple[tuple[str, str], ...] = ()
+    # The cut the siblings were backtested at (their share of their plan); None: not said.
+    cut: float | None = None
 
     @property
     def active(self) -> bool:
@@ -150,14 +164,23 @@ class Calibration:
 
     def describe(self) -> str:
         """One line: what the siblings set and from what."""
-        left = "; ".join(f"{run} left out: {why}" for run, why in self.left_out)
+        left = _left_out(self.left_out)
         if not self.active:
             return "no calibration: no finished sibling run gave a backtest case" + (f" ({left})" if left else "")
         n = len(self.runs)
-        return (f"calibrated on {n} finished run(s) ({self.cases} backtest cases): the point moved "
+        at = "" if self.cut is None else f" at {self.cut:.0%} of their plans"
+        return (f"calibrated on {n} finished run(s) ({self.cases} backtest cases{at}): the point moved "
                 f"{math.exp(-self.bias) - 1:+.1%} in tokens (the siblings' error {_ln(self.raw_bias)}, {_share(n, self.bias_weight)}), "
                 f"the interval x{self.width:.2f} (the siblings' x{_ln(self.raw_width, 'x')}, {_share(n, self.width_weight)})"
                 + (f"; {left}" if left else ""))
+
+
+def _left_out(left_out: Sequence[tuple[str, str]], shown: int = 5) -> str:
+    """The runs left out with their reasons; past ``shown``, how many more (a project holds
+    thousands)."""
+    text = "; ".join(f"{run} left out: {why}" for run, why in left_out[:shown])
+    more = len(left_out) - shown
+    return text + (f"; {more} more run(s) left out (the JSON report lists them)" if more > 0 else "")
 
 
 def _share(n: int, weight: float) -> str:
@@ -221,3 +244,97 @@ def _needed(error: float, low: float, high: float) -> float:
     if error == 0:
         return 0.0
     return 0.0 if math.isinf(side) else (abs(error) / side if side > 0 else math.inf)
+
+
+def snap(fraction: float) -> float:
+    """The cut of :data:`SIBLING_CUTS` nearest ``fraction`` (the forecast run's progress)."""
+    return min(SIBLING_CUTS, key=lambda cut: (abs(cut - fraction), cut))
+
+
+def schedule_kind(steps: Sequence[float] | np.ndarray, lr: Sequence[float] | np.ndarray, total: float | None) -> str | None:
+    """A plan's kind, from its lr over its planned steps: ``constant`` (ends above 90% of
+    its peak), ``wsd`` (holds its peak past half the run, then decays) or ``decay`` (decays
+    from the warmup on: cosine, linear); None when the plan says nothing of its end.
+
+    Siblings are narrowed by it: the annealing gain a decay brings, which is most of what a
+    sibling's error carries, differs between these.
+    """
+    at, rate = np.asarray(steps, float), np.asarray(lr, float)
+    if total is None or not total > 0 or len(rate) < 2 or not np.all(np.isfinite(rate)) or not rate.max() > 0:
+        return None
+    grid = np.linspace(0.0, float(total), 201)
+    shape = np.interp(grid, at, rate) / rate.max()
+    if shape[-1] > 0.9:
+        return "constant"
+    top = int(np.argmax(shape))
+    below = np.flatnonzero(shape[top:] < 0.95)
+    start = grid[top + int(below[0])] / float(total) if len(below) else 1.0
+    return "wsd" if start >= 0.5 else "decay"
+
+
+@dataclass(frozen=True)
+class PlanShape:
+    """What siblings are matched on in a run's plan: its planned length, its kind
+    (:func:`schedule_kind`) and its peak lr; None where the plan does not say."""
+
+    total: float | None
+    kind: str | None
+    peak: float | None
+
+    def share(self, step: float) -> float | None:
+        """The share of the plan done at ``step`` (None: the length is unknown)."""
+        return None if self.total is None or not self.total > 0 else float(step) / float(self.total)
+
+
+def plan_shape(history: History, given: LrSchedule | None) -> PlanShape:
+    """The run's plan (``given``, else its own, as the forecast resolves it), in short."""
+    plan = resolve_plan(history, given).schedule
+    if plan is None:
+        return PlanShape(None, None, None)
+    return PlanShape(plan.total_steps, schedule_kind(plan.steps, plan.lr, plan.total_steps), float(plan.peak))
+
+
+@dataclass(frozen=True)
+class SiblingRecord:
+    """A finished run's backtest, made once for all: its cases at each cut of
+    :data:`SIBLING_CUTS` where it gave any, its plan's kind and peak lr (how siblings are
+    narrowed), or why it is no sibling (``left_out``: it stopped short of its plan)."""
+
+    run: str
+    kind: str | None = None
+    peak_lr: float | None = None
+    cuts: tuple[tuple[float, tuple[SiblingCase, ...]], ...] = ()
+    left_out: str | None = None
+
+    def at(self, cut: float) -> tuple[SiblingCase, ...]:
+        return next((cases for at, cases in self.cuts if math.isclose(at, cut)), ())
+
+
+def calibrate_records(records: Sequence[SiblingRecord], fraction: float, kind: str | None,
+                      exclude: str | None = None) -> Calibration:
+    """The calibration of a run ``fraction`` of the way through a plan of ``kind`` from the
+    finished runs' ``records``: their cases at the nearest cut, from the runs of the same
+    kind (all where the run's kind is not known); every other run is left out with why.
+    ``exclude`` names the forecast run, never its own sibling."""
+    cut = snap(fraction)
+    cases: list[SiblingCase] = []
+    left_out: list[tuple[str, str]] = []
+    for record in records:
+        why = _why_not(record, kind, exclude)
+        found = () if why else record.at(cut)
+        if not why and not found:
+            why = f"its backtest at {cut:.0%} of its plan forecast none of the targets it reached"
+        if why:
+            left_out.append((record.run, why))
+        cases += found
+    return replace(calibrate(cases), left_out=tuple(left_out), cut=cut)
+
+
+def _why_not(record: SiblingRecord, kind: str | None, exclude: str | None) -> str | None:
+    if record.run == exclude:
+        return "the forecast run itself"
+    if record.left_out:
+        return record.left_out
+    if kind is not None and record.kind is not None and record.kind != kind:
+        return f"its lr schedule is of another kind ({record.kind}; this run's: {kind})"
+    return None

@@ -50,7 +50,8 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 
 def build_annotation(
-    analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None
+    analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None,
+    record: dict[str, Any] | None = None,
 ) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
@@ -58,7 +59,8 @@ def build_annotation(
     last analysed step. The provenance tag records the report's digest, so the completion
     marker (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
     commits to the report too. ``run_name`` is what people call the run (its tracker's
-    run name), which titles the plot artifact.
+    run name), which titles the plot artifact. ``record`` is a finished run's backtest
+    record (:mod:`tracker_plugin.jobs.calibration`), kept in the provenance tag.
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
@@ -79,6 +81,11 @@ def build_annotation(
         "plot_sha256": report["plot_sha256"],
         "settings": settings,
     }
+    calibration = calibration_provenance(analysis)
+    if calibration is not None:
+        provenance["calibration"] = calibration
+    if record is not None:
+        provenance["siblings"] = record
     labels: dict[str, str | None] = {PROVENANCE: json.dumps(provenance, default=list)}
     labels.update((target_key(result.target), target_text(analysis, k)) for k, result in enumerate(analysis.targets))
     return Annotation(
@@ -91,6 +98,24 @@ def build_annotation(
         step=int(analysis.observed_step),
         plot=lambda: _plot_png(analysis, run_name, digest),
     )
+
+
+def calibration_provenance(analysis: Analysis) -> dict[str, Any] | None:
+    """What the calibration set and from what, in short (the report lists the runs): the
+    runs table's reader sees "bias -0.021 from 7 finished runs (prior 0)"."""
+    cal = analysis.config.calibration
+    if not cal.asked:
+        return None
+    return {
+        "runs": len(cal.runs),
+        "cases": cal.cases,
+        "cut": cal.cut,
+        "left_out": len(cal.left_out),
+        "bias": {"value": round(cal.bias, 4), "siblings": _rounded(cal.raw_bias, 4), "prior": 0.0,
+                 "weight": _rounded(cal.bias_weight, 4)},
+        "width": {"value": round(cal.width, 4), "siblings": _rounded(cal.raw_width, 4), "prior": 1.0,
+                  "weight": _rounded(cal.width_weight, 4)},
+    }
 
 
 def annotation_metrics(analysis: Analysis) -> dict[str, float | None]:

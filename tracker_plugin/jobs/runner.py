@@ -17,8 +17,11 @@ from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
+from tracker_plugin.core.backtest import sibling_record
+from tracker_plugin.core.siblings import SiblingRecord
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
+from tracker_plugin.jobs.calibration import SiblingBook, decode_record, encode_record, record_hash
 from tracker_plugin.jobs.fanout import shares_memory
 from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.redact import redact
@@ -55,6 +58,7 @@ class Outcome:
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
     note: str | None = None  # annotated, but another job's annotation is the one in place
     held: Any = None  # unchanged without an analysis: the stored report (its JSON), for its numbers
+    record: SiblingRecord | None = None  # a finished run's backtest record, made or stored
 
     @property
     def failed(self) -> bool:
@@ -73,6 +77,8 @@ def process_runs(
     progress: bool = True,
     label: str = "analysing",
     executor: Executor | None = None,
+    book: SiblingBook | None = None,
+    records: bool = False,
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
@@ -86,14 +92,22 @@ def process_runs(
     any other (processes, Dask, Ray), each run reopened in its worker as a :class:`RunJob`.
     Outcomes come back as each run ends, for one progress bar; a run whose task fails
     (its worker lost, say) is a failed outcome, and the others still count.
+
+    ``book`` calibrates each run on a project's finished runs (its digest is a setting:
+    a new finished run redoes the runs calibrated on the project); with ``records``, each
+    run in state ``finished`` is backtested once for its record (kept in its annotation, a
+    run holding a current one is not read for it) and the outcome carries it.
     """
     collision = target_collision(config.targets) if write else None
     if collision is not None:
         raise ConfigError(collision)  # before anything is written
     settings = settings_of(config, source.options.columns, source.options.batch_size)
+    recorded = record_hash(settings) if records else None
+    if book is not None:
+        settings["calibration"] = book.settings()
     job = RunJob(
         "", source.portable_options() if not shares_memory(executor) else SourceOptions(), config, settings,
-        settings_hash(settings), write=write, force=force, dry_run=dry_run,
+        settings_hash(settings), write=write, force=force, dry_run=dry_run, book=book, record_hash=recorded,
     )  # fmt: skip
     results: dict[int, Outcome] = {}
     with ExitStack() as stack:
@@ -150,6 +164,8 @@ class RunJob:
     write: bool
     force: bool = False
     dry_run: bool = False
+    book: SiblingBook | None = None  # calibrate on these finished runs' records
+    record_hash: str | None = None  # make (or keep) a finished run's record, with these settings
 
     def __call__(self, run: RunInfo) -> Outcome:
         try:
@@ -170,50 +186,56 @@ class RunJob:
                 listed = [r for r in source.runs() if r.ref == run.ref]
                 if len(listed) != 1:
                     return Outcome(run, Action.FAILED, error=f"{self.spec} no longer names this run")
-            return _one(
-                source, run, self.config, self.settings, self.fingerprint,
-                write=self.write, force=self.force, dry_run=self.dry_run,
-            )  # fmt: skip
+            return _one(self, source, run)
         except TrackerPluginError as exc:
             return Outcome(run, Action.FAILED, error=exc.problem if exc.run == run.ref else str(exc))
         except Exception as exc:  # noqa: BLE001 - one run's bug must not stop the others
             return Outcome(run, Action.FAILED, error=redact(f"internal error: {type(exc).__name__}: {exc}"))
 
 
-def _one(
-    source: Source,
-    run: RunInfo,
-    config: AnalysisConfig,
-    settings: dict[str, Any],
-    fingerprint: str,
-    *,
-    write: bool,
-    force: bool,
-    dry_run: bool,
-) -> Outcome:
+def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     previous = run.previous
     drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
-    if write and not force and previous is not None and previous.current(fingerprint, run.progress, drawn):
+    recording = job.record_hash is not None and run.state == "finished"
+    stored = _stored_record(job, run) if recording else None
+    if (job.write and not job.force and previous is not None and previous.current(job.fingerprint, run.progress, drawn)
+            and (stored is not None or not recording)):
         # The report is read only when everything else says current, and once.
-        stored = source.intact_report(run)
-        if stored is not None:
-            return Outcome(run, Action.UNCHANGED, held=_parsed(stored))
-    analysis = run_analysis(source.read(run), config)
-    if not write:
-        return Outcome(run, Action.ANALYSED, analysis)
-    annotation = build_annotation(analysis, settings, progress=run.progress, run_name=run.name)
+        report = source.intact_report(run)
+        if report is not None:
+            return Outcome(run, Action.UNCHANGED, held=_parsed(report), record=stored)
+    history = source.read(run)
+    config = job.config
+    if job.book is not None and not run.finished:
+        config = replace(config, calibration=job.book.calibration(history, config))
+    analysis = run_analysis(history, config)
+    record = sibling_record(history, config) if recording else None
+    if not job.write:
+        return Outcome(run, Action.ANALYSED, analysis, record=record)
+    encoded = None if record is None or job.record_hash is None else encode_record(record, job.record_hash)
+    annotation = build_annotation(analysis, job.settings, progress=run.progress, run_name=run.name, record=encoded)
     # A source that knew no progress before reading: the annotation's own says it.
-    if not force and run.progress is None and annotation.is_current(previous) and source.intact(run):
-        return Outcome(run, Action.UNCHANGED, analysis)
-    if dry_run:
-        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)))
+    if (not job.force and run.progress is None and annotation.is_current(previous)
+            and (stored is not None or not recording) and source.intact(run)):
+        return Outcome(run, Action.UNCHANGED, analysis, record=record)
+    if job.dry_run:
+        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)), record=record)
     redone = None
-    if previous is not None and not force:
-        redone = previous.why_redone(fingerprint, annotation.progress, annotation.plot_inputs)
+    if previous is not None and not job.force:
+        redone = previous.why_redone(job.fingerprint, annotation.progress, annotation.plot_inputs)
+        if redone is None and recording:
+            redone = "redone: its backtest record for the project's calibration was not stored yet"
     if source.write(run, annotation):
-        return Outcome(run, Action.ANNOTATED, analysis, note=redone)
+        return Outcome(run, Action.ANNOTATED, analysis, note=redone, record=record)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.
-    return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN)
+    return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN, record=record)
+
+
+def _stored_record(job: RunJob, run: RunInfo) -> SiblingRecord | None:
+    """The record a finished run's annotation holds, when made with these settings."""
+    if run.previous is None or job.record_hash is None:
+        return None
+    return decode_record(run.ref, run.previous.siblings, job.record_hash)
 
 
 def _parsed(stored: bytes) -> Any:

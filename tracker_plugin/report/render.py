@@ -79,12 +79,14 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
 def _calibration_json(analysis: Analysis) -> dict[str, Any] | None:
     """What the finished sibling runs set, and from what (None: not calibrated)."""
     cal = analysis.config.calibration
-    if not cal.active or analysis.config.model == "power-law":
+    if not cal.asked or analysis.config.model == "power-law":
         return None
     return {
         "runs": list(cal.runs),
         "count": len(cal.runs),
         "cases": cal.cases,
+        "cut": cal.cut,
+        "left_out": [{"run": run, "why": why} for run, why in cal.left_out],
         "bias": {"value": cal.bias, "siblings": _num(cal.raw_bias), "prior": 0.0, "weight": _num(cal.bias_weight)},
         "width": {"value": cal.width, "siblings": _num(cal.raw_width), "prior": 1.0, "weight": _num(cal.width_weight)},
     }

@@ -78,6 +78,9 @@ class Previous:
     report: str | None = None
     plot: str | None = None
     legacy: bool = False
+    # A finished run's backtest record (``siblings`` in the provenance tag), as stored: the
+    # jobs layer reads it (see tracker_plugin.jobs.calibration).
+    siblings: Any = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -124,6 +127,7 @@ def previous_of(held: Mapping[str, Any]) -> Previous | None:
         report=text("report_sha256"),
         plot=text("plot_sha256"),
         legacy=any(is_legacy(k) for k in own),
+        siblings=provenance.get("siblings"),
     )
 
 
