@@ -128,6 +128,25 @@ def _files_summary(terminalreporter) -> None:
         terminalreporter.write_line(f"  {shape:<{width}}  " + " / ".join(str(counts.get(o, 0)) for o in outcomes))
 
 
+@pytest.fixture
+def count_reads(monkeypatch):
+    """Count the histories a source class reads: ``count_reads(MlflowSource)`` gives the
+    list the refs of the runs read are appended to, in order."""
+
+    def install(cls) -> list[str]:
+        reads: list[str] = []
+        original = cls.read
+
+        def read(self, run):
+            reads.append(run.ref)
+            return original(self, run)
+
+        monkeypatch.setattr(cls, "read", read)
+        return reads
+
+    return install
+
+
 # -- W&B: one fake server per session, the real wandb client pointed at it ------------------
 @pytest.fixture(scope="session")
 def wandb_session(tmp_path_factory):

@@ -58,19 +58,7 @@ def _annotate(tracking: Tracking, capsys, *extra: str) -> dict[str, str]:
     return {row["run"]: row["action"] for row in json.loads(out)}
 
 
-def _counting_reads(monkeypatch) -> list[str]:
-    read = []
-    original = MlflowSource.read
-
-    def counted(self, run):
-        read.append(run.name)
-        return original(self, run)
-
-    monkeypatch.setattr(MlflowSource, "read", counted)
-    return read
-
-
-def test_a_running_run_is_calibrated_on_the_finished_runs_of_its_experiment(project, capsys, monkeypatch):
+def test_a_running_run_is_calibrated_on_the_finished_runs_of_its_experiment(project, capsys, count_reads):
     tracking, finished, running = project
     assert set(_annotate(tracking, capsys).values()) == {"annotated"}
     said = _provenance(tracking, running)["calibration"]
@@ -85,7 +73,7 @@ def test_a_running_run_is_calibrated_on_the_finished_runs_of_its_experiment(proj
         assert "calibration" not in provenance
         assert provenance["siblings"]["kind"] == "decay" and len(provenance["siblings"]["cuts"]) >= 5
     # Nothing new: every run unchanged, no history read (the records come with the listing).
-    read = _counting_reads(monkeypatch)
+    read = count_reads(MlflowSource)
     server = tracking.server
     mark = server.mark() if server else 0
     assert set(_annotate(tracking, capsys).values()) == {"unchanged"}
@@ -93,11 +81,11 @@ def test_a_running_run_is_calibrated_on_the_finished_runs_of_its_experiment(proj
     if server:
         assert server.requests_since(mark, "/metrics/get-history") == 0
     # A run finishes: it is backtested, the running run is redone on four, the others left alone.
-    _log(tracking, 4, name="new")
+    new = _log(tracking, 4, name="new")
     actions = _annotate(tracking, capsys)
     assert actions == {"run1": "unchanged", "run2": "unchanged", "run3": "unchanged", "new": "annotated",
                        "run0": "annotated"}
-    assert sorted(read) == ["new", "run0"]
+    assert sorted(read) == sorted([f"mlflow:{new}", f"mlflow:{running}"])
     assert _provenance(tracking, running)["calibration"]["runs"] == 4
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["log_offline_runs"]
+__all__ = ["offline_env", "log_offline_runs"]
 
 _LOGGER = """
 import json, sys, time, wandb
@@ -52,20 +52,21 @@ def log_offline_runs(home: str | os.PathLike[str], specs: Sequence[Mapping[str, 
     root.mkdir(parents=True, exist_ok=True)
     listing = root / "runs.json"
     listing.write_text(json.dumps(list(specs)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
-    env.update(
-        WANDB_DIR=str(root),
-        WANDB_CONFIG_DIR=str(root / "config"),
-        WANDB_CACHE_DIR=str(root / "cache"),
-        WANDB_MODE="offline",
-        WANDB_SILENT="true",
-    )
-    subprocess.run([sys.executable, "-c", _LOGGER, str(listing)], env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", _LOGGER, str(listing)], env=offline_env(root), check=True, timeout=300)
     found: dict[str, Path] = {}
     for run_dir in sorted((root / "wandb").glob("offline-run-*")):
         if run_dir.is_dir() and not run_dir.is_symlink():
             found[_run_name(run_dir)] = run_dir
     return found
+
+
+def offline_env(root: str | os.PathLike[str]) -> dict[str, str]:
+    """This process's environment for a child that logs offline runs under ``root``: every
+    ``WANDB_*`` of ours dropped, the SDK's directories in ``root``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_DIR=str(root), WANDB_CONFIG_DIR=str(Path(root) / "config"), WANDB_CACHE_DIR=str(Path(root) / "cache"),
+               WANDB_MODE="offline", WANDB_SILENT="true")
+    return env
 
 
 def _run_name(run_dir: Path) -> str:
