@@ -22,7 +22,7 @@ from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 SPEC = "cosine:warmup=100,total=3000,final=0.1"
 PARAMS = {"lr_scheduler_type": "cosine", "max_steps": 3000, "warmup_steps": 100, "learning_rate": 1e-3}
-ARGS = ("-t", "6.79", "--ema-token-window", "2.5e7")
+ARGS = ("-t", "6.85", "--ema-token-window", "2.5e7")  # the running run's forecast reaches it
 
 
 def _log(tracking: Tracking, seed: int, steps: int = 3000, status: str = "FINISHED", name: str | None = None) -> str:
@@ -68,6 +68,8 @@ def test_a_running_run_is_calibrated_on_the_finished_runs_of_its_experiment(proj
     assert report["calibration"]["count"] == 3
     assert sorted(report["calibration"]["runs"]) == sorted(f"mlflow:{r}" for r in finished)
     assert any(note.startswith("calibrated on 3 finished run(s)") for note in report["notes"])
+    text = tracking.client.get_run(running).data.tags["when_6p85"]
+    assert text.startswith("forecast · ") and text.endswith(" · calibrated on 3 runs"), text
     for run_id in finished:  # each keeps its own backtest, and is not calibrated itself
         provenance = _provenance(tracking, run_id)
         assert "calibration" not in provenance

@@ -19,6 +19,7 @@ For a target of 3.3::
     when_3p3          text: the status word first, then the answer, for instance
                       "reached · 10.2B tok · step 7,763"
                       "forecast · 24.1B tok (80%: 21.0B–27.9B) · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
+                      "forecast · 24.1B tok (80%: 22.0B–26.1B) · step 18,390 · calibrated on 7 runs"
                       "not_reached · best 3.412 · run ends at 37.2B tok · P(within plan) 0.03"
     when_3p3_Btok     billions of tokens where the smoothed loss reaches 3.3 (none on the step axis)
     when_3p3_step     the step there

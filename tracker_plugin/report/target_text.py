@@ -6,6 +6,7 @@ answer a person reads at a glance, in the tables' own formats::
 
     reached · 10.2B tok · step 7,763 · at 2.1 h
     forecast · 24.1B tok (80%: 21.0B–27.9B) · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC
+    forecast · 24.1B tok (80%: 22.0B–26.1B) · step 18,390 · calibrated on 7 runs
     forecast_beyond_plan · 250.0B tok (80%: 190.0B–∞) · step 190,000 · past the plan
     not_reached · best 3.412 · the run ended at 37.2B tok, step 9,536 · P(within plan) 0.03
     unreachable · levels off near 3.52
@@ -64,6 +65,9 @@ def _located(analysis: Analysis, k: int, result: TargetResult) -> list[str]:
     chance = target_p_by_deadline(analysis, k)
     if chance is not None and result.status != Status.REACHED:
         parts.append(f"P(by deadline) {chance:.2f}")
+    calibration = analysis.config.calibration
+    if calibration.active and result.status != Status.REACHED and analysis.config.model != "power-law":
+        parts.append(f"calibrated on {len(calibration.runs)} run{'s' if len(calibration.runs) != 1 else ''}")
     return parts
 
 
