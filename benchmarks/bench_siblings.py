@@ -17,7 +17,8 @@ The protocol, which cannot see the scored run:
   ones the other families chose (``cross_family``), the other families' runs are scored
   with those same rules and calibrated on their own siblings, and the sibling rules (the
   bias and width weights, the minimum count of sibling runs) are the ones that score best
-  on them: the weights by the point loss and the calibration loss of ``cross_family``;
+  on them: the weights by the point loss and the calibration loss of ``cross_family``
+  (the bias's weight fixed, or read from the siblings' scatter over one of ``SPREADS``);
 - the *temporal* variant gives the speedrun records only the records dated before them
   (their names begin with the date); the other families are sweeps finished together and
   hold no dates, so they keep all their siblings;
@@ -66,6 +67,7 @@ from tracker_plugin.core.siblings import (
     CENTER,
     CENTERS,
     MIN_RUNS,
+    SPREAD,
     WIDTH_WEIGHT,
     Calibration,
     SiblingCase,
@@ -79,6 +81,8 @@ from bench_calibration import HELD_OUT, SHARED, csvs, members, speedrun_plans  #
 
 # Candidate sibling rules: prior weights in sibling runs (inf: that part off) and minimum counts.
 WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, math.inf)
+# Prior spreads of a project's bias (ln) for the scatter-weighted shrinkage.
+SPREADS = (0.02, 0.05, 0.1, 0.2)
 MIN_COUNTS = (1, 2, 3)
 # Families whose run names begin with their date: their siblings, temporally, are the earlier ones.
 DATED = ("modded", "medium")
@@ -93,9 +97,11 @@ class SiblingRule:
     min_runs: int = MIN_RUNS
     narrow: tuple[str, ...] = ()  # the params a sibling must share with the run, where both have them
     center: str = CENTER
+    spread: float | None = SPREAD  # the scatter-weighted bias shrinkage's prior spread (None: fixed weight)
 
     def __str__(self) -> str:
-        return (f"bias the {self.center} x weight {self.bias_weight:g}, width weight {self.width_weight:g}, "
+        weight = f"weight {self.bias_weight:g}" if self.spread is None or math.isinf(self.bias_weight) else f"scatter over {self.spread:g}"
+        return (f"bias the {self.center} x {weight}, width weight {self.width_weight:g}, "
                 f"at least {self.min_runs} run(s), same {' and '.join(self.narrow) or 'family'}")
 
 
@@ -166,7 +172,7 @@ def calibrated(pool: Pool, rule: SiblingRule, temporal: bool, families: Sequence
             BREACHES[0] += s.case.run in names
             cases = [c for r in names for c in pool.as_sibling.get((r, s.case.fit_fraction), [])]
             cache[key] = calibrate(cases, bias_weight=rule.bias_weight, width_weight=rule.width_weight,
-                                   min_runs=rule.min_runs, center=rule.center)
+                                   min_runs=rule.min_runs, center=rule.center, spread=rule.spread)
         cal = cache[key]
         if cal.active and s.tokens is not None:
             s = replace(s, tokens=cal.point(s.tokens), draws=np.sort(cal.draws(s.draws, s.tokens)))
@@ -201,8 +207,10 @@ def choose(pools: Mapping[str, Pool], families: Sequence[str], temporal: bool) -
     def over_plans(rule: SiblingRule, loss: Callable[[Sequence[Scored]], float]) -> float:
         return float(np.mean([loss(calibrated(p, rule, temporal, families)) for p in pools.values()]))
 
-    candidates = itertools.product(WEIGHTS, MIN_COUNTS, NARROWINGS, CENTERS)
-    point = min((SiblingRule(b, math.inf, m, n, c) for b, m, n, c in candidates),
+    # A fixed bias weight, or the weight the siblings' own scatter gives (one per spread).
+    biases = [(w, None) for w in WEIGHTS] + [(1.0, spread) for spread in SPREADS]
+    candidates = itertools.product(biases, MIN_COUNTS, NARROWINGS, CENTERS)
+    point = min((SiblingRule(b, math.inf, m, n, c, spread) for (b, spread), m, n, c in candidates),
                 key=lambda r: (round(over_plans(r, point_loss), 6), -r.bias_weight, r.min_runs, -len(r.narrow),
                                r.center != CENTER))
     return min((replace(point, width_weight=w) for w in WEIGHTS),

@@ -96,3 +96,14 @@ def test_the_power_law_is_not_calibrated_and_says_so(capsys, project) -> None:
                            "--calibrate-on", siblings[0])
     assert code != 0
     assert "--model power-law" in err and "--calibrate-on" in err and "Traceback" not in err
+
+
+def test_a_sibling_that_cannot_be_read_is_left_out_with_why(tmp_path, project) -> None:
+    run, siblings = project
+    broken = tmp_path / "broken.csv"
+    broken.write_text("step,tokens\n1,100\n2,200\n")
+    config = AnalysisConfig(targets=(float(TARGET),), ema_token_window=float(WINDOW), lr_schedule=LrSchedule.parse_spec(SPEC))
+    table = sibling_table([str(siblings[0]), str(broken)], SourceOptions(states=("finished",)), config, 0.5)
+    assert [r for r, _ in table.cases] == [str(siblings[0])]
+    [(ref, why)] = table.left_out
+    assert ref == str(broken) and why.startswith("it could not be read: ") and "loss" in why

@@ -45,7 +45,7 @@ def test_fewer_runs_than_the_minimum_is_no_calibration() -> None:
 def test_bias_is_the_siblings_mean_error_shrunk_by_their_count() -> None:
     cases = _siblings(0.2, 0.1, 0.02, runs=8)
     raw = float(np.mean([c.error for c in cases]))
-    cal = calibrate(cases, bias_weight=2.0, center="mean")
+    cal = calibrate(cases, bias_weight=2.0, center="mean", spread=None)
     assert cal.raw_bias == pytest.approx(raw, abs=1e-12)
     assert cal.bias == pytest.approx(raw * 8 / 10, abs=1e-12)
     # The corrected point of a forecast 0.2 late lands within the siblings' scatter of the truth.
@@ -57,12 +57,25 @@ def test_the_median_bias_is_not_moved_by_one_odd_sibling() -> None:
     cases = _siblings(0.1, 0.1, 0.01, runs=5, per_run=1)
     odd = sibling_case("odd", 1e9 * math.exp(-2.0), 1e9, _draws(1e9 * math.exp(-2.0), 0.1))
     assert odd is not None
-    median = calibrate([*cases, odd], bias_weight=0.0)
-    mean = calibrate([*cases, odd], bias_weight=0.0, center="mean")
+    median = calibrate([*cases, odd], bias_weight=0.0, center="median", spread=None)
+    mean = calibrate([*cases, odd], bias_weight=0.0, center="mean", spread=None)
     assert median.raw_bias is not None and abs(median.raw_bias - 0.1) < 0.03
     assert mean.raw_bias is not None and mean.raw_bias < -0.2
     with pytest.raises(ValueError, match="center"):
         calibrate(cases, center="mode")
+
+
+def test_siblings_that_disagree_move_the_point_less_than_siblings_that_agree() -> None:
+    agree = calibrate(_siblings(0.1, 0.1, 0.01, runs=4, per_run=1), spread=0.1)
+    disagree = calibrate(_siblings(0.1, 0.1, 0.3, runs=4, per_run=1), spread=0.1)
+    assert agree.spread == disagree.spread == 0.1
+    assert agree.bias / agree.raw_bias > 0.9 > 0.5 > disagree.bias / disagree.raw_bias
+    # The weight is the runs' scatter (one more run at the spread) over the spread squared.
+    errors = sorted({c.run: c.error for c in _siblings(0.1, 0.1, 0.3, runs=4, per_run=1)}.items())
+    values = np.array([e for _, e in errors])
+    weight = (np.sum((values - values.mean()) ** 2) + 0.01) / 4 / 0.01
+    assert disagree.bias_weight == pytest.approx(weight, rel=1e-9)
+    assert "the weight their scatter over 0.1 gives" in disagree.describe()
 
 
 def test_width_stretches_intervals_too_narrow_for_the_truth_and_shrinks_wide_ones() -> None:
@@ -137,7 +150,7 @@ def test_an_analysis_calibrated_on_siblings_moves_its_point_and_stretches_its_in
     assert any("calibrated on 3 finished run(s)" in note for note in calibrated.notes)
     doc = tp.to_json(calibrated)["calibration"]
     assert doc["count"] == 3 and doc["runs"] == ["a", "b", "c"]
-    assert doc["bias"] == {"value": 0.1, "siblings": 0.13, "prior": 0.0, "weight": 1.0}
+    assert doc["bias"] == {"value": 0.1, "siblings": 0.13, "prior": 0.0, "weight": 1.0, "spread": None}
     assert tp.to_json(plain)["calibration"] is None
 
 

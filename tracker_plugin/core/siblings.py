@@ -44,6 +44,7 @@ __all__ = [
     "MIN_RUNS",
     "NONE",
     "SIBLING_CUTS",
+    "SPREAD",
     "PlanShape",
     "WIDTH_WEIGHT",
     "Calibration",
@@ -59,9 +60,10 @@ __all__ = [
 
 # The interval levels the width is fitted to (each miss squared, summed).
 LEVELS = (0.5, 0.8, 0.95)
-# Prior weights in sibling runs: with this many siblings, half the siblings' value is taken.
-# These, MIN_RUNS and CENTER are the rule all the visible families choose
-# (benchmarks/bench_siblings.py, the siblings dated before each run where runs are dated).
+# Prior weights in sibling runs: with this many siblings, half the siblings' value is taken
+# (the bias's only where SPREAD is None). These, MIN_RUNS, CENTER and SPREAD are the rule
+# all the visible families choose (benchmarks/bench_siblings.py, the siblings dated before
+# each run where runs are dated).
 BIAS_WEIGHT = 1.0
 WIDTH_WEIGHT = 2.0
 # Fewer sibling runs than this: no calibration.
@@ -69,7 +71,10 @@ MIN_RUNS = 1
 # How the sibling runs' errors are summed up into the bias: a median keeps one odd sibling
 # from moving every forecast.
 CENTERS: dict[str, Callable[[Sequence[float]], Any]] = {"median": np.median, "mean": np.mean}
-CENTER = "median"
+CENTER = "mean"
+# The prior spread of a project's bias (ln) for the scatter-weighted shrinkage (None: the
+# fixed BIAS_WEIGHT): siblings that disagree, as early in a run, move the point less.
+SPREAD: float | None = 0.1
 # Where a finished run is backtested once for all (its record): the forecast run's share of
 # its plan is taken to the nearest of these. Within the range the validation scored.
 SIBLING_CUTS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
@@ -124,6 +129,8 @@ class Calibration:
     raw_width: float | None = None
     bias_weight: float = BIAS_WEIGHT
     width_weight: float = WIDTH_WEIGHT
+    # The prior spread the bias weight was read from (None: the weight is fixed).
+    spread: float | None = None
     # The runs asked for that are not siblings, each with the reason (the report says so).
     left_out: tuple[tuple[str, str], ...] = ()
     # The cut the siblings were backtested at (their share of their plan); None: not said.
@@ -170,7 +177,8 @@ class Calibration:
         n = len(self.runs)
         at = "" if self.cut is None else f" at {self.cut:.0%} of their plans"
         return (f"calibrated on {n} finished run(s) ({self.cases} backtest cases{at}): the point moved "
-                f"{math.exp(-self.bias) - 1:+.1%} in tokens (the siblings' error {_ln(self.raw_bias)}, {_share(n, self.bias_weight)}), "
+                f"{math.exp(-self.bias) - 1:+.1%} in tokens (the siblings' error {_ln(self.raw_bias)}, {_share(n, self.bias_weight)}"
+                f"{'' if self.spread is None else f', the weight their scatter over {self.spread:g} gives'}), "
                 f"the interval x{self.width:.2f} (the siblings' x{_ln(self.raw_width, 'x')}, {_share(n, self.width_weight)})"
                 + (f"; {left}" if left else ""))
 
@@ -186,7 +194,7 @@ def _left_out(left_out: Sequence[tuple[str, str]], shown: int = 5) -> str:
 def _share(n: int, weight: float) -> str:
     if math.isinf(weight):
         return "not used"
-    return "taken whole" if weight == 0 else f"taken {n}/({n}+{weight:g})"
+    return "taken whole" if weight == 0 else f"taken {n}/({n}+{weight:.3g})"
 
 
 def _ln(value: float | None, kind: str = "ln") -> str:
@@ -199,9 +207,14 @@ NONE = Calibration()
 
 
 def calibrate(cases: Sequence[SiblingCase], *, bias_weight: float = BIAS_WEIGHT, width_weight: float = WIDTH_WEIGHT,
-              min_runs: int = MIN_RUNS, center: str = CENTER) -> Calibration:
+              min_runs: int = MIN_RUNS, center: str = CENTER, spread: float | None = SPREAD) -> Calibration:
     """The calibration ``cases`` give (a weight of ``inf``: that part off). The bias is the
     ``center`` (``median`` or ``mean``) over the sibling runs of each run's mean error.
+
+    With ``spread`` (the prior spread of a project's bias, in ln), the bias weight is the
+    one a normal model gives instead of ``bias_weight``: the sibling runs' own scatter over
+    that spread squared, so siblings that disagree (early in a run) move the point less than
+    siblings that agree.
 
     Raises:
         ValueError: a weight below 0, an unknown center or a case with a non-finite error.
@@ -216,11 +229,24 @@ def calibrate(cases: Sequence[SiblingCase], *, bias_weight: float = BIAS_WEIGHT,
     if not runs or len(runs) < min_runs:
         return Calibration(bias_weight=bias_weight, width_weight=width_weight)
     n = len(runs)
-    raw_bias = float(CENTERS[center]([float(np.mean([c.error for c in cases if c.run == r])) for r in runs]))
+    errors = [float(np.mean([c.error for c in cases if c.run == r])) for r in runs]
+    raw_bias = float(CENTERS[center](errors))
+    scattered = spread is not None and bias_weight != math.inf
+    if spread is not None and scattered:
+        bias_weight = _scatter_weight(errors, spread)
     bias = _shrunk(raw_bias, n, bias_weight)
     raw_width = _width(cases, bias)
     width = math.exp(_shrunk(math.log(raw_width), n, width_weight))
-    return Calibration(bias, width, runs, len(cases), raw_bias, raw_width, bias_weight, width_weight)
+    return Calibration(bias, width, runs, len(cases), raw_bias, raw_width, bias_weight, width_weight,
+                       spread if scattered else None)
+
+
+def _scatter_weight(errors: Sequence[float], spread: float) -> float:
+    """``s² / spread²``: the shrinkage weight of a normal model whose runs scatter by ``s``
+    about the project's bias, which scatters by ``spread`` about none. ``s²`` is the runs'
+    own variance with one more run at ``spread`` (one sibling alone gives no scatter)."""
+    scatter = (float(np.sum(np.square(np.asarray(errors) - np.mean(errors)))) + spread**2) / len(errors)
+    return scatter / spread**2
 
 
 def _shrunk(value: float, n: int, weight: float) -> float:

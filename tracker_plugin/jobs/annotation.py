@@ -112,7 +112,7 @@ def calibration_provenance(analysis: Analysis) -> dict[str, Any] | None:
         "cut": cal.cut,
         "left_out": len(cal.left_out),
         "bias": {"value": round(cal.bias, 4), "siblings": _rounded(cal.raw_bias, 4), "prior": 0.0,
-                 "weight": _rounded(cal.bias_weight, 4)},
+                 "weight": _rounded(cal.bias_weight, 4), "spread": cal.spread},
         "width": {"value": round(cal.width, 4), "siblings": _rounded(cal.raw_width, 4), "prior": 1.0,
                   "weight": _rounded(cal.width_weight, 4)},
     }

@@ -40,7 +40,7 @@ from tracker_plugin.core.siblings import (
     calibrate_records,
     plan_shape,
 )
-from tracker_plugin.errors import ConfigError
+from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.history import History
 from tracker_plugin.jobs.runs import opened_runs
 from tracker_plugin.trackers import SourceOptions
@@ -103,7 +103,11 @@ def sibling_table(specs: Sequence[str], options: SourceOptions, config: Analysis
     with opened_runs(specs, options) as opened:
         for source, runs in opened:
             for ref in runs:
-                history = source.read(ref)
+                try:
+                    history = source.read(ref)
+                except TrackerPluginError as exc:  # one unreadable sibling is left out, not the forecast
+                    left_out.append((ref.ref, f"it could not be read: {exc.problem}"))
+                    continue
                 if exclude is not None and history.run == exclude:
                     left_out.append((history.run, "the forecast run itself"))
                     continue

@@ -87,7 +87,8 @@ def _calibration_json(analysis: Analysis) -> dict[str, Any] | None:
         "cases": cal.cases,
         "cut": cal.cut,
         "left_out": [{"run": run, "why": why} for run, why in cal.left_out],
-        "bias": {"value": cal.bias, "siblings": _num(cal.raw_bias), "prior": 0.0, "weight": _num(cal.bias_weight)},
+        "bias": {"value": cal.bias, "siblings": _num(cal.raw_bias), "prior": 0.0, "weight": _num(cal.bias_weight),
+                 "spread": cal.spread},
         "width": {"value": cal.width, "siblings": _num(cal.raw_width), "prior": 1.0, "weight": _num(cal.width_weight)},
     }
 
