@@ -166,3 +166,19 @@ def test_a_record_survives_its_tag_and_a_record_of_other_settings_is_not_read():
     assert decode_record("r", stored, "other settings") is None
     assert decode_record("r", {"hash": "abc", "cuts": {"0.2": [[1.0]]}}, "abc") is None
     assert decode_record("r", "not a record", "abc") is None
+
+
+def test_new_targets_keep_the_finished_runs_records(local, capsys, monkeypatch):
+    import tracker_plugin.jobs.runner as runner
+
+    for seed in (1, 2):
+        _log(local, seed)
+    running = _log(local, 0, steps=1500, status="RUNNING")
+    _annotate(local, capsys)
+    made = []
+    monkeypatch.setattr(runner, "sibling_record", lambda *args: made.append(args) or pytest.fail("backtested again"))
+    code, out, err = local.cli(capsys, "annotate", f"mlflow:experiment/{local.experiment}", "-t", "6.9",
+                               "--ema-token-window", "2.5e7", "--json")
+    assert code == 0, err
+    assert {row["action"] for row in json.loads(out)} == {"annotated"} and made == []
+    assert _provenance(local, running)["calibration"]["runs"] == 2

@@ -20,6 +20,7 @@ from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.core.backtest import sibling_record
 from tracker_plugin.core.siblings import SiblingRecord
 from tracker_plugin.errors import ConfigError, TrackerPluginError
+from tracker_plugin.frame.history import History
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
 from tracker_plugin.jobs.calibration import SiblingBook, decode_record, encode_record, record_hash
 from tracker_plugin.jobs.fanout import shares_memory
@@ -209,7 +210,7 @@ def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     if job.book is not None and not run.finished:
         config = replace(config, calibration=job.book.calibration(history, config))
     analysis = run_analysis(history, config)
-    record = sibling_record(history, config) if recording else None
+    record = _record(history, config, run, stored) if recording else None
     if not job.write:
         return Outcome(run, Action.ANALYSED, analysis, record=record)
     encoded = None if record is None or job.record_hash is None else encode_record(record, job.record_hash)
@@ -229,6 +230,15 @@ def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
         return Outcome(run, Action.ANNOTATED, analysis, note=redone, record=record)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.
     return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN, record=record)
+
+
+def _record(history: History, config: AnalysisConfig, run: RunInfo, stored: SiblingRecord | None) -> SiblingRecord:
+    """A finished run's record: the stored one while its history is the one it was made
+    from (a change of targets keeps it), else backtested now."""
+    previous = run.previous
+    if stored is not None and previous is not None and run.progress is not None and previous.progress == run.progress:
+        return stored
+    return sibling_record(history, config)
 
 
 def _stored_record(job: RunJob, run: RunInfo) -> SiblingRecord | None:
