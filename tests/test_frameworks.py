@@ -35,8 +35,9 @@ def curve(step: np.ndarray) -> np.ndarray:
 def expected_crossing(mean_over: int = 1) -> float:
     """The step where pandas' EMA (span EMA_STEPS) of the true per-step loss reaches TARGET.
 
-    HF logs the mean loss since its last log (``logging_steps`` steps), a trailing mean
-    the trainer itself applies: ``mean_over`` applies it to the true curve too.
+    HF logs the mean loss since its last log (``logging_steps`` steps), which the reading
+    places at the middle of its interval: its crossing is the per-step loss's
+    (``mean_over`` > 1 gives the crossing of the trailing mean instead, read at its end).
     """
     steps = np.arange(1, STEPS + 1, dtype=float)
     loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
@@ -101,9 +102,8 @@ def test_each_trainer_read_right_with_the_documented_flags(name, mlflow_store):
     analysis = run_analysis(history, config)
     (result,) = analysis.targets
     assert result.status.value == "reached"
-    mean_over = CONFIG["log_every"] if framework == "Hugging Face Trainer" else 1
-    np.testing.assert_allclose(result.step, expected_crossing(mean_over), rtol=0.01)
-    np.testing.assert_allclose(result.tokens, expected_crossing(mean_over) * per_step, rtol=0.01)
+    np.testing.assert_allclose(result.step, expected_crossing(), rtol=0.01)
+    np.testing.assert_allclose(result.tokens, expected_crossing() * per_step, rtol=0.01)
     document = to_json(analysis)
     assert document["read_as"]["framework"] == framework
     assert "read as: " + framework in to_text(analysis)
@@ -116,7 +116,7 @@ def test_hf_mlflow_without_seq_len_works_on_steps_and_says_which_flag(mlflow_sto
     assert history.on_steps and history.last_step == STEPS
     assert any("seq_len" in note for note in history.notes)
     analysis = run_analysis(history, AnalysisConfig(targets=(TARGET,), ema_steps=EMA_STEPS, model="power-law"))
-    np.testing.assert_allclose(analysis.targets[0].step, expected_crossing(CONFIG["log_every"]), rtol=0.01)
+    np.testing.assert_allclose(analysis.targets[0].step, expected_crossing(), rtol=0.01)
 
 
 def test_old_silent_cases(mlflow_store):
@@ -287,7 +287,7 @@ def test_hf_train_runtime_is_the_clock_of_a_trainer_state_that_logs_it():
     (when,) = analysis.timing.targets
     expected = np.interp(result.step, history.step, history.time) - history.time[0]
     assert when.seconds == pytest.approx(expected, rel=1e-6)
-    np.testing.assert_allclose(result.step, expected_crossing(CONFIG["log_every"]), rtol=0.01)
+    np.testing.assert_allclose(result.step, expected_crossing(), rtol=0.01)
 
 
 @pytest.mark.parametrize("relative, options", [
@@ -333,8 +333,9 @@ def test_a_clock_on_one_row_only_is_no_clock(tmp_path):
 RESUMED = FRAMEWORKS / "wandb" / "hf-resumed"
 
 
-def _crossing_of_the_true_curve(target: float, mean_over: int = CONFIG["log_every"]) -> float:
-    """Where pandas' EMA (span EMA_STEPS) of HF's logged mean of the true loss reaches ``target``."""
+def _crossing_of_the_true_curve(target: float, mean_over: int = 1) -> float:
+    """Where pandas' EMA (span EMA_STEPS) of the true per-step loss reaches ``target`` (HF's
+    logged means are read at the middles of their intervals)."""
     steps = np.arange(1, STEPS + 1, dtype=float)
     loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
     ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()

@@ -31,8 +31,8 @@ CROSSING_RTOL = 0.01  # crossing step within 1% of the independent one
 
 # name -> (source, store, tokens per step, last step, facts no run holds, framework, loss key, mean_over)
 CASES = {
-    "trl-wandb": ("wandb-offline:wandb/trl-sft", None, TRL, STEPS, {}, "Hugging Face Trainer", "train/loss", 10),
-    "trl-mlflow": ("mlflow:trl-sft", "trl", TRL, STEPS, {}, "Hugging Face Trainer", "loss", 10),
+    "trl-wandb": ("wandb-offline:wandb/trl-sft", None, TRL, STEPS, {}, "Hugging Face Trainer", "train/loss", 1),
+    "trl-mlflow": ("mlflow:trl-sft", "trl", TRL, STEPS, {}, "Hugging Face Trainer", "loss", 1),
     "accelerate-wandb": ("wandb-offline:wandb/accelerate-wandb", None, ONE, STEPS, {}, "Accelerate", "train_loss", 1),
     "accelerate-mlflow": ("mlflow:accelerate-mlflow", "accelerate", ONE, STEPS, {}, "Accelerate", "train_loss", 1),
     # torchtune's world size is torchrun's, in no config: 2 ranks, given as --world-size.
@@ -57,8 +57,9 @@ def curve(step: np.ndarray) -> np.ndarray:
 
 
 def expected_crossing(mean_over: int) -> float:
-    """Where pandas' EMA (span EMA_STEPS) of the loss as logged (HF-style trainers: the mean
-    since the last log) reaches TARGET, on 1-based optimizer steps."""
+    """Where pandas' EMA (span EMA_STEPS) of the loss's trailing mean over ``mean_over`` steps
+    reaches TARGET, on 1-based optimizer steps (1: the per-step loss, which an HF-style mean
+    since the last log, read at the middle of its interval, gives)."""
     steps = np.arange(1, STEPS + 1, dtype=float)
     loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
     ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()

@@ -35,8 +35,9 @@ def curve(step: np.ndarray) -> np.ndarray:
 
 
 def expected_crossing(target: float, mean_over: int) -> float:
-    """Where pandas' EMA (span EMA_STEPS) of the curve as HF logs it (the mean since the
-    last log) reaches ``target``, computed without the plugin."""
+    """Where pandas' EMA (span EMA_STEPS) of the curve's trailing mean over ``mean_over``
+    steps reaches ``target``, computed without the plugin (1: the per-step curve, which HF's
+    mean since the last log, read at the middle of its interval, gives)."""
     steps = np.arange(1, STEPS + 1, dtype=float)
     loss = pd.Series(curve(steps)).rolling(mean_over, min_periods=1).mean()
     ema = loss.ewm(span=EMA_STEPS, adjust=False).mean().to_numpy()
@@ -77,7 +78,7 @@ def test_the_json_on_steps_holds_no_steps_in_its_token_fields():
     assert stage["first_tokens"] is None and stage["last_tokens"] is None and stage["batch"] is None
     reached, open_target = doc["targets"]
     assert reached["status"] == "reached" and reached["tokens"] is None
-    np.testing.assert_allclose(reached["step"], expected_crossing(3.5, CONFIG["log_every"]), rtol=0.01)
+    np.testing.assert_allclose(reached["step"], expected_crossing(3.5, 1), rtol=0.01)
     # max_steps=400 is the planned end, which the law reaches before: a forecast within the plan
     assert open_target["status"] == Status.FORECAST and 250 < open_target["step"] <= STEPS
     assert open_target["tokens"] is None and open_target["tokens_interval"] is None

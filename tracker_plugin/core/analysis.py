@@ -298,7 +298,7 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
     if window_note:
         notes.append(window_note)
     stages = batch_stages(history)
-    fine = fine_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    fine = fine_ema(history.loss, history.step, history.batch, config.ema_token_window, history.loss_spans)
     # The rows are among the fine points (they are the fine points when no row has a gap).
     smoothed = fine[1] if len(fine[0]) == len(history.step) else fine[1][np.searchsorted(fine[0], history.step)]
     fit_start, reason = _fit_start(history, stages, config)

@@ -219,7 +219,7 @@ def backtest_run(
     """
     if plan not in PLANS:
         raise ValueError(f"plan must be one of {PLANS}, got {plan!r}")
-    smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window)
+    smoothed = token_window_ema(history.loss, history.step, history.batch, config.ema_token_window, history.loss_spans)
     final = history.last_tokens
     targets = []
     for q in target_quantiles:

@@ -28,6 +28,7 @@ import pandas as pd
 
 from tracker_plugin.errors import DataError
 from tracker_plugin.frame.history import Columns, History, build_history, eval_loss_alone, eval_loss_note
+from tracker_plugin.frame.interval_means import EPOCH_KEY, MEAN_WORDS, epoch_means, with_loss_spans
 from tracker_plugin.plan.params import as_float
 from tracker_plugin.plan.params import planned_steps as _planned_steps
 
@@ -82,6 +83,8 @@ class Convention:
     time: tuple[str, ...] = ()
     # The config's accumulation already counts every device (nanoGPT's global value).
     accumulation_is_global: bool = False
+    # Loss keys logged as the mean over the steps since the last log (frame/interval_means.py).
+    loss_means: tuple[str, ...] = ()
 
 
 # transformers trainer.py: Trainer.log adds speed_metrics("train", start_time, ...) to every
@@ -93,6 +96,7 @@ _HF = Convention(
     markers=(("train/global_step",), ("loss", "learning_rate", "epoch"), ("loss", "grad_norm", "epoch")),
     step=("train/global_step",),
     loss=("train/loss", "loss"),  # never train_loss: the end-of-run mean, logged once
+    loss_means=("train/loss", "loss"),
     eval_loss=("eval/loss", "eval_loss"),
     lr=("train/learning_rate", "learning_rate"),
     # TRL's SFTTrainer (trl/trainer/sft_trainer.py compute_loss) logs num_tokens: the
@@ -334,6 +338,10 @@ class Reading:
     # synced into W&B logs its own step as ``global_step`` on every row: Megatron-LM's
     # '<key> vs samples' rows carry the sample count there, not the iteration.
     step_rows: tuple[str, ...] = ()
+    # The loss is a mean over each logging interval (HF); or, with ``epoch_key``, when it is
+    # logged once per epoch (Lightning's on_epoch): frame/interval_means.py.
+    loss_mean: bool = False
+    epoch_key: str | None = None
 
     def keys(self) -> list[str]:
         """The logged keys the frame needs, each once."""
@@ -345,7 +353,14 @@ class Reading:
                     names.append(name)
         if self.world is not None and self.columns.tokens == (_SCALED_TOKENS,):
             names.append(self._device_tokens)
+        if self.epoch_key is not None and self.epoch_key not in names:
+            names.append(self.epoch_key)
         return names
+
+    def spans(self, history: History, frame: pd.DataFrame) -> History:
+        """``history`` with the steps each loss averages, where the loss is an interval mean."""
+        loss = self.columns.loss[0] if self.columns.loss else ""
+        return with_loss_spans(history, self.loss_mean or epoch_means(frame, loss, self.epoch_key))
 
     @property
     def _device_tokens(self) -> str:
@@ -500,6 +515,9 @@ def read_as(
         eval_loss=eval_loss,
         seq_len=_seq_len(convention, config, seq_len),
         step_rows=step_rows,
+        loss_mean=bool(convention and loss in convention.loss_means),
+        epoch_key=EPOCH_KEY if convention is _LIGHTNING and EPOCH_KEY in logged and loss and not loss.endswith("_step")
+        else None,
     )
 
 
@@ -519,13 +537,14 @@ def build_read_history(
         frame = frame[kept].reset_index(drop=True)
         logged_nan_loss = None if logged_nan_loss is None else np.asarray(logged_nan_loss, bool)[kept]
     try:
-        return build_history(
+        history = build_history(
             reading.prepare(frame),
             run=run,
             columns=reading.columns,
             batch_size=reading.batch_size,
             logged_nan_loss=logged_nan_loss,
         )
+        return reading.spans(history, frame)
     except DataError as exc:
         if exc.column in (BATCH_FROM_TOKENS, _SCALED_TOKENS):
             raise _of_logged_column(exc, reading, run) from None
@@ -596,6 +615,8 @@ def finish_reading(history: History, reading: Reading, *, finished: bool = False
             "tokens: the count may be of sequences or of one device; check columns.tokens and world_size"
         )
     described = {k: v for k, v in reading.described.items() if not k.startswith("_")}
+    if history.loss_spans is not None:
+        described["loss"] = f"{described.get('loss', history.loss_key)} ({MEAN_WORDS})"
     described["framework"] = reading.framework
     source = history.batch_source
     if reading.columns.batch == (BATCH_FROM_TOKENS,):

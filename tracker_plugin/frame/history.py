@@ -112,6 +112,9 @@ class History:
     read_as: tuple[tuple[str, str], ...] = ()
     # No tokens to be had: ``tokens`` counts steps (a batch of 1) and the EMA is in steps.
     on_steps: bool = False
+    # The steps each logged loss is a mean over, ending at its row (HF Trainer's ``loss``,
+    # Lightning's on_epoch means; see frame/conventions.py); None: a value at its step.
+    loss_spans: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.step)
@@ -147,8 +150,10 @@ class History:
         """The history at ``rows`` only (a slice, or row indices in order)."""
         lr = None if self.lr is None else self.lr[rows]
         time = None if self.time is None else self.time[rows]
+        spans = None if self.loss_spans is None else self.loss_spans[rows]
         return replace(
             self,
+            loss_spans=spans,
             time=time,
             step=self.step[rows],
             tokens=self.tokens[rows],

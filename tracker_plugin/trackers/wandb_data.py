@@ -145,6 +145,7 @@ def build_wandb_history(
         batch_size=batch_size,
         logged_nan_loss=logged_nan,
     )
+    history = reading.spans(history, frame)
     odd = tuple(note for column in cleaned.values() for note in column.notes)
     if odd:
         history = replace(history, notes=(*history.notes, *odd))
