@@ -27,7 +27,7 @@ def test_resumed_run_keeps_the_later_rows_and_drops_the_interrupted_attempt(tmp_
     history = tp.build_history(frame, run="resumed", batch_size=1000)
     assert history.step.tolist() == [0, 1, 2, 3, 4, 6]
     assert history.loss.tolist() == [5.0, 4.0, 3.5, 3.2, 3.1, 3.0]
-    assert any("resumed run" in note for note in history.notes)
+    assert any(note.startswith("the log restarts at step 3 (attempt 2): it replaced attempt 1's 3 rows") for note in history.notes)
 
 
 def test_rows_of_one_step_written_separately_are_merged():

@@ -80,7 +80,30 @@ def test_a_real_restart_still_replaces_the_interrupted_rows(clean):
     history = tp.build_history(pd.concat([clean.iloc[:800], resumed]), run="resumed")
     assert len(history) == 1000
     np.testing.assert_allclose(history.loss[600:], clean["train_loss"].to_numpy()[600:] - 0.1, rtol=1e-12)
-    assert "replaced 200 rows that a resumed run logged again (kept the later rows)" in history.notes
+    assert "the log restarts at step 600 (attempt 2): it replaced attempt 1's 200 rows of steps 600-799" in history.notes
+
+
+@pytest.mark.parametrize("relogged", [70, 200])
+def test_a_rolled_back_attempt_is_replaced_from_its_restart_step_on(relogged):
+    """A run restarted from step 0 that has logged 0-70 (or 0-200) again, after an attempt
+    that reached 300: the abandoned attempt's rows are no part of the run, those past the
+    new attempt's last step too, and the note says which steps of which attempt went."""
+    first = pd.DataFrame({"step": range(301), "train_loss": np.linspace(5.0, 3.0, 301)})
+    second = pd.DataFrame({"step": range(relogged + 1), "train_loss": np.linspace(5.2, 4.0, relogged + 1)})
+    history = tp.build_history(pd.concat([first, second]), run="rolled", batch_size=10)
+    assert history.step.tolist() == list(range(relogged + 1))
+    np.testing.assert_allclose(history.loss, second["train_loss"].to_numpy(), rtol=1e-12)
+    assert (f"the log restarts at step 0 (attempt 2): it replaced attempt 1's 301 rows of steps 0-300; it has "
+            f"logged up to step {relogged} so far, and the abandoned rows past it are dropped too (kept the later "
+            "attempt)") in history.notes
+
+
+def test_an_eval_key_appended_after_the_train_rows_is_no_restart():
+    """Rows going back that log no loss (another key's rows appended) replace nothing."""
+    train = pd.DataFrame({"step": range(301), "train_loss": np.linspace(5.0, 3.0, 301)})
+    evals = pd.DataFrame({"step": range(0, 301, 50), "val_loss": 4.0})
+    history = tp.build_history(pd.concat([train, evals]), run="stacked", batch_size=10)
+    assert len(history) == 301 and not any("restarts" in note for note in history.notes)
 
 
 def test_a_restart_at_a_coarse_cadence_counts_as_one():

@@ -26,7 +26,7 @@ from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
-from tracker_plugin.trackers.wandb_offline import read_offline_run
+from tracker_plugin.trackers.wandb_offline import WandbOfflineSource, read_offline_run
 
 TARGETS = ["-t", "6", "4.5"]
 
@@ -272,3 +272,18 @@ def test_offline_paths_that_name_no_run(tmp_path):
         open_source(f"wandb-offline:{tmp_path / 'nope'}", SourceOptions()).runs()
     with pytest.raises(RunNotFound, match="holds no offline W&B run"):
         open_source(f"wandb-offline:{tmp_path}", SourceOptions()).runs()
+
+
+def test_a_run_resumed_from_another_working_directory_is_joined_from_the_folder_holding_both(tmp_path):
+    """Each attempt in its own working directory's wandb/ (a/wandb/offline-run-*,
+    b/wandb/offline-run-*): the folder holding both reads one run, the attempts joined."""
+    from tests.framework_runs import FRAMEWORKS
+
+    first, second = sorted((FRAMEWORKS / "wandb" / "hf-resumed").glob("offline-run-*"))
+    for attempt, name in ((first, "a"), (second, "b")):
+        shutil.copytree(attempt, tmp_path / name / "wandb" / attempt.name)
+    source = WandbOfflineSource(str(tmp_path), ReadOptions(use_cache=False))
+    (run,) = source.runs()
+    history = source.read(run)
+    assert history.last_step == 400
+    assert any(note.startswith("joined 2 attempts of W&B run hfresume1") for note in history.notes)

@@ -23,7 +23,7 @@ from tracker_plugin.frame.time import LoggedTimes, logged_times, read_clock
 if TYPE_CHECKING:
     from tracker_plugin.plan.schedule import LrSchedule
 
-__all__ = ["EVAL_LOSSES", "BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history",
+__all__ = ["EVAL_LOSSES", "RESTART_NOTE", "BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history",
            "eval_loss_alone", "eval_loss_note"]
 
 # Eval losses as trainers and people name them: read as the loss when a log has no other.
@@ -455,11 +455,12 @@ def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
     if not len(drops):
         return cols, notes, 0
     if len(drops) <= _MAX_RESTARTS:
-        order, replaced = _restarted_order(step, drops)
+        has_loss = ~np.isnan(cols["loss"]) | cols["nan_loss"]
+        order, restarts = _restarted_order(step, drops, has_loss)
     else:  # shuffled or reversed: no restart can be told apart, only an order
-        order, replaced = np.argsort(step, kind="stable"), 0
-    if replaced:
-        notes.append(f"replaced {replaced} rows that a resumed run logged again (kept the later rows)")
+        order, restarts = np.argsort(step, kind="stable"), []
+    replaced = sum(r.rows for r in restarts)
+    notes += restart_notes(restarts)
     # What is left out of order: sort it (stably, so a repeated step keeps its first row).
     order = order[np.argsort(step[order], kind="stable")]
     ordered = step[order]
@@ -478,34 +479,86 @@ def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
 _MAX_RESTARTS = 64
 
 
-def _restarted_order(step: np.ndarray, drops: np.ndarray) -> tuple[np.ndarray, int]:
-    """Rows kept after each real restart (later rows win), in log order; and how many were replaced.
+def _restarted_order(step: np.ndarray, drops: np.ndarray, has_loss: np.ndarray) -> tuple[np.ndarray, list[Restart]]:
+    """Rows kept after each real restart (later rows win), in log order; and the restarts.
 
-    A drop in the step is a restart when the rows after it re-log the steps the log had
-    already reached: they repeat steps seen before (the checkpoint's cadence), and cover
-    at least half the rows they would replace. One stray row going back (a step 0 near
-    the end of a log) is not a restart: it is sorted in place with the others.
+    A drop in the step is a restart when the rows after it log the loss again at steps the
+    log had already reached: at least two of them, and at least half of those at steps seen
+    before (the checkpoint's cadence). The later attempt replaces every row of the abandoned
+    one from its restart step on, those past where it has logged so far too (a resumed run
+    that has not caught up yet): the abandoned attempt's rows are no part of the run. One
+    stray row going back (a step 0 near the end of a log), or rows going back that log no
+    loss (an eval key's rows appended at the end), is no restart: it is sorted in place.
     """
     bounds = np.r_[0, drops, len(step)]
     line = np.arange(bounds[1])  # the rows of the main line, strictly increasing in step
+    attempt = np.ones(len(step), np.int64)  # which attempt logged each row
     strays: list[np.ndarray] = []
-    replaced = 0
+    restarts: list[Restart] = []
     for start, end in zip(bounds[1:-1], bounds[2:]):
         segment = np.arange(start, end)
         top = step[line[-1]]
         overlap = segment[step[segment] <= top]
+        logging = overlap[has_loss[overlap]]
         cut = int(np.searchsorted(step[line], step[start]))
-        at = np.searchsorted(step[line], step[overlap])
-        repeats = int(np.count_nonzero((at < len(line)) & (step[line[np.minimum(at, len(line) - 1)]] == step[overlap])))
-        would_replace = len(line) - cut
-        if repeats >= max(1, len(overlap) // 2) and 2 * len(overlap) >= would_replace:
-            replaced += would_replace
+        at = np.searchsorted(step[line], step[logging])
+        repeats = int(np.count_nonzero((at < len(line)) & (step[line[np.minimum(at, len(line) - 1)]] == step[logging])))
+        if len(logging) >= 2 and repeats >= max(1, len(logging) // 2):
+            gone = line[cut:]
+            attempt[segment] = attempt[line[-1]] + 1
+            restarts.append(Restart(
+                attempt=int(attempt[start]), step=float(step[start]), last=float(step[segment[-1]]),
+                rows=len(gone), first_replaced=float(step[gone[0]]) if len(gone) else math.nan,
+                last_replaced=float(step[gone[-1]]) if len(gone) else math.nan,
+                of=tuple(sorted(set(attempt[gone].tolist()))),
+            ))
             line = np.r_[line[:cut], segment]
         else:
+            attempt[segment] = attempt[line[-1]]
             strays.append(overlap)
             line = np.r_[line, segment[step[segment] > top]]
     order = np.concatenate([line, *strays]) if strays else line
-    return order.astype(np.intp), replaced
+    return order.astype(np.intp), restarts
+
+
+@dataclass(frozen=True)
+class Restart:
+    """One restart of a log: attempt ``attempt`` went back to ``step`` and logged up to
+    ``last``, replacing ``rows`` rows of steps ``first_replaced``-``last_replaced`` that the
+    attempts ``of`` had logged."""
+
+    attempt: int
+    step: float
+    last: float
+    rows: int
+    first_replaced: float
+    last_replaced: float
+    of: tuple[int, ...]
+
+
+# The restarts a note names one by one; more are counted.
+_NAMED_RESTARTS = 3
+RESTART_NOTE = "the log restarts at step"
+
+
+def restart_notes(restarts: Sequence[Restart]) -> list[str]:
+    """One line per restart: which steps the later attempt replaced, of which attempt."""
+    notes = []
+    for r in restarts[:_NAMED_RESTARTS]:
+        if not r.rows:
+            continue
+        whose = " and ".join(map(str, r.of))
+        whose = f"attempt {whose}'s" if len(r.of) == 1 else f"attempts {whose}'"
+        steps = f"step {r.first_replaced:g}" if r.rows == 1 else f"steps {r.first_replaced:g}-{r.last_replaced:g}"
+        text = f"{RESTART_NOTE} {r.step:g} (attempt {r.attempt}): it replaced {whose} {r.rows} rows of {steps}"
+        if r.last < r.last_replaced:
+            text += (f"; it has logged up to step {r.last:g} so far, and the abandoned rows past it are dropped "
+                     "too (kept the later attempt)")
+        notes.append(text)
+    if len(restarts) > _NAMED_RESTARTS:
+        rest = restarts[_NAMED_RESTARTS:]
+        notes.append(f"and {len(rest)} more restarts replaced {sum(r.rows for r in rest)} rows (kept the later attempts)")
+    return notes
 
 
 def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_plugin.errors import DataError, MissingDependency, RunNotFound, SourceError
-from tracker_plugin.frame.history import History
+from tracker_plugin.frame.history import RESTART_NOTE, History
 from tracker_plugin.frame.resume import late_start
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, JSON_PATH, MARKER, PNG_PATH, is_own
 from tracker_plugin.plan.params import flat_params
@@ -371,7 +371,10 @@ class WandbOfflineSource(Source):
             finished=attempts[-1].state == "finished",
         )
         step_key = next((k for k in reading.columns.step if k in data), ROW_KEY)
-        return replace(history, notes=(*history.notes, _join_note(attempts, step_key)))
+        # The join note names the steps each resumed attempt replaced: the frame's own
+        # restart notes would say it again, with attempts numbered alike.
+        kept = tuple(note for note in history.notes if not note.startswith(RESTART_NOTE))
+        return replace(history, notes=(*kept, _join_note(attempts, step_key)))
 
     def _read(self, wandb_file: Path, ref: str) -> OfflineRun:
         return read_offline_run(wandb_file, self.options.columns.keys(), ref=ref)
@@ -649,7 +652,7 @@ def _records_of(path: Path) -> list[bytes] | None:
 
 def _run_files(path: Path, spec: str) -> list[Path]:
     """The ``.wandb`` files a path names: a file, a run directory, or a folder of
-    ``offline-run-*`` directories (directly or in ``wandb/``)."""
+    ``offline-run-*`` directories (directly or in ``wandb/``, its own or a subfolder's)."""
     if path.is_file():
         if path.suffix != ".wandb":
             raise RunNotFound("is not a .wandb file or an offline run directory", run=f"wandb-offline:{spec}")
@@ -660,7 +663,11 @@ def _run_files(path: Path, spec: str) -> list[Path]:
     if own:
         return own[-1:]
     found: dict[Path, Path] = {}
-    for folder in (path, path / "wandb"):
+    # A folder holding several W&B directories (a run resumed from another working
+    # directory writes its attempt into that one's wandb/): their runs too, so the
+    # attempts of one run are joined rather than each read alone.
+    below = [sub for sub in sorted(path.iterdir()) if sub.is_dir() and not sub.name.startswith(_RUN_DIR_PREFIX)]
+    for folder in (path, path / "wandb", *below, *(sub / "wandb" for sub in below)):
         for run_dir in sorted(folder.glob(f"{_RUN_DIR_PREFIX}*")):
             if run_dir.is_dir() and not run_dir.is_symlink():
                 files = sorted(run_dir.glob("run-*.wandb"))
