@@ -730,3 +730,75 @@ def test_a_run_annotated_in_the_earlier_layout_is_moved_to_todays(tracking, caps
     assert "loss_eta/loss_eta.json" not in after["artifacts"] and "loss_eta.json" in after["artifacts"]
     code, out, _ = tracking.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--json")
     assert code == 0 and {r["action"] for r in json.loads(out)} == {"unchanged"}
+
+
+class _TokenDropper:
+    """A proxy in front of the real server that answers the first ``drops`` pages of the
+    loss's history without their next-page token, as a faulty gateway or server does."""
+
+    def __init__(self, upstream: str, drops: int) -> None:
+        import http.server
+        import threading
+        import urllib.request
+
+        self.drops = drops
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # quiet
+                pass
+
+            def _forward(self, body: bytes | None) -> None:
+                request = urllib.request.Request(upstream + self.path, data=body, method=self.command,
+                                                 headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    payload = answer.read()
+                    status = answer.status
+                if "get-history" in self.path and "metric_key=train_loss" in self.path and proxy.drops > 0:
+                    page = json.loads(payload)
+                    if page.pop("next_page_token", None):
+                        proxy.drops -= 1
+                    payload = json.dumps(page).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_GET(self):  # the http.server API
+                self._forward(None)
+
+            def do_POST(self):  # the http.server API
+                self._forward(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.uri = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("drops", [1, 100])
+def test_a_history_page_without_its_next_page_token_is_read_again_or_reported(served, monkeypatch, capsys, drops):
+    """A page that lost its token would end the read short, silently: the read checks each
+    history against the run's latest value, reads a short one again, and fails with one
+    line naming the key when it stays short."""
+    monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
+    run_id = served.log(training_log(50))
+    proxy = _TokenDropper(served.uri, drops)
+    try:
+        source = MlflowSource(run_id, ReadOptions(use_cache=False), MlflowOptions(tracking_uri=proxy.uri))
+        if drops == 1:
+            history = source.read(source.runs()[0])
+            assert list(history.step) == list(range(50))
+        else:
+            capsys.readouterr()
+            code = main(["analyze", f"mlflow:{run_id}", "-t", "5.5", "--tracking-uri", proxy.uri, "--no-cache"])
+            err = capsys.readouterr().err.strip()
+            assert code != 0 and err.count("\n") == 0
+            assert f"mlflow:{run_id}" in err and "ends at step 6, but the run's latest" in err and "try again" in err
+    finally:
+        proxy.close()

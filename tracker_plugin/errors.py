@@ -20,6 +20,8 @@ request or a secret environment variable ever reaches one.
 
 from __future__ import annotations
 
+import re
+
 from tracker_plugin.redact import redact
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "SourceError",
     "TrackerPluginError",
     "TrackerUnavailable",
+    "one_line",
 ]
 
 
@@ -45,7 +48,16 @@ class TrackerPluginError(Exception):
         run = redact(run) if run else run
         self.run = run
         self.problem = message
-        super().__init__(f"{run}: {message}" if run else message)
+        super().__init__(one_line(f"{run}: {message}" if run else message))
+
+
+def one_line(text: str) -> str:
+    """``text`` with its control characters escaped (a run string holding a newline): an
+    error is one line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class ConfigError(TrackerPluginError, ValueError):

@@ -15,7 +15,7 @@ import click
 from tracker_plugin.cli.argv import expand_multi_value
 from tracker_plugin.cli.commands import cli
 from tracker_plugin.cli.output import say
-from tracker_plugin.errors import ConfigError, TrackerPluginError
+from tracker_plugin.errors import ConfigError, TrackerPluginError, one_line
 
 __all__ = ["EXIT_BAD_INPUT", "entry_point", "main"]
 
@@ -58,7 +58,7 @@ def _message(exc: TrackerPluginError) -> str:
     """The error as the command line says it: the settings it names as flags, the run as given."""
     from tracker_plugin.cli.words import in_flags  # it reads every command's options: only on an error
 
-    return f"{exc.run}: {in_flags(exc.problem)}" if exc.run else in_flags(str(exc))
+    return one_line(f"{exc.run}: {in_flags(exc.problem)}" if exc.run else in_flags(str(exc)))
 
 
 def entry_point() -> None:

@@ -548,6 +548,9 @@ def build_read_history(
     except DataError as exc:
         if exc.column in (BATCH_FROM_TOKENS, _SCALED_TOKENS):
             raise _of_logged_column(exc, reading, run) from None
+        if exc.column in _OWN_STEPS:  # the tracker's own step: no column the user logged
+            raise DataError(f"{_OWN_STEPS[exc.column]}: {exc.problem.removeprefix(f'column {exc.column!r}: ')} (a step "
+                            "counts optimizer steps from 0: name the run's step key with columns.step)", run=run) from None
         (loss,) = reading.columns.loss[:1] or ("",)
         if exc.column != loss or "only one finite value" not in str(exc):
             raise
@@ -560,6 +563,10 @@ def build_read_history(
             run=run,
             column=loss,
         ) from None
+
+
+# The trackers' own step columns, as messages name them.
+_OWN_STEPS = {"_mlflow_step": "the MLflow metric step of the loss"}
 
 
 def _of_logged_column(exc: DataError, reading: Reading, run: str) -> DataError:

@@ -255,11 +255,22 @@ def build_history(
     if (logged & ~has_step).any():
         row = int(np.flatnonzero(logged & ~has_step)[0])
         raise DataError(f"has no value in row {row + 1} (every row needs a step)", run=run, column=step_key)
+    stray = has_step & ~logged & ~_valid_steps(cols["step"])
+    if stray.any():
+        # Another key's row at a step no loss row could have (a user metric stamped at
+        # 2**63-1, or at -1): it says nothing of the run's steps, so it goes, said.
+        has_step &= ~stray
+        count = int(stray.sum())
+        early_notes = [f"dropped {count} {'row' if count == 1 else 'rows'} of other keys at steps no step can be "
+                       f"({float(cols['step'][stray][0]):g}{', ...' if count > 1 else ''}): they log no loss"]
+    else:
+        early_notes = []
     if not has_step.all():  # blank rows
         cols = {key: values[has_step] for key, values in cols.items()}
     # What "all the rows" means for the 90% rule: the rows that logged a loss.
     logged_rows = int(np.count_nonzero(~np.isnan(cols["loss"]) | cols["nan_loss"]))
     cols, notes, resolved_away = _resolve_steps(cols)
+    notes = early_notes + notes
     step = _integer_steps(cols["step"], step_key, run)
 
     loss = cols["loss"]
@@ -561,8 +572,14 @@ def restart_notes(restarts: Sequence[Restart]) -> list[str]:
     return notes
 
 
+def _valid_steps(step: np.ndarray) -> np.ndarray:
+    """Which values are steps: whole numbers from 0 to 1e15 (NaN: none)."""
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(step) & (step >= 0) & (step == np.round(step)) & (step <= _MAX_STEP)
+
+
 def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
-    bad = ~np.isfinite(step) | (step < 0) | (step != np.round(step)) | (step > _MAX_STEP)
+    bad = ~_valid_steps(step)
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise DataError(

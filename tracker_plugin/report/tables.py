@@ -171,12 +171,16 @@ def _pad(cell: str, width: int, side: Align) -> str:
 
 
 def failure_lines(failures: Sequence[tuple[str, str, str]], total: int) -> list[str]:
-    """What failed, for stderr: a count, then one line per run (name, run string, reason).
+    """What failed, for stderr: a count, then one line per run (name, run string, reason);
+    one line, ``error: RUN: REASON``, when the one run of a command failed.
 
     ``failures`` are (name, ref, reason); a reason is kept to its line, whatever it holds.
     """
     if not failures:
         return []
+    if total == 1 and len(failures) == 1:  # the one run asked for: one line, as any command's error
+        _, ref, reason = failures[0]
+        return [f"error: {terminal_text(ref)}: {terminal_text(reason)}"]
     lines = [f"{len(failures)} of {total} runs failed:"]
     for name, ref, reason in failures:
         where = terminal_text(name) if name == ref else f"{terminal_text(name)} ({terminal_text(ref)})"

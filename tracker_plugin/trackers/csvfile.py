@@ -164,6 +164,13 @@ def _csv_errors(run: str) -> Iterator[None]:
         ) from None
     except _UNPACKING as exc:
         raise _undecompressed(run, exc) from None
+    except ImportError as exc:  # pandas decompresses .zst with the zstandard package, optional
+        package = "zstandard" if "zstandard" in str(exc) else (exc.name or "its decompressor")
+        raise SourceError(
+            f"cannot be decompressed: reading it needs the {package} package, which is not installed; install it "
+            f"with: pip install {package} (or decompress the file first)",
+            run=run,
+        ) from None
     except OSError as exc:
         if exc.errno is None:  # gzip's and bz2's own errors for a stream that is no such stream
             raise _undecompressed(run, exc) from None

@@ -304,6 +304,18 @@ class MlflowSource(Source):
                 return cached
             self._cache.discard(cache_key)  # damaged or of another layout: fetched again
         histories = self._fetch(run, record.info.run_id, names)
+        short = _short(histories, latest)
+        if short:  # a page that lost its next-page token ends a read early: read those again
+            histories.update(self._fetch(run, record.info.run_id, short))
+            short = _short(histories, latest)
+        if short:
+            name = short[0]
+            raise SourceError(
+                f"the history of '{name}' the tracking server returned ends at step "
+                f"{int(histories[name][0].max(initial=-1))}, but the run's latest '{name}' is at step {latest[name][0]} "
+                "(twice: its pages were cut short, a page without its next-page token); try again later",
+                run=run.ref,
+            )
         if cache_key is not None and self._cache is not None:
             arrays = {}
             for i, name in enumerate(names):
@@ -640,6 +652,13 @@ def _restore_infinity(value: np.ndarray) -> np.ndarray:
     """MLflow stores a logged +-inf as +-the largest float: read it back as infinity."""
     value = np.asarray(value, float)
     return np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
+
+
+def _short(histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
+           latest: Mapping[str, tuple[int, int, float]]) -> list[str]:
+    """The keys whose history does not reach the step of the run's latest value of them."""
+    return [name for name, (step, _, _) in histories.items()
+            if name in latest and (not len(step) or int(step.max()) < latest[name][0])]
 
 
 def _latest(record: Any) -> dict[str, tuple[int, int, float]]:

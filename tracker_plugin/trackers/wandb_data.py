@@ -26,6 +26,7 @@ from tracker_plugin.trackers.options import ReadOptions
 __all__ = [
     "ROW_KEY",
     "KeyColumn",
+    "NotJson",
     "NumberColumn",
     "build_wandb_history",
     "chosen_keys",
@@ -178,7 +179,7 @@ def numbers_of(key: str, steps: Sequence[int], values: Sequence[Any]) -> NumberC
         value = decode(raw)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             number = float(value)
-        elif isinstance(value, str) and (parsed := _number_in(value)) is not None:
+        elif isinstance(value, str) and not isinstance(value, NotJson) and (parsed := _number_in(value)) is not None:
             number = parsed
             text.append((step, value))
         else:
@@ -209,8 +210,14 @@ def _number_in(text: str) -> float | None:
         return None
 
 
+class NotJson(str):
+    """A history value whose record held text that is not JSON, kept as that text."""
+
+
 def _kind(value: Any) -> str:
     """What a value that is not a number is, in a few words."""
+    if isinstance(value, NotJson):
+        return f"a value that is not valid JSON ({str(value)[:20]!r})"
     if value is None:
         return "None"
     if isinstance(value, bool):

@@ -49,6 +49,7 @@ from tracker_plugin.trackers.options import ReadOptions
 from tracker_plugin.trackers.wandb_data import (
     ROW_KEY,
     KeyColumn,
+    NotJson,
     build_wandb_history,
     wandb_progress,
     wandb_reading,
@@ -134,6 +135,10 @@ def read_offline_run(path: Path, wanted: Iterable[str], *, ref: str) -> OfflineR
                     raise LogCorrupt(f"record at byte {entry.offset} is not a W&B record") from None
                 _apply(run, summary, record, wanted)
     except OSError as exc:
+        if path.is_symlink() and not path.exists():
+            raise RunNotFound(f"cannot read {path.name}: it is a link to {os.readlink(path)}, which does not exist; "
+                              "point the link at the run's .wandb file, or read the run where that file is",
+                              run=ref) from None
         raise RunNotFound(f"cannot read {path.name}: {exc.strerror}", run=ref) from None
     except LogCorrupt as exc:
         raise DataError(f"{path.name}: {exc}", run=ref) from None
@@ -212,12 +217,14 @@ def _item_value(item: Any) -> Any:
     if which in (None, "none"):
         return None
     value = getattr(item, which)
-    return json.loads(value) if which == "json" else value
+    return _json_value(value) if which == "json" else value
 
 
 def _json_value(text: str) -> Any:
     """``json.loads``, with a fast path for the plain numbers that most values are
-    (``float`` also reads the ``NaN`` and ``Infinity`` W&B writes)."""
+    (``float`` also reads the ``NaN`` and ``Infinity`` W&B writes). A value that is not
+    JSON (a writer's bug, a damaged record) is kept as :class:`NotJson`: a row holding no
+    number, which the read counts in its notes."""
     try:
         return int(text)
     except ValueError:
@@ -225,7 +232,11 @@ def _json_value(text: str) -> Any:
     try:
         return float(text)
     except ValueError:
+        pass
+    try:
         return json.loads(text)
+    except ValueError:  # json.JSONDecodeError, and text that is no UTF-8
+        return NotJson(text)
 
 
 class _SummaryLog:
