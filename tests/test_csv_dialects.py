@@ -23,7 +23,7 @@ import pytest
 import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.errors import ConfigError
-from tracker_plugin.trackers.csvfile import read_lr_schedule
+from tracker_plugin.trackers.csvfile import read_csv, read_lr_schedule
 
 DATA = Path(__file__).parent / "data"
 ROWS = 3000
@@ -114,17 +114,40 @@ def test_mixed_decimal_marks_in_a_semicolon_file_are_a_clear_error(tmp_path, cap
     assert code == 2 and err.count("\n") == 1 and "non-numeric value '4,91'" in err and "train_loss" in err
 
 
-@pytest.mark.parametrize(("row_sep", "said"), [("\t", "tabs"), (" ", "spaces")])
-def test_a_one_column_header_over_split_rows_says_the_delimiter_was_not_recognised(tmp_path, capsys, row_sep, said):
-    """A header the sniffer cannot split (spaces) over rows that are: no one-column read,
-    whose 'no step column' would send the user to --step-col."""
+@pytest.mark.parametrize("row_sep", ["\t", " ", "   "])
+def test_a_log_split_by_spaces_is_read_as_such(tmp_path, capsys, row_sep):
+    """A header split by spaces over rows split by spaces (aligned, or not) or tabs: the
+    cells are split on runs of whitespace, and the log reads as the comma-separated one."""
     path = tmp_path / "run.csv"
     rows = "".join(row_sep.join([str(s), str(5 - s / 100), "1000"]) + "\n" for s in range(30))
     path.write_text("step train_loss global_batch\n" + rows)
+    history = read_csv(path)
+    assert history.step.tolist() == list(range(30))
+    np.testing.assert_allclose(history.loss, 5 - np.arange(30) / 100, rtol=1e-12)
+
+
+def test_a_one_column_header_over_split_rows_says_the_delimiter_was_not_recognised(tmp_path, capsys):
+    """A header the sniffer cannot split over rows that are: no one-column read, whose 'no
+    step column' would send the user to --step-col."""
+    path = tmp_path / "run.csv"
+    rows = "".join(";".join([str(s), str(5 - s / 100), "1000"]) + "\n" for s in range(30))
+    path.write_text("step\n" + rows)
     code, _, err = _analyze(capsys, path)
     assert code == 2 and err.count("\n") == 1
-    assert "delimiter was not recognised" in err and f"rows hold {said}" in err
+    assert "delimiter was not recognised" in err and "rows hold ';'" in err
     assert "--step-col" not in err and "--loss-col" not in err
+
+
+def test_a_row_with_fewer_fields_than_the_header_is_noted(tmp_path):
+    """pandas reads a short row's missing cells as blank: a guess, said in a note."""
+    lines = ["step,train_loss,global_batch"] + [f"{s},{5 - s / 100},1000" for s in range(30)]
+    lines[12] = "11,4.89"
+    path = tmp_path / "run.csv"
+    path.write_text("\n".join(lines) + "\n")
+    history = read_csv(path)
+    assert len(history) == 30
+    assert "1 row has fewer fields than the header (the first on line 13): the missing cells were read as blank" \
+        in history.notes
 
 
 def test_a_one_column_log_still_names_the_missing_column(tmp_path, capsys):

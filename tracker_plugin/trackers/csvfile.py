@@ -55,8 +55,11 @@ _WIDE = 3
 _UNPACKING = (EOFError, zipfile.BadZipFile, tarfile.TarError, zlib.error, lzma.LZMAError)
 # The delimiters a log is sniffed for, in the order a tie goes; the lines sniffed.
 _DELIMITERS = (",", "\t", ";", "|")
-_NAMES = {",": "','", "\t": "tabs", ";": "';'", "|": "'|'", " ": "spaces"}
 _SNIFF_LINES = 20
+# Cells split by runs of spaces (pandas' whitespace separator), for a log whose header
+# and rows hold no other delimiter.
+_SPACES = r"\s+"
+_NAMES = {",": "','", "\t": "tabs", ";": "';'", "|": "'|'", " ": "spaces", _SPACES: "spaces"}
 # ``run.tsv``, also compressed (``run.tsv.gz``): tab-separated, whatever the lines hold.
 _TSV = re.compile(r"\.tsv(?:\.(?:gz|bz2|xz|zip|zst|tar))?$", re.IGNORECASE)
 # A number with a decimal comma (``3,25``, ``-1,5e-3``), as European spreadsheets export
@@ -111,7 +114,8 @@ def read_csv(
         raise RunNotFound("no such file" if not os.path.isdir(run) else "is a directory, not a CSV file", run=run)
     with _csv_errors(run):
         dialect = _dialect(run)
-    return dialect.noted(_read_csv(run, dialect, columns or Columns(), batch_size, options))
+    history = dialect.noted(_read_csv(run, dialect, columns or Columns(), batch_size, options))
+    return _noting_short_rows(history, run, dialect)
 
 
 def _read_csv(
@@ -206,9 +210,18 @@ def _delimiter(lines: list[str], run: str) -> str:
         fits = (sum(len(row) == len(rows[0]) for row in rows[1:]), len(rows[0]))
         if fits > score:
             best, score = sep, fits
+    if score == (0, 0) and lines and _split_on_spaces(lines):
+        return _SPACES
     if score == (0, 0) and lines:
         _one_column(lines, run)
     return best
+
+
+def _split_on_spaces(lines: list[str]) -> bool:
+    """Do the header and the first rows split on runs of spaces into one width (a log
+    written with spaces between its cells, aligned or not)?"""
+    widths = {len(line.split()) for line in lines if line.strip()}
+    return len(widths) == 1 and widths.pop() >= 2 and not any('"' in line for line in lines)
 
 
 def _one_column(lines: list[str], run: str) -> None:
@@ -260,6 +273,40 @@ def _read_rows(run: str, dialect: _Dialect, usecols: list[str] | None = None) ->
             run, sep=dialect.sep, decimal=dialect.decimal, usecols=usecols, index_col=False, keep_default_na=False,
             na_values=_MISSING,
         )
+
+
+def _noting_short_rows(history: History, run: str, dialect: _Dialect) -> History:
+    """The history with a note when rows of a plain-text log hold fewer fields than its
+    header: pandas reads their missing cells as blank, which is a guess worth a line."""
+    short = _short_rows(run, dialect.sep)
+    if short is None:
+        return history
+    count, line = short
+    note = (f"{count} {'row has' if count == 1 else 'rows have'} fewer fields than the header (the first on line "
+            f"{line}): the missing cells were read as blank")
+    return replace(history, notes=(*history.notes, note))
+
+
+# Plain logs up to this size are checked for short rows (a count of separators, then lines).
+_SHORT_ROWS_BYTES = 256 << 20
+
+
+def _short_rows(run: str, sep: str) -> tuple[int, int] | None:
+    """(rows with fewer fields than the header, the first one's line number), for a plain
+    text file that quotes no field; None when every row is full or it cannot be told."""
+    if len(sep) != 1 or os.path.getsize(run) > _SHORT_ROWS_BYTES:
+        return None
+    with open(run, "rb") as f:
+        data = f.read()
+    mark = sep.encode()
+    if b'"' in data or b"\0" in data or data[:2] == b"\x1f\x8b":
+        return None
+    lines = data.rstrip(b"\r\n").split(b"\n")
+    fields = lines[0].count(mark)
+    if data.count(mark) == fields * len(lines):  # every row as wide as the header: the fast path
+        return None
+    short = [k for k, line in enumerate(lines[1:], 2) if line.strip() and line.count(mark) < fields]
+    return (len(short), short[0]) if short else None
 
 
 def _rows_fit_header(run: str, fields: int, sep: str) -> bool:
