@@ -139,3 +139,17 @@ def test_wandb_online_timestamps_give_the_csv_seconds(frame, expected, wandb_ser
     doc = _timing("wandb:ent/time/run1", SourceOptions(READ))
     assert doc["read_as"]["time"] == "column '_timestamp' (Unix time)"
     _same(doc, expected)
+
+
+def test_naive_local_dates_across_a_daylight_saving_fall_back_read_an_hour_later(tmp_path):
+    """A local clock written without its zone repeats an hour when daylight saving ends:
+    the fall-back is undone (the times from there on read an hour later), with a note,
+    and the hours between two rows are the clock's, not an error."""
+    utc = pd.date_range("2024-11-03 05:00", periods=300, freq="30s", tz="UTC")
+    local = utc.tz_convert("America/New_York").tz_localize(None)  # 01:59:30 EDT -> 01:00:00 EST
+    step = np.arange(300)
+    frame = pd.DataFrame({"step": step, "train_loss": 5 - np.log1p(step) / 3, "global_batch": 1000,
+                          "time": local.strftime("%Y-%m-%d %H:%M:%S")})
+    history = tp.build_history(frame, run="dst")
+    np.testing.assert_allclose(np.diff(history.time), 30.0)
+    assert any("fall back about an hour at step 120 (a daylight-saving change" in note for note in history.notes)

@@ -294,7 +294,7 @@ def build_history(
     tokens = _tokens(cols.get("tokens"), names["tokens"], step, batch, run)
     _lr_not_negative(cols.get("lr"), names["lr"], step, run)
     lr = _lr_on_loss_rows(cols.get("lr"), step, keep)
-    clock = read_clock(cols.get("time"), step, keep, names["time"], run, tokens, dates=times.dates)
+    clock = read_clock(cols.get("time"), step, keep, names["time"], run, tokens, dates=times.dates, naive=times.naive)
     notes += (*times.notes, *clock.notes)
     if not keep.all():
         step, tokens, batch, loss = step[keep], tokens[keep], batch[keep], loss[keep]

@@ -78,6 +78,7 @@ class LoggedTimes:
     values: np.ndarray | None  # NaN where not logged or not read; None: the column is no clock
     dates: bool = False  # read from dates: Unix seconds
     notes: tuple[str, ...] = ()
+    naive: bool = False  # dates naming no zone (a local clock, read as UTC)
 
 
 def logged_times(cells: pd.Series, column: str) -> LoggedTimes:
@@ -111,9 +112,10 @@ def logged_times(cells: pd.Series, column: str) -> LoggedTimes:
             f"{np.count_nonzero(unread):,} of {np.count_nonzero(logged):,} times in '{column}' are neither numbers "
             f"nor ISO 8601 dates (the first {_first(cells, unread)}): read as not logged"
         )
+    naive = use_dates and bool(_naive(text, ~np.isnan(values)).any())
     if use_dates:
         notes += _naive_note(text, ~np.isnan(values), column)
-    return LoggedTimes(values, use_dates, tuple(notes))
+    return LoggedTimes(values, use_dates, tuple(notes), naive)
 
 
 def _as_numbers(text: pd.Series) -> np.ndarray:
@@ -137,8 +139,12 @@ def _as_unix_seconds(text: pd.Series) -> np.ndarray:
     return (parsed - _UNIX_EPOCH).dt.total_seconds().to_numpy(dtype=float, na_value=np.nan)
 
 
+def _naive(text: pd.Series, dates: np.ndarray) -> np.ndarray:
+    return dates & ~text.str.contains(_ZONE, regex=True, na=False).to_numpy(bool)
+
+
 def _naive_note(text: pd.Series, dates: np.ndarray, column: str) -> list[str]:
-    naive = dates & ~text.str.contains(_ZONE, regex=True, na=False).to_numpy(bool)
+    naive = _naive(text, dates)
     if not naive.any():
         return []
     which = "the" if naive.sum() == dates.sum() else f"{int(naive.sum()):,} of the {int(dates.sum()):,}"
@@ -166,9 +172,11 @@ def read_clock(
     tokens: np.ndarray | None = None,
     *,
     dates: bool = False,
+    naive: bool = False,
 ) -> Clock:
     """Seconds at each kept row from a time column read as numbers (NaN where not logged);
-    ``dates``: they are Unix seconds read from dates (:func:`logged_times`).
+    ``dates``: they are Unix seconds read from dates (:func:`logged_times`); ``naive``:
+    dates naming no zone, a local clock, which a daylight-saving change sets back an hour.
 
     Rows without a time take it interpolated on step between the rows that have one. A
     column that holds a bulk log's times (see the module's docstring) is no clock.
@@ -184,6 +192,9 @@ def read_clock(
     values, absolute, notes = (logged[known], True, []) if dates else _in_seconds(logged[known], column)
     if values is None:
         return Clock(None, notes=tuple(notes))
+    if naive:
+        values, fallen = _daylight_saving(values, step[known], column)
+        notes += fallen
     values, stitched = _forward(values, step[known], absolute, column, run)
     notes += stitched
     bulk = _bulk_log(values, step[known], None if tokens is None else tokens[known], column)
@@ -216,6 +227,26 @@ def _in_seconds(values: np.ndarray, column: str) -> tuple[np.ndarray | None, boo
     if named:
         return values / _UNITS[unit], False, [f"time column '{column}' read as {unit} (its name says {named.group(1)})"]
     return values, False, []
+
+
+# A local clock set back by a daylight-saving change falls by this much (and a step's time).
+_HOUR = 3600.0
+_FALL_SLACK = 600.0
+
+
+def _daylight_saving(values: np.ndarray, step: np.ndarray, column: str) -> tuple[np.ndarray, list[str]]:
+    """A naive local clock with each fall-back (the clock set back up to an hour, once in
+    a few months) undone: the times from there on read an hour later, and a note says where."""
+    back = np.flatnonzero(np.diff(values) < 0)
+    fallen = [i for i in back if values[i] - values[i + 1] <= _HOUR + _FALL_SLACK and values[i + 1] + _HOUR >= values[i]]
+    if not fallen or len(fallen) != len(back):
+        return values, []  # other falls too: no daylight-saving change explains them
+    values = values.astype(float).copy()
+    for i in fallen:
+        values[i + 1:] += _HOUR
+    where = ", ".join(f"{int(step[i + 1]):,}" for i in fallen)
+    return values, [f"the dates in '{column}' name no time zone and fall back about an hour at step {where} "
+                    "(a daylight-saving change of a local clock): read an hour later from there"]
 
 
 def _forward(
