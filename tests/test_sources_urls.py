@@ -135,3 +135,24 @@ def test_no_source_and_no_default_is_a_usage_error(capsys, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     assert main(["annotate", "-t", "3"]) == 2
     assert "or set MLFLOW_EXPERIMENT_NAME, MLFLOW_EXPERIMENT_ID or WANDB_PROJECT" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("given", "spec"),
+    [
+        ("https://dbc-1a2b.cloud.databricks.com/ml/experiments/1234/runs/0f9e8d?o=42", "mlflow:0f9e8d"),
+        ("https://adb-77.7.azuredatabricks.net/ml/experiments/55", "mlflow:experiment/55"),
+        ("https://dbc-1a2b.cloud.databricks.com/#mlflow/experiments/1234/runs/0f9e8d", "mlflow:0f9e8d"),
+    ],
+)
+def test_databricks_mlflow_urls_are_read_with_the_databricks_tracking_uri(given, spec):
+    """A Databricks workspace routes MLflow under /ml/ (or #mlflow/): the run is read through
+    MLflow's ``databricks`` tracking URI, not a server at the workspace's /ml path."""
+    resolved, options = resolve_source(given, SourceOptions(), NO_ENV)
+    assert (resolved, options.mlflow.tracking_uri) == (spec, "databricks")
+    host = {"DATABRICKS_HOST": "https://" + given.split("/")[2]}
+    assert resolve_source(given, SourceOptions(), host)[1].mlflow.tracking_uri == "databricks"
+    with pytest.raises(ConfigError, match="DATABRICKS_HOST is https://other.cloud.databricks.com"):
+        resolve_source(given, SourceOptions(), {"DATABRICKS_HOST": "https://other.cloud.databricks.com"})
+    with pytest.raises(ConfigError, match="give --tracking-uri databricks"):
+        resolve_source(given, SourceOptions(), {"MLFLOW_TRACKING_URI": "http://127.0.0.1:5000"})

@@ -9,7 +9,10 @@ calls it on every string it opens:
 - an MLflow UI URL, ``http://HOST/#/experiments/EXP/runs/RUN`` (and the path form,
   ``http://HOST/experiments/EXP/runs/RUN``): ``mlflow:RUN``, or ``mlflow:experiment/EXP``
   without a run; the server becomes the tracking URI unless one is given, and one given
-  (``tracking_uri`` or ``MLFLOW_TRACKING_URI``) that names another server is an error;
+  (``tracking_uri`` or ``MLFLOW_TRACKING_URI``) that names another server is an error. A
+  Databricks workspace's (``https://WORKSPACE/ml/experiments/EXP/runs/RUN``, or
+  ``#mlflow/experiments/...``) is read with the tracking URI ``databricks``, whose
+  workspace ``DATABRICKS_HOST`` names (an error when it names another);
 - a W&B URL, ``https://wandb.ai/ENTITY/PROJECT/runs/ID`` or the project's
   ``https://wandb.ai/ENTITY/PROJECT[/workspace]``, queries and fragments ignored: a
   self-hosted server's host (``https://wandb.example.com/E/P/runs/ID``) becomes the W&B
@@ -134,7 +137,9 @@ def _mlflow_url(
         return None
     server = f"{parts.scheme.lower()}://{parts.netloc}{server_path.rstrip('/')}"
     given = options.mlflow.tracking_uri or environ.get("MLFLOW_TRACKING_URI")
-    if given and _server(given) != _server(server):
+    if _databricks(parts, server_path):
+        server = _databricks_server(url, parts, given, environ)
+    elif given and _server(given) != _server(server):
         raise ConfigError(
             f"{url}: the run is on {server}, but tracking_uri is {given}; give the one that holds the run"
         )
@@ -143,6 +148,29 @@ def _mlflow_url(
     if given:
         return spec, options
     return spec, replace(options, mlflow=replace(options.mlflow, tracking_uri=server))
+
+
+# Databricks workspaces' hosts (AWS, Azure, GCP); their UI routes MLflow under /ml/ (and
+# the older #mlflow/ hash), and MLflow reaches them as the tracking URI "databricks".
+_DATABRICKS_HOSTS = (".databricks.com", ".azuredatabricks.net")
+
+
+def _databricks(parts: SplitResult, server_path: str) -> bool:
+    host = (parts.hostname or "").lower()
+    return host.endswith(_DATABRICKS_HOSTS) or server_path.rstrip("/").endswith("/ml")
+
+
+def _databricks_server(url: str, parts: SplitResult, given: str | None, environ: Environ) -> str:
+    """The tracking URI of a Databricks run's URL: ``databricks``, its workspace the one
+    ``DATABRICKS_HOST`` names (MLflow's own setting), which must be the URL's host."""
+    if given and not given.strip().lower().startswith("databricks"):
+        raise ConfigError(f"{url}: the run is in a Databricks workspace, but tracking_uri is {given}; give "
+                          "--tracking-uri databricks (with DATABRICKS_HOST and DATABRICKS_TOKEN set)")
+    host = environ.get("DATABRICKS_HOST")
+    if host and _server(host if "://" in host else f"https://{host}")[1] != _server(f"https://{parts.netloc}")[1]:
+        raise ConfigError(f"{url}: the run is in the Databricks workspace {parts.hostname}, but DATABRICKS_HOST is "
+                          f"{host}; set DATABRICKS_HOST to the workspace that holds the run")
+    return given or "databricks"
 
 
 def _wandb_url(
