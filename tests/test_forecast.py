@@ -11,7 +11,7 @@ import pytest
 
 import tracker_plugin as tp
 from tracker_plugin.core import forecast
-from tracker_plugin.core.analysis import _crossing
+from tracker_plugin.core.analysis import _crossing, run_analysis
 from tracker_plugin.core.clock import Timeline, build_timeline
 from tracker_plugin.core.forecast import _block_length, _inflated, _Resampler, fit_window, plan_inflation
 from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
@@ -542,3 +542,30 @@ def test_auto_compares_the_laws_only_where_the_log_had_begun_its_decay():
     assert _auto(la, mp, cut, Rule(0.1, 0.0, 0.1, compared=0.0)) is la  # every cut: 0.07 against 0.23
     assert _auto(la, mp, cut, Rule(0.1, 0.0, 0.1, compared=0.75)) is mp  # no cut sheds 0.45: the richer law
     assert _auto(la, mp, replace(cut, seen_decay=0.05), Rule(0.1, 0.0, 0.1)) is la  # the log itself is before the gate
+
+
+def test_an_inner_fit_that_did_not_converge_is_said(monkeypatch):
+    """An inner cut whose solver spent its evaluation budget is scored as fitted, and the
+    analysis says so in a note (it was used without a word)."""
+    from tracker_plugin.core.models.base import FitStatus
+
+    real = forecast.fit_window
+    spent = FitStatus(False, "the maximum number of function evaluations is exceeded", 3000)
+
+    def budget_spent_at_70(name, history, first, end, *args, **kwargs):
+        fit = real(name, history, first, end, *args, **kwargs)
+        cut = history.tokens[end - 1] / history.tokens[-1]
+        if not isinstance(fit, FitFailure) and 0.65 < cut <= 0.75:
+            return replace(fit, status=spent)
+        return fit
+
+    run = synthetic_run(600, lr_schedule="cosine:warmup=50,total=1200,final=0.1", seed=3)
+    history = tp.build_history(run, run="r")
+    config = tp.AnalysisConfig(targets=(float(run["train_loss"].iloc[-50:].mean()) - 0.2,), model="lr-annealing")
+    before = run_analysis(history, config)
+    assert not any("stopped without converging" in note for note in before.notes)
+    monkeypatch.setattr(forecast, "fit_window", budget_spent_at_70)
+    after = run_analysis(history, config)
+    assert after.selection is not None and after.selection.unconverged == (("lr-annealing", 0.7),)
+    assert any("inner fit of the law choice (lr-annealing at 70% of the logged run) stopped without converging"
+               in note for note in after.notes)

@@ -544,7 +544,8 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     )
     gain = _prior_gain_note(fit, config.anneal_gain)
     calibrated = config.calibration.describe() if config.calibration.asked else None
-    notes = (plan.note, *([gain] if gain else []), *([calibrated] if calibrated else []))
+    unsettled = selection.note()
+    notes = (plan.note, *([gain] if gain else []), *([calibrated] if calibrated else []), *([unsettled] if unsettled else []))
     return _Forecasts(results, fit, selection, plan, notes=notes)
 
 

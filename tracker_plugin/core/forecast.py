@@ -151,6 +151,18 @@ class Selection:
     # The chosen law's inner forecasts: (|ln(predicted / actual)|, the share of the peak lr
     # the log had shed at the cut), so a backtest can replay the choice under another gate.
     inner: tuple[tuple[float, float], ...] = ()
+    # (law, cut share) of the inner fits whose solver stopped without converging (its
+    # evaluation budget spent): scored as any other, and said (:meth:`note`).
+    unconverged: tuple[tuple[str, float], ...] = ()
+
+    def note(self) -> str | None:
+        """One line on the inner fits scored though their solver did not converge."""
+        if not self.unconverged:
+            return None
+        which = ", ".join(f"{law} at {cut:.0%}" for law, cut in self.unconverged)
+        return (f"the inner fit{'s' if len(self.unconverged) > 1 else ''} of the law choice ({which} of the logged "
+                "run) stopped without converging (the solver's evaluation budget spent): scored as fitted, so "
+                "the law choice and the interval's width rest partly on an unsettled fit")
 
 
 @dataclass(frozen=True)
@@ -246,7 +258,9 @@ def choose_law(
     shed = cells.before(float(timeline.clock_at(history.step[-1]))).total
     if model == AUTO and shed < MIN_SEEN_DECAY:
         names = [LR_ANNEALING.name]
-    inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior, cells) for name in names}
+    unconverged: list[tuple[str, float]] = []
+    inner = {name: _inner_errors(name, history, smoothed, first, timeline, ema_window, prior, cells, unconverged)
+             for name in names}
     # Alone, a law is scored on every cut.
     floor = COMPARED_SHARE * shed if len(names) > 1 else 0.0
     scores = {name: selection_score([(abs(e), seen) for e, _, seen in errs], floor) for name, errs in inner.items()}
@@ -275,7 +289,7 @@ def choose_law(
     fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
     errors = inner[chosen]
     return fit, Selection(chosen, method, tuple(scores.items()), *_error_scale([(e, r) for e, r, _ in errors]),
-                          inner=tuple((abs(e), seen) for e, _, seen in errors))
+                          inner=tuple((abs(e), seen) for e, _, seen in errors), unconverged=tuple(unconverged))
 
 
 def selection_score(inner: Sequence[tuple[float, float]], floor: float) -> float | None:
@@ -310,9 +324,11 @@ def _inner_errors(
     ema_window: float,
     prior: GainPrior | None,
     cells: DropCells,
+    unconverged: list[tuple[str, float]],
 ) -> list[tuple[float, float, float]]:
     """``(ln(predicted / actual tokens), actual / cut tokens, share of the peak lr shed by
-    the cut)`` of forecasts of the log's end; ``cells`` are the timeline's drops."""
+    the cut)`` of forecasts of the log's end; ``cells`` are the timeline's drops. A cut
+    whose fit did not converge is added to ``unconverged``."""
     tokens = history.tokens
     target = float(smoothed[-1])
     out = []
@@ -328,6 +344,8 @@ def _inner_errors(
         if ratio <= 1.05:
             continue
         fit = fit_window(name, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
+        if not isinstance(fit, FitFailure) and not fit.status.converged:
+            unconverged.append((name, cut))
         predicted = None if isinstance(fit, FitFailure) else fit.solve(target)
         error = FAILED_SCORE if predicted is None else max(min(math.log(predicted / actual), FAILED_SCORE), -FAILED_SCORE)
         shed = cells.before(float(timeline.clock_at(history.step[end - 1]))).total
