@@ -193,8 +193,9 @@ def test_mlflow_runs_of_every_failure_shape(mlflow_store, case):
     _outcome("mlflow", shape, read)
 
 
-def _offline_run(folder, frame: pd.DataFrame) -> None:
-    """An offline run directory as the SDK leaves it: run record, history rows, exit record."""
+def _offline_run(folder, frame: pd.DataFrame, raw: dict[tuple[int, str], str] | None = None) -> None:
+    """An offline run directory as the SDK leaves it: run record, history rows, exit record.
+    ``raw`` gives cells (row, key) whose value is written as that text, JSON or not."""
     from wandb.proto import wandb_internal_pb2 as pb
 
     from tracker_plugin.trackers.wandb_log import FILE_HEADER, write_records
@@ -209,10 +210,11 @@ def _offline_run(folder, frame: pd.DataFrame) -> None:
         item = record.history.item.add()
         item.key, item.value_json = "_step", str(row)
         for key, value in zip(frame.columns, values):
-            if value is None or (isinstance(value, float) and math.isnan(value)):
+            text = (raw or {}).get((row, key))
+            if text is None and (value is None or (isinstance(value, float) and math.isnan(value))):
                 continue
             item = record.history.item.add()
-            item.key, item.value_json = key, json.dumps(float(value))
+            item.key, item.value_json = key, json.dumps(float(value)) if text is None else text
         records.append(record.SerializeToString())
     done = pb.Record()
     done.exit.exit_code = 0

@@ -37,32 +37,29 @@ _MIN_EPOCHS = 3
 
 def interval_spans(step: np.ndarray) -> np.ndarray:
     """The steps each row's mean covers: those since the row before. The first row covers
-    the steps from the start of the run (a trainer's first log is at its interval), unless
-    that is far more than the interval after it (a log that starts late, a resumed attempt):
-    then that interval."""
+    the steps from the start of the run (a trainer's first log is at its interval: HF's
+    at step N after N steps, Lightning's at global_step N - 1 after N), but never more than
+    the interval after it (a log that starts late, a resumed attempt)."""
     step = np.asarray(step, float)
     spans = np.ones(len(step))
     if len(step) < 2:
         return spans
     spans[1:] = np.diff(step)
-    first = float(step[0])
-    spans[0] = first if 1.0 <= first <= 1.5 * spans[1] else spans[1]
+    spans[0] = max(1.0, min(float(step[0]) + 1.0, spans[1]))
     return spans
 
 
 def epoch_means(frame: pd.DataFrame, loss_key: str, epoch_key: str | None) -> bool:
     """Is ``loss_key`` logged once per epoch (Lightning's ``on_epoch`` mean), by the epoch
-    each of ``frame``'s rows logged? At least three epochs, each with its own loss row."""
+    its rows logged? Each of at least three epochs in a row has one loss row, and every
+    loss row has its epoch (a loss logged ``on_step`` has several rows an epoch)."""
     if epoch_key is None or epoch_key not in frame or loss_key not in frame:
         return False
-    loss = pd.to_numeric(frame[loss_key], errors="coerce")
-    epoch = pd.to_numeric(frame[epoch_key], errors="coerce")
-    at = epoch[loss.notna()].dropna()
-    if len(at) < _MIN_EPOCHS or len(at) != loss.notna().sum():
+    loss = pd.to_numeric(frame[loss_key], errors="coerce").notna().to_numpy(bool)
+    epoch = pd.to_numeric(frame[epoch_key], errors="coerce").to_numpy(float)[loss]
+    if len(epoch) < _MIN_EPOCHS or np.isnan(epoch).any():
         return False
-    # Other rows (the per-step keys) must show epochs with several steps each, or the loss
-    # could be a per-step value logged as rarely as an epoch ends.
-    return bool(at.is_unique) and len(epoch.dropna()) > len(at)
+    return bool(np.all(np.diff(epoch) == 1))
 
 
 def with_loss_spans(history: History, means: bool) -> History:
