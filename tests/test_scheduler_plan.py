@@ -444,3 +444,31 @@ def test_the_plan_layer_imports_without_torch_or_a_tracker():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_accelerates_scheduler_stepped_once_per_process_is_planned_on_optimizer_steps(monkeypatch):
+    """accelerate steps a prepared scheduler once per process at each optimizer step (as
+    run_clm_no_trainer.py plans it: num_training_steps x num_processes): the plan is on
+    the optimizer's steps, the lr each optimizer step then uses."""
+    accelerate_scheduler = pytest.importorskip("accelerate.scheduler")
+    import accelerate.state
+
+    class TwoProcesses:
+        num_processes = 2
+
+    monkeypatch.setattr(accelerate.state, "AcceleratorState", TwoProcesses)
+    monkeypatch.setattr(accelerate_scheduler, "AcceleratorState", TwoProcesses)
+    optimizer = _optimizer()
+    optimizer.step_was_skipped = False  # what accelerate's AcceleratedOptimizer says after a step
+    cosine = sched.LambdaLR(optimizer, lambda k: 0.5 * (1 + math.cos(math.pi * min(k, 2 * TOTAL) / (2 * TOTAL))))
+    wrapped = accelerate_scheduler.AcceleratedScheduler(cosine, [optimizer], step_with_optimizer=True,
+                                                        split_batches=False)
+    plan = plan_from_scheduler(wrapped, TOTAL)
+    assert plan.schedule is not None and plan.schedule.total_steps == TOTAL
+    assert "stepped 2 times per optimizer step (once per process, by accelerate)" in plan.how
+    used = []
+    for _ in range(TOTAL + 1):
+        used.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()  # no gradients: nothing moves, and the scheduler steps after it, in order
+        wrapped.step()
+    np.testing.assert_allclose(plan.schedule.at(np.arange(TOTAL + 1)), used, rtol=1e-9)

@@ -110,9 +110,11 @@ def plan_from_scheduler(
     holds the end values), and past the last the last: a plan that starts at a resumed
     scheduler's step holds that step's lr before it.
 
-    A scheduler wrapped by accelerate (``AcceleratedScheduler``, which may step it once per
-    process at each optimizer step) or in Lightning's ``LRSchedulerConfig`` is read
-    unwrapped, in its own steps.
+    A scheduler wrapped by accelerate (``AcceleratedScheduler``) or in Lightning's
+    ``LRSchedulerConfig`` is read unwrapped. Accelerate steps the scheduler once per process
+    at each optimizer step (unless ``split_batches``, or not ``step_with_optimizer``): its
+    own steps are then read to ``total_steps`` x the processes, and the plan is on the
+    optimizer's steps (the scheduler's step ``k`` is optimizer step ``k / processes``).
 
     Returns
     -------
@@ -132,9 +134,37 @@ def plan_from_scheduler(
     index = _whole(group, "group", "the index of a param group", least=0)
     cap = _whole(max_knots, "max_knots", "the most knots the plan keeps", least=2)
     try:
-        return _read(scheduler, total, index, cap)
+        per_step = _stepped_per_optimizer_step(scheduler)
+        return _on_optimizer_steps(_read(scheduler, total * per_step, index, cap), per_step, total)
     except Exception as exc:  # an odd scheduler must not stop the run that asked
         return _none(f"the scheduler could not be read ({_said(exc)})")
+
+
+def _stepped_per_optimizer_step(scheduler: Any) -> int:
+    """How many times the scheduler is stepped at each optimizer step: accelerate's
+    ``AcceleratedScheduler`` steps it once per process (accelerate/scheduler.py ``step``:
+    ``for _ in range(AcceleratorState().num_processes)``) unless ``split_batches`` or not
+    ``step_with_optimizer``; anything else once."""
+    if type(scheduler).__name__ != "AcceleratedScheduler":
+        return 1
+    if not getattr(scheduler, "step_with_optimizer", True) or getattr(scheduler, "split_batches", False):
+        return 1
+    try:
+        from accelerate.state import AcceleratorState
+    except ImportError:
+        return 1
+    processes = getattr(AcceleratorState(), "num_processes", 1)
+    return processes if isinstance(processes, int) and processes > 1 else 1
+
+
+def _on_optimizer_steps(plan: ScheduledPlan, per_step: int, total: int) -> ScheduledPlan:
+    """``plan`` read in a scheduler's own steps, ``per_step`` of them to an optimizer step,
+    on the optimizer's steps."""
+    if per_step == 1 or plan.schedule is None:
+        return plan
+    schedule = replace(plan.schedule, steps=tuple(s / per_step for s in plan.schedule.steps), total_steps=float(total))
+    return ScheduledPlan(schedule, f"{plan.how}; stepped {per_step} times per optimizer step (once per process, by "
+                                   f"accelerate): read on the optimizer's {total:,} steps")
 
 
 def _none(why: str) -> ScheduledPlan:
