@@ -14,7 +14,18 @@ says, for each reading:
   no accumulation);
 - ``WRONG (err)``: tokens off the truth and nothing says so.
 
-Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py``.
+A second table reads the held-out runs of ``benchmarks/data/interval/`` (written by the
+real trainers with ``benchmarks/make_interval_runs.py``, not tuned on here), whose logged
+loss is no per-step value: HF ``Trainer``'s mean since its last log at ``logging_steps``
+10, 50 and 500 (MLflow), nanoGPT's ``estimate_loss`` at its eval cadence 100, 250 and 500
+(W&B offline), Lightning's ``on_epoch`` mean (MLflow, W&B offline). Each is read with no
+flags, and its crossings of three targets (the losses a third, a half and two thirds of
+the way down the per-step curve's smoothed fall) are compared with those of the same
+training's per-step loss, read the same way: within 1% where a value is logged at least
+every 50 steps, within 2% where sparser; ``WRONG`` past that.
+
+Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py`` (``--interval``:
+the second table only).
 """
 
 from __future__ import annotations
@@ -134,6 +145,14 @@ def verdict(setup: Setup, facts: dict[str, Any], tmp: Path) -> tuple[str, str]:
 
 
 def main() -> None:
+    if "--interval" not in sys.argv:
+        trainer_table()
+    from bench_interval_means import interval_table  # noqa: PLC0415 - the second table's own module
+
+    interval_table()
+
+
+def trainer_table() -> None:
     rows = [("setup", "no flags", "crossing", "facts given", "with the facts", "crossing")]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
