@@ -31,7 +31,7 @@ TARGETS = ("2.5", "2.0")
 KEY = "when_2_step"
 
 
-def train(tmp_path: Path, trainer: str, schedule: str) -> tuple[dict, str]:
+def train(tmp_path: Path, trainer: str, schedule: str, *extra: str) -> tuple[dict, str]:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
     env.update(MLFLOW_TRACKING_URI=store, MLFLOW_EXPERIMENT_NAME="live", WANDB_MODE="offline",
@@ -39,7 +39,7 @@ def train(tmp_path: Path, trainer: str, schedule: str) -> tuple[dict, str]:
     done = subprocess.run(
         [sys.executable, "-m", "tracker_plugin.testing.tiny_trainers", trainer, "--schedule", schedule,
          "--steps", str(STEPS), "--out", str(tmp_path / "out"), "--report-to", "mlflow", "wandb",
-         "--targets", *TARGETS, "--every-logs", "10", "--inline"],
+         "--targets", *TARGETS, "--every-logs", "10", "--inline", *extra],
         env=env, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -47,12 +47,17 @@ def train(tmp_path: Path, trainer: str, schedule: str) -> tuple[dict, str]:
     return json.loads(done.stdout.strip().splitlines()[-1]), store
 
 
-@pytest.mark.parametrize("trainer", ["hf", "lightning"])
-@pytest.mark.parametrize("schedule", ["cosine", "wsd"])
+@pytest.mark.parametrize(("trainer", "schedule"), [
+    ("hf", "cosine"), ("hf", "wsd"), ("lightning", "cosine"), ("lightning", "wsd"), ("hf-no-token-count", "cosine"),
+])
 def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys, trainer, schedule):
+    """A real trainer logs live forecasts and ends annotated, and ``annotate`` with no flags finds the run current in both trackers: a run whose
+    trainer counts no tokens (Lightning; HF without include_num_input_tokens_seen) holds the
+    callback's ``tokens_per_step`` param, and the W&B run the fingerprint it closed with."""
     from mlflow.tracking import MlflowClient
 
-    seen, store = train(tmp_path, trainer, schedule)
+    extra = ("--no-token-count",) if trainer == "hf-no-token-count" else ()
+    seen, store = train(tmp_path, trainer.removesuffix("-no-token-count"), schedule, *extra)
     assert seen["plan"].startswith("read from the scheduler (LambdaLR") and f"{STEPS} steps" in seen["plan"]
     assert seen["final_step"] == STEPS and seen["status"].startswith(f"forecast at step {STEPS}")
     assert seen["plan_error"] < 1e-9  # the plan is the lr the trainer then used, at each of its steps
@@ -72,9 +77,10 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     assert set(run.data.metrics) >= {KEY, "when_2p5_step", "when_2p5_hours"}
     assert run.data.tags[MARKER] and run.data.tags["when_2p5"].startswith("reached · ")
 
+    if trainer != "hf":  # no token count: the callback's tokens per step, as a param the reader takes
+        assert float(run.data.params["tokens_per_step"]) == (256 if trainer == "lightning" else 128)
     capsys.readouterr()
-    extra = ["--batch-size", "256"] if trainer == "lightning" else []  # Lightning's run logs no token count
-    assert main(["annotate", "mlflow:experiment/live", "-t", *TARGETS, "--tracking-uri", store, "--json", *extra]) == 0
+    assert main(["annotate", "mlflow:experiment/live", "-t", *TARGETS, "--tracking-uri", store, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)  # a row per target of the one run
     assert len(rows) == len(TARGETS) and {row["action"] for row in rows} == {"unchanged"}, rows
 
@@ -83,10 +89,10 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     live_steps, values = offline.data[KEY]
     assert len(values) >= 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)  # whole steps
     assert offline.summary[MARKER] and offline.summary["when_2p5"].startswith("reached · ")
-    # annotated while open, the W&B run is annotated again once closed, and annotate says why
-    assert main(["annotate", f"wandb-offline:{wandb_file.parent}", "-t", *TARGETS, "--json", *extra]) == 0
-    (row, *_) = json.loads(capsys.readouterr().out)
-    assert row["action"] == "annotated" and row["note"].startswith("redone: the history moved on"), row
+    # annotated while open, the W&B run is current once closed: no flag, nothing to redo
+    assert main(["annotate", f"wandb-offline:{wandb_file.parent}", "-t", *TARGETS, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == len(TARGETS) and {row["action"] for row in rows} == {"unchanged"}, rows
 
 
 def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):

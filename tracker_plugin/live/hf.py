@@ -14,7 +14,8 @@ from ``state.num_input_tokens_seen`` when the Trainer counts them
 ``seq_len``, and the wall clock. The planned lr is read once from the live scheduler, up
 to ``state.max_steps``, without stepping it (:func:`~tracker_plugin.plan.scheduler.plan_from_scheduler`).
 
-What it writes: each forecast's ``when_<target>_...`` numbers, through the loggers the run
+What it writes: the tokens per step it composed, as the run's param ``tokens_per_step``
+when the Trainer counts none (so the run reads back without flags); each forecast's ``when_<target>_...`` numbers, through the loggers the run
 reports to (``wandb.run.log`` with ``train/global_step``, ``mlflow.log_metrics`` at the
 step), so the trackers' own charts show each ETA converge; at the end of training, the
 annotation ``tracker-plugin annotate`` writes (see :func:`~tracker_plugin.live.sinks.annotate_at_end`).
@@ -30,6 +31,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import ConfigError, MissingDependency
+from tracker_plugin.live.run_params import TOKENS_PARAM, log_hf_params
 from tracker_plugin.live.session import LiveSession, SessionView, callback_settings
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
@@ -100,6 +102,7 @@ class LossEtaCallback(TrainerCallback, SessionView):
         if loss not in ("train", "eval"):
             raise ConfigError(f"loss is 'train' or 'eval', got {loss!r}")
         self.seq_len, self.loss = seq_len, loss
+        self._tokens_param = False  # the run holds its tokens per step as a param (live/run_params.py)
         self.session = LiveSession(callback_settings(
             targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
             stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
@@ -124,7 +127,8 @@ class LossEtaCallback(TrainerCallback, SessionView):
         sinks = self.session.sinks
 
         def annotate(config: AnalysisConfig, result: LiveResult | None, batch_size: float | None) -> None:
-            sinks.annotate(config, args, result=result, batch_size=batch_size)
+            # With the param logged, the run reads back its tokens as annotate does, no flag given.
+            sinks.annotate(config, args, result=result, batch_size=None if self._tokens_param else batch_size)
 
         self.session.guarded(self.session.finish, int(state.global_step), self._logger(args), annotate)
 
@@ -138,6 +142,8 @@ class LossEtaCallback(TrainerCallback, SessionView):
         )
         if live.enabled:
             self._resume(live, state)
+            if live.tokens_per_step is not None:
+                self._tokens_param = log_hf_params({TOKENS_PARAM: live.tokens_per_step}, args)
 
     def _resume(self, live: LiveForecast, state: Any) -> None:
         """A run resumed from a checkpoint picks its logged losses back up from ``log_history``."""

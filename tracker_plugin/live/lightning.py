@@ -15,7 +15,8 @@ the lr of the first optimizer's first group, tokens per step as the per-device b
 the wall clock. The plan is read from the first step-interval scheduler in
 ``trainer.lr_scheduler_configs`` up to ``max_steps`` (else ``estimated_stepping_batches``).
 
-What it writes: each forecast's ``when_<target>_...`` numbers through ``trainer.loggers`` at the
+What it writes: the tokens per step, as the run's param ``tokens_per_step`` (Lightning
+counts no tokens; so the run reads back without flags); each forecast's ``when_<target>_...`` numbers through ``trainer.loggers`` at the
 trainer's step, at the start of the next batch (after Lightning has logged the step's own
 row, so the tracker's rows stay in order), and at the end of training the annotation
 (MLflow's run by id, W&B's open run; see :mod:`tracker_plugin.live.sinks`). Global rank 0 only; an exception inside the
@@ -29,6 +30,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.errors import MissingDependency
+from tracker_plugin.live.run_params import TOKENS_PARAM, log_lightning_params
 from tracker_plugin.live.session import LiveSession, SessionView, callback_settings
 from tracker_plugin.live.stream import (
     DEFAULT_EVERY_LOGS,
@@ -77,6 +79,7 @@ class LossEtaLightningCallback(Callback, SessionView):
             annotate_at_end=annotate_at_end, background=background,
         ))
         self._last_step = -1
+        self._tokens_param = False  # the run holds its tokens per step as a param (live/run_params.py)
         self._restored: dict[str, list[float]] | None = None  # rows from a checkpoint
 
     # -- Lightning's hooks ---------------------------------------------------------------
@@ -98,7 +101,8 @@ class LossEtaLightningCallback(Callback, SessionView):
         def annotate(config: AnalysisConfig, result: LiveResult | None, batch_size: float | None) -> None:
             for logger in trainer.loggers:
                 logger.finalize("success")  # our annotation must come after the run's last write
-            sinks.annotate_runs(config, _mlflow_runs(trainer), _wandb_runs(trainer), result, batch_size)
+            batch = None if self._tokens_param else batch_size  # read back from the param, as annotate does
+            sinks.annotate_runs(config, _mlflow_runs(trainer), _wandb_runs(trainer), result, batch)
 
         self.session.guarded(self.session.finish, int(trainer.global_step), _logger(trainer), annotate)
 
@@ -118,6 +122,8 @@ class LossEtaLightningCallback(Callback, SessionView):
         )
         if live.enabled and self._restored:
             live.restore(self._restored)
+        if live.enabled and live.tokens_per_step is not None:
+            self._tokens_param = log_lightning_params({TOKENS_PARAM: live.tokens_per_step}, trainer.loggers)
 
     def _row(self, trainer: Any) -> None:
         """Take the row of an optimizer step the loggers log."""

@@ -9,15 +9,17 @@ At the end of training, :meth:`TrackerSinks.annotate` writes the annotation
 ``tracker-plugin annotate`` writes. MLflow: the run is annotated by id through
 :class:`~tracker_plugin.trackers.mlflow_runs.MlflowSource`, the same job and the same
 consistency as the command line (its history read back from the tracker). W&B: the run is
-still open in this process, so its keys, files and marker go through the run itself;
-``annotate`` of the finished run then sees its history grew past the live annotation (the
-run's last rows and its clock) and annotates it again.
+still open in this process, so its keys, files and marker go through the run itself,
+after a last, empty history row at a time of ours: the annotation records the history's
+fingerprint as it will be once the run closes, so ``annotate`` of the closed run finds it
+current.
 """
 
 from __future__ import annotations
 
 import math
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -126,7 +128,8 @@ def _annotate_wandb_run(run: Any, result: LiveResult, config: AnalysisConfig, ba
 
     options = ReadOptions(batch_size=batch_size)
     annotation = build_annotation(
-        result.analysis, settings_of(config, options.columns, options.batch_size), run_name=run.name
+        result.analysis, settings_of(config, options.columns, options.batch_size), _closing_progress(run),
+        run_name=run.name,
     )
     # The live forecasts left their last values in the summary: keys of ours this annotation has
     # no value for are removed, as annotate removes them, so the marker matches what the run holds.
@@ -146,6 +149,21 @@ def _annotate_wandb_run(run: Any, result: LiveResult, config: AnalysisConfig, ba
         run.save(str(path), base_path=str(folder), policy="now")
     run.summary[MARKER] = annotation.marker()
     return f"wandb:{run.id}: annotated"
+
+
+def _closing_progress(run: Any) -> str | None:
+    """The fingerprint the run's history will have once closed (``_step N rows R t T``, as
+    the readers take it): a last row, empty, logged at a time of ours, so ``annotate`` of the
+    closed run finds this annotation current. None for a resumed run, whose rows this
+    process does not count."""
+    if getattr(run, "resumed", False):
+        return None
+    from tracker_plugin.trackers.wandb_data import wandb_progress
+
+    stamp = time.time()
+    run.log({"_timestamp": stamp})
+    last = int(run.step) - 1
+    return wandb_progress(last, last + 1, stamp)
 
 
 def _missing(value: Any) -> bool:

@@ -64,8 +64,11 @@ class _Dataset:
 
 def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], targets: Sequence[float],
              every_logs: int = 5, every_seconds: float = 0.0, callback: bool = True,
-             logging_steps: int = 2, background: bool = True, size: int = 1) -> dict[str, Any]:
-    """Train with ``transformers.Trainer``; return what the callback saw."""
+             logging_steps: int = 2, background: bool = True, size: int = 1,
+             count_tokens: bool = True) -> dict[str, Any]:
+    """Train with ``transformers.Trainer``; return what the callback saw. Without
+    ``count_tokens`` the Trainer counts no tokens and the callback composes them from
+    ``seq_len``."""
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
@@ -77,10 +80,10 @@ def train_hf(out: Path, *, schedule: str, steps: int, report_to: Sequence[str], 
         output_dir=str(out), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
         lr_scheduler_type=kind, lr_scheduler_kwargs=extra, warmup_steps=steps // 10, logging_steps=logging_steps,
         report_to=list(report_to), save_strategy="no", use_cpu=True, run_name=f"hf-{schedule}",
-        disable_tqdm=True, seed=0, include_num_input_tokens_seen="all",
+        disable_tqdm=True, seed=0, include_num_input_tokens_seen="all" if count_tokens else "no",
     )
     live = LossEtaCallback(targets, every_logs=every_logs, every_seconds=every_seconds, min_rows=10,
-                           background=background)
+                           background=background, seq_len=None if count_tokens else SEQ_LEN)
     timer = _step_timer()
     callbacks = [timer, live] if callback else [timer]
     trainer = Trainer(_model(size), args, train_dataset=_Dataset(_data(steps * BATCH)), callbacks=callbacks)
@@ -213,11 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--every-logs", type=int, default=5)
     parser.add_argument("--no-callback", action="store_true")
     parser.add_argument("--inline", action="store_true", help="forecast inside the logging call (a fixed series)")
+    parser.add_argument("--no-token-count", action="store_true", help="hf: the Trainer counts no tokens")
     parsed = parser.parse_args(argv)
+    extra = {"count_tokens": not parsed.no_token_count} if parsed.trainer == "hf" else {}
     train = train_hf if parsed.trainer == "hf" else train_lightning
     seen = train(parsed.out, schedule=parsed.schedule, steps=parsed.steps, report_to=parsed.report_to,
                  targets=parsed.targets, every_logs=parsed.every_logs, callback=not parsed.no_callback,
-                 background=not parsed.inline)
+                 background=not parsed.inline, **extra)
     print(json.dumps(seen))
     return 0
 
