@@ -36,18 +36,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from bench_mlflow import group_cpu  # benchmarks/ is on the path when run as a script
 
-from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.jobs import annotation as annotation_module
-from tracker_plugin.jobs import runner
-from tracker_plugin.jobs.annotate import annotate_runs
-from tracker_plugin.jobs.fanout import make_executor
-from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
-from tracker_plugin.testing.mlflow_server import MlflowServer
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
-from tracker_plugin.trackers.mlflow_runs import MlflowSource
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+
+from bench_mlflow import group_cpu  # noqa: E402 - benchmarks/ is on the path when run as a script
+
+from tests.doubles.mlflow_runs import log_run  # noqa: E402
+from tests.doubles.mlflow_server import MlflowServer  # noqa: E402
+from tracker_plugin.core.analysis import AnalysisConfig  # noqa: E402
+from tracker_plugin.jobs import annotation as annotation_module  # noqa: E402
+from tracker_plugin.jobs import runner  # noqa: E402
+from tracker_plugin.jobs.annotate import annotate_runs  # noqa: E402
+from tracker_plugin.jobs.fanout import make_executor  # noqa: E402
+from tracker_plugin.testing import synthetic_run  # noqa: E402
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions  # noqa: E402
+from tracker_plugin.trackers.mlflow_runs import MlflowSource  # noqa: E402
 
 EXPERIMENT = "bench-bulk"
 KEYS = ["train_loss", "tokens", "lr"]

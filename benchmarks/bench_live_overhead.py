@@ -2,7 +2,7 @@
 
     python benchmarks/bench_live_overhead.py [--size 4] [--steps 1000] [--repeats 5] [--every-seconds 0.5]
 
-A small GPT-2 (``tracker_plugin.testing.tiny_trainers``, ``--size`` 4: four layers of width
+A small GPT-2 (``tests.doubles.tiny_trainers``, ``--size`` 4: four layers of width
 64, about 10 ms a step here; size 1 is the tests' model, 2.6 ms a step) trains ``--steps``
 steps with the real Hugging Face ``Trainer`` on the CPU, logging every 10 steps, reporting to no tracker (the
 trackers' own cost is theirs), alternately without the callback and with
@@ -34,8 +34,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracker_plugin.live.stream import DEFAULT_EVERY_LOGS, DEFAULT_EVERY_SECONDS
-from tracker_plugin.testing.tiny_trainers import train_hf
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+
+from tests.doubles.tiny_trainers import train_hf  # noqa: E402
+from tracker_plugin.live.stream import DEFAULT_EVERY_LOGS, DEFAULT_EVERY_SECONDS  # noqa: E402
 
 # Time spent inside the callback's events, on the training thread (measured, not estimated).
 INSIDE = {"seconds": 0.0}

@@ -30,10 +30,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_frame
-from tracker_plugin.testing.mlflow_server import MlflowServer
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+
+from tests.doubles.mlflow_runs import log_frame  # noqa: E402
+from tests.doubles.mlflow_server import MlflowServer  # noqa: E402
+from tracker_plugin.testing import synthetic_run  # noqa: E402
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source  # noqa: E402
 
 KEYS = ["train_loss", "tokens", "global_batch", "lr"]
 

@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.jobs.annotate import annotate_runs
-from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
-from tracker_plugin.trackers.mlflow_runs import MlflowSource
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+
+from tests.doubles.mlflow_runs import log_run  # noqa: E402
+from tracker_plugin.core.analysis import AnalysisConfig  # noqa: E402
+from tracker_plugin.jobs.annotate import annotate_runs  # noqa: E402
+from tracker_plugin.testing import synthetic_run  # noqa: E402
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions  # noqa: E402
+from tracker_plugin.trackers.mlflow_runs import MlflowSource  # noqa: E402
 
 SPEC = "cosine:warmup=100,total=3000,final=0.1"
 PARAMS = {"lr_scheduler_type": "cosine", "max_steps": 3000, "warmup_steps": 100, "learning_rate": 1e-3}

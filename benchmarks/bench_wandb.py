@@ -6,7 +6,7 @@ the real wandb client against the local test server.
 Offline: a ``.wandb`` file with one history and one summary record per step, as the SDK
 writes them (``_step``, ``train/loss``, ``_runtime``, ``_timestamp``, and ``lr`` every 10
 steps), is listed and read; then annotated. Online: the same history served by
-:class:`~tracker_plugin.testing.wandb_server.WandbServer` on 127.0.0.1 (no network
+:class:`~tests.doubles.wandb_server.WandbServer` on 127.0.0.1 (no network
 latency: this measures the client, wandb-core and the plugin), read dense (every key in
 every row: one scan) and sparse (one scan per key).
 """
@@ -100,7 +100,7 @@ def bench_offline(steps: int, tmp: Path) -> None:
 
 
 def bench_online(steps: int, tmp: Path) -> None:
-    from tracker_plugin.testing.wandb_server import WandbServer
+    from tests.doubles.wandb_server import WandbServer
 
     loss, lr = curve(steps)
     dense = [{"train/loss": float(loss[s]), "lr": float(lr[s])} for s in range(steps)]
