@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, Timeline, TimelineBuilder, tokens_to_step
+from tracker_plugin.core.clock import Timeline, TimelineBuilder, tokens_to_step
 from tracker_plugin.core.forecast import (
-    AUTO,
     MIN_SEEN_DECAY,
     UNKNOWN_PLAN_SOURCES,
     Selection,
@@ -29,8 +28,6 @@ from tracker_plugin.core.forecast import (
     resolve_plan,
 )
 from tracker_plugin.core.models import (
-    ANNEAL_GAIN,
-    LAWS,
     FitFailure,
     GainPrior,
     LawFit,
@@ -46,6 +43,7 @@ from tracker_plugin.core.siblings import NONE, Calibration
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
+from tracker_plugin.defaults import CLOCKS, DEFAULTS, MODELS
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
 from tracker_plugin.frame.resume import late_start
@@ -66,7 +64,6 @@ __all__ = [
 
 # Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
 Fitter = Callable[[int, int, Model | None], Model | FitFailure]
-MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
 # law's limit is the original script's; a schedule-aware law needs two more rows than the
@@ -82,7 +79,8 @@ NO_LR_WARMUP_SHARE = 0.1
 class AnalysisConfig:
     """Every setting that changes an analysis's result.
 
-    The defaults are those of the original ``find_target_loss.py``, except the model:
+    The defaults (:data:`tracker_plugin.defaults.DEFAULTS`, which the command line shows
+    too) are those of the original ``find_target_loss.py``, except the model:
     ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
     original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
     the schedule-aware models only. ``max_fit_points`` caps the rows the power law is
@@ -92,29 +90,29 @@ class AnalysisConfig:
     """
 
     targets: tuple[float, ...]
-    ema_token_window: float = 100_000_000.0
+    ema_token_window: float = DEFAULTS["ema_token_window"]
     # The EMA window when the run has no tokens to be had (History.on_steps): in steps.
-    ema_steps: float = 100.0
-    model: str = "auto"
+    ema_steps: float = DEFAULTS["ema_steps"]
+    model: str = DEFAULTS["model"]
     lr_schedule: LrSchedule | None = None
-    clock: str = "tokens"
-    interval: float = 0.8
-    anneal_gain: float = ANNEAL_GAIN
-    fit_start_step: int | None = None
-    fit_last_stage: bool = False
+    clock: str = DEFAULTS["clock"]
+    interval: float = DEFAULTS["interval"]
+    anneal_gain: float = DEFAULTS["anneal_gain"]
+    fit_start_step: int | None = DEFAULTS["fit_start_step"]
+    fit_last_stage: bool = DEFAULTS["fit_last_stage"]
     batch_schedule: BatchSchedule | None = None
-    extrapolation_warn_factor: float = 3.0
-    stability_sweep: bool = False
-    sweep_step: int = 300
-    sweep_min_window: int = 500
-    convergence_tol: float = 0.05
+    extrapolation_warn_factor: float = DEFAULTS["extrapolation_warn_factor"]
+    stability_sweep: bool = DEFAULTS["stability_sweep"]
+    sweep_step: int = DEFAULTS["sweep_step"]
+    sweep_min_window: int = DEFAULTS["sweep_min_window"]
+    convergence_tol: float = DEFAULTS["convergence_tol"]
     max_fit_points: int | None = None
     # Wall-clock time: a rate when the log has no clock, pauses in the rate, a deadline
     # (``+HOURS`` after the last row, or an ISO date); see ``core.throughput``.
-    step_time: float | None = None
-    throughput: float | None = None
-    count_pauses: bool = False
-    deadline: str | None = None
+    step_time: float | None = DEFAULTS["step_time"]
+    throughput: float | None = DEFAULTS["throughput"]
+    count_pauses: bool = DEFAULTS["count_pauses"]
+    deadline: str | None = DEFAULTS["deadline"]
     # What the finished runs of the project say (core.siblings): the schedule-aware laws'
     # forecasts are calibrated with it; NONE, the default, leaves them as they are.
     calibration: Calibration = NONE

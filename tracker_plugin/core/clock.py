@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tracker_plugin.defaults import CLOCKS
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
 __all__ = ["CLOCKS", "DropCells", "Timeline", "TimelineBuilder", "build_timeline"]
 
-CLOCKS = ("tokens", "steps")
 
 # Grid points over the logged-and-planned range, and over the extension past it.
 _GRID_POINTS = 2048
