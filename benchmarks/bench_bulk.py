@@ -1,6 +1,6 @@
 """A night's bulk annotation on a real ``mlflow server``: cost per run, reruns, fan-out.
 
-    python benchmarks/bench_bulk.py [--runs 1000] [--server-workers 2] [--workers 1 2 4]
+    python benchmarks/bench_bulk.py [--quick] [--runs 1000] [--server-workers 2] [--workers 1 2 4]
                                     [--executors threads processes dask] [--data-dir DIR]
 
 Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished runs of
@@ -24,7 +24,6 @@ The server's CPU is printed beside the client's: on 2 cores they share the machi
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -36,22 +35,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+from harness import group_cpu, parser
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
-
-from bench_mlflow import group_cpu  # noqa: E402 - benchmarks/ is on the path when run as a script
-
-from tests.doubles.mlflow_runs import log_run  # noqa: E402
-from tests.doubles.mlflow_server import MlflowServer  # noqa: E402
-from tracker_plugin.core.analysis import AnalysisConfig  # noqa: E402
-from tracker_plugin.jobs import annotation as annotation_module  # noqa: E402
-from tracker_plugin.jobs import runner  # noqa: E402
-from tracker_plugin.jobs.annotate import annotate_runs  # noqa: E402
-from tracker_plugin.jobs.fanout import make_executor  # noqa: E402
-from tracker_plugin.testing import synthetic_run  # noqa: E402
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions  # noqa: E402
-from tracker_plugin.trackers.mlflow_runs import MlflowSource  # noqa: E402
+from tests.doubles.mlflow_runs import log_run
+from tests.doubles.mlflow_server import MlflowServer
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.jobs import annotation as annotation_module
+from tracker_plugin.jobs import runner
+from tracker_plugin.jobs.annotate import annotate_runs
+from tracker_plugin.jobs.fanout import make_executor
+from tracker_plugin.testing import synthetic_run
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
+from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 EXPERIMENT = "bench-bulk"
 KEYS = ["train_loss", "tokens", "lr"]
@@ -219,14 +214,18 @@ def failures(outcomes: list) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--server-workers", type=int, default=2)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--executors", nargs="*", default=["threads", "processes", "dask"],
-                        help="none given: no fan-out passes (measure them on fewer runs)")
-    parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
-    args = parser.parse_args()
+    options = parser(__doc__, quick="60 runs, no fan-out passes")
+    options.add_argument("--runs", type=int, default=None, help="runs in the experiment [default: 1,000; 60 with --quick]")
+    options.add_argument("--server-workers", type=int, default=2)
+    options.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    options.add_argument("--executors", nargs="*", default=None,
+                         help="none given: no fan-out passes (measure them on fewer runs) [default: threads processes "
+                              "dask; none with --quick]")
+    options.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    args = options.parse_args()
+    args.runs = args.runs or (60 if args.quick else 1000)
+    if args.executors is None:
+        args.executors = [] if args.quick else ["threads", "processes", "dask"]
     # The benchmark's own process: MLflow's progress bars and run links would bury the figures.
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"

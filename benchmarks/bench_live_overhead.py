@@ -25,7 +25,6 @@ forecasts' own time the share one forecast every 300 s takes.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -34,11 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+from harness import parser
 
-from tests.doubles.tiny_trainers import train_hf  # noqa: E402
-from tracker_plugin.live.stream import DEFAULT_EVERY_LOGS, DEFAULT_EVERY_SECONDS  # noqa: E402
+from tests.doubles.tiny_trainers import train_hf
+from tracker_plugin.live.stream import DEFAULT_EVERY_LOGS, DEFAULT_EVERY_SECONDS
 
 # Time spent inside the callback's events, on the training thread (measured, not estimated).
 INSIDE = {"seconds": 0.0}
@@ -88,12 +86,15 @@ def compare(steps: int, repeats: int, every_seconds: float, size: int) -> tuple[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--every-seconds", type=float, default=0.5)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="the tests' GPT-2 (--size 1), 300 steps, two runs each")
+    options.add_argument("--size", type=int, default=None, help="layers of the GPT-2 [default: 4; 1 with --quick]")
+    options.add_argument("--steps", type=int, default=None, help="[default: 1000; 300 with --quick]")
+    options.add_argument("--repeats", type=int, default=None, help="runs with and without [default: 5; 2 with --quick]")
+    options.add_argument("--every-seconds", type=float, default=0.5)
+    args = options.parse_args()
+    args.size = args.size or (1 if args.quick else 4)
+    args.steps = args.steps or (300 if args.quick else 1000)
+    args.repeats = args.repeats or (2 if args.quick else 5)
     started = time.perf_counter()
     print(f"GPT-2 of size {args.size}, HF Trainer, {args.steps} steps, logging every 10, {args.repeats} runs each, medians")
     time_the_callback()

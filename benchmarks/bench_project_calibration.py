@@ -1,6 +1,6 @@
 """What calibrating a project on its finished runs costs a nightly ``annotate``.
 
-    python benchmarks/bench_project_calibration.py [--finished 20] [--running 4] [--rows 300]
+    python benchmarks/bench_project_calibration.py [--quick] [--finished 20] [--running 4] [--rows 300]
 
 Logs ``--finished`` finished and ``--running`` running runs of one recipe (a cosine plan in
 their params, ``--rows`` logged rows each) into a local MLflow sqlite store (the embedded
@@ -19,23 +19,20 @@ The first pass's extra CPU per finished run is the record's one-off cost.
 
 from __future__ import annotations
 
-import argparse
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # the test doubles (tests/doubles) of this checkout
+from harness import parser
 
-from tests.doubles.mlflow_runs import log_run  # noqa: E402
-from tracker_plugin.core.analysis import AnalysisConfig  # noqa: E402
-from tracker_plugin.jobs.annotate import annotate_runs  # noqa: E402
-from tracker_plugin.testing import synthetic_run  # noqa: E402
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions  # noqa: E402
-from tracker_plugin.trackers.mlflow_runs import MlflowSource  # noqa: E402
+from tests.doubles.mlflow_runs import log_run
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.jobs.annotate import annotate_runs
+from tracker_plugin.testing import synthetic_run
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
+from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 SPEC = "cosine:warmup=100,total=3000,final=0.1"
 PARAMS = {"lr_scheduler_type": "cosine", "max_steps": 3000, "warmup_steps": 100, "learning_rate": 1e-3}
@@ -82,11 +79,13 @@ def annotate(uri: str, calibrate: bool) -> tuple[float, float, int, dict[str, in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--finished", type=int, default=20)
-    parser.add_argument("--running", type=int, default=4)
-    parser.add_argument("--rows", type=int, default=300)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="6 finished and 2 running runs")
+    options.add_argument("--finished", type=int, default=None, help="finished runs [default: 20; 6 with --quick]")
+    options.add_argument("--running", type=int, default=None, help="running runs [default: 4; 2 with --quick]")
+    options.add_argument("--rows", type=int, default=300)
+    args = options.parse_args()
+    args.finished = args.finished or (6 if args.quick else 20)
+    args.running = args.running or (2 if args.quick else 4)
     from mlflow.tracking import MlflowClient
 
     with tempfile.TemporaryDirectory() as root:

@@ -14,14 +14,13 @@ says, for each reading:
   no accumulation);
 - ``WRONG (err)``: tokens off the truth and nothing says so.
 
-Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py``.
+Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py [--quick]``.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +28,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from harness import parser
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.framework_runs import FRAMEWORKS, read_fixture, unpacked_store  # noqa: E402
-from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
-from tracker_plugin.errors import TrackerPluginError  # noqa: E402
-from tracker_plugin.trackers import ReadOptions  # noqa: E402
+from tests.framework_runs import FRAMEWORKS, read_fixture, unpacked_store
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.errors import TrackerPluginError
+from tracker_plugin.trackers import ReadOptions
 
 CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
 STEPS, SEQ, BATCH, ACCUM = CONFIG["steps"], CONFIG["seq"], CONFIG["batch"], CONFIG["accum"]
@@ -134,10 +131,12 @@ def verdict(setup: Setup, facts: dict[str, Any], tmp: Path) -> tuple[str, str]:
 
 
 def main() -> None:
+    args = parser(__doc__, quick="the first four setups").parse_args()
+    setups = SETUPS[:4] if args.quick else SETUPS
     rows = [("setup", "no flags", "crossing", "facts given", "with the facts", "crossing")]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        for setup in SETUPS:
+        for setup in setups:
             bare, bare_cross = verdict(setup, {}, tmp)
             if setup.facts:
                 given, given_cross = verdict(setup, setup.facts, tmp)
@@ -149,7 +148,7 @@ def main() -> None:
     for row in rows:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     wrong = sum("WRONG" in cell for row in rows[1:] for cell in row)
-    print(f"\n{len(SETUPS)} setups; {wrong} WRONG")
+    print(f"\n{len(setups)} setups; {wrong} WRONG")
 
 
 if __name__ == "__main__":
