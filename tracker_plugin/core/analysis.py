@@ -300,7 +300,8 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
     # The rows are among the fine points (they are the fine points when no row has a gap).
     smoothed = fine[1] if len(fine[0]) == len(history.step) else fine[1][np.searchsorted(fine[0], history.step)]
     fit_start, reason = _fit_start(history, stages, config)
-    window = np.flatnonzero(history.step >= fit_start)
+    # The rows at or after the fit start (the steps are sorted): a range, not a copy of a long log's indices.
+    window = range(int(np.searchsorted(history.step, fit_start)), len(history.step))
     if float(np.min(config.ema_token_window / history.batch)) < 1:
         notes.append(
             f"the EMA window ({config.ema_token_window:,.0f} {history.unit}) is smaller than the batch "
@@ -459,7 +460,7 @@ class _Prepared:
     stages: tuple[BatchStage, ...]
     smoothed: np.ndarray
     fit_start: int
-    window: np.ndarray
+    window: range
     replays: bool = False  # keep the draws a backtest replays (see run_analysis)
 
 
@@ -744,10 +745,11 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
     return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
 
 
-def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig) -> PowerLaw | FitFailure:
+def _fit(history: History, smoothed: np.ndarray, rows: range, config: AnalysisConfig) -> PowerLaw | FitFailure:
     if config.max_fit_points is not None:
-        rows = _sample(rows, config.max_fit_points)
-    return fit_power_law(history.tokens[rows], smoothed[rows])
+        picked = _sample(np.arange(rows.start, rows.stop), config.max_fit_points)
+        return fit_power_law(history.tokens[picked], smoothed[picked])
+    return fit_power_law(history.tokens[rows.start : rows.stop], smoothed[rows.start : rows.stop])
 
 
 def _forecast(
@@ -899,7 +901,7 @@ def _sweep_fits(
 
         def power_law(start: int, end: int, hint: Model | None) -> Model | FitFailure:
             # No hint: the original script fits every window from its own start.
-            return _fit(history, smoothed, np.arange(start, end), config)
+            return _fit(history, smoothed, range(start, end), config)
 
         fitter = power_law
 
