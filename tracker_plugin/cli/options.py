@@ -41,6 +41,7 @@ __all__ = [
     "make_config",
     "make_settings",
     "make_source_options",
+    "plot_option",
     "plot_x_option",
     "settings_options",
     "source_options",
@@ -170,6 +171,15 @@ def plot_x_option(help_text: str) -> Decorator:
     """``--x``: the plot's x axis, tokens or time (what time means is the command's to say)."""
     return click.option("--x", "plot_x", type=click.Choice(["tokens", "time"]), default="tokens", show_default=True,
                         help=help_text)
+
+
+plot_option = click.option(
+    "--plot/--no-plot",
+    default=True,
+    show_default=True,
+    help="Draw each run's loss_eta.png; --no-plot writes a small picture that says none was drawn "
+    "(a bulk job that reads the keys or loss_eta.json saves the plot's cost, most of a finished run's).",
+)
 
 
 def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:
