@@ -327,9 +327,12 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         else:
             open_targets.append(target)
     forecasts = _Forecasts()
-    if open_targets:
+    if open_targets:  # a law is fitted only for targets whose answer reads it
+        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, replays)
+        if not power_law:
+            prepared = replace(prepared, plan=resolve_plan(history, config.lr_schedule))
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window, replays), open_targets)
+        forecasts = _run_ended(prepared, open_targets) or forecast(prepared, open_targets)
         results.update(forecasts.results)
     end = _PlanEnd.of(history, config, forecasts)
     ordered = tuple(_within_plan(results[t], history, smoothed, end) for t in config.targets)
@@ -462,6 +465,21 @@ class _Prepared:
     fit_start: int
     window: range
     replays: bool = False  # keep the draws a backtest replays (see run_analysis)
+    plan: Plan | None = None  # the lr plan, resolved once (the schedule-aware laws')
+
+
+def _run_ended(run: _Prepared, targets: list[float]) -> _Forecasts | None:
+    """The open targets of a run whose log has reached its plan's end: each not reached,
+    with no law fitted, since the answer reads none (:func:`_within_plan` says where the
+    run ended and its best loss). None where the run goes on, and where a forecast is
+    asked for all the same: a stability sweep, or a backtest (``replays``), which scores
+    the law's crossing past the plan's end."""
+    if run.plan is None or run.config.stability_sweep or run.replays:
+        return None
+    end = _PlanEnd.of(run.history, run.config, _Forecasts(plan=run.plan))
+    if end is None or not end.finished:
+        return None
+    return _Forecasts({t: TargetResult(t, Status.NOT_REACHED) for t in targets}, plan=run.plan, notes=(run.plan.note,))
 
 
 @dataclass(frozen=True)
@@ -517,7 +535,7 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     history, config, smoothed = run.history, run.config, run.smoothed
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(run.window[0])
-    plan = resolve_plan(history, config.lr_schedule)
+    plan = run.plan if run.plan is not None else resolve_plan(history, config.lr_schedule)
     # The plausible plans' timelines too, when the plan is inferred or assumed.
     timelines = TimelineBuilder(history, clock=config.clock, batch_schedule=config.batch_schedule)
     timeline = timelines(plan.schedule)
