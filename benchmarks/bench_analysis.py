@@ -70,14 +70,13 @@ def main() -> None:
     options = parser(__doc__, quick="a 20,000-row log for the sweep against the reference (its sweep takes minutes "
                      "at 100,000) and a 2,000,000-row log for the plot", repeat=3)
     options.add_argument("--reference", type=Path, default=REFERENCE)
-    options.add_argument("--sweep-rows", type=int, default=None, help="rows of the sweep log (default 100,000; 20,000 with --quick)")
+    options.sized("--sweep-rows", 100_000, 20_000, "rows of the sweep log", type=int)
     options.add_argument("--big-rows", type=int, default=1_000_000)
-    options.add_argument("--huge-rows", type=int, default=None, help="rows of the plotted log (default 5,000,000; 2,000,000 with --quick)")
+    options.sized("--huge-rows", 5_000_000, 2_000_000, "rows of the plotted log", type=int)
     args = options.parse_args()
     if not args.reference.is_file():
         raise SystemExit(f"reference script not found: {args.reference} (pass --reference)")
-    sweep_rows = args.sweep_rows or (20_000 if args.quick else 100_000)
-    huge_rows = args.huge_rows or (2_000_000 if args.quick else 5_000_000)
+    sweep_rows, huge_rows = args.sweep_rows, args.huge_rows
     reference = [sys.executable, str(args.reference)]
     repeat = args.repeat
     compile_package()

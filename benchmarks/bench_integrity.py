@@ -30,11 +30,10 @@ TARGET = "2.4"  # beyond the synthetic logs' last smoothed loss (about 2.46 at 1
 
 def main() -> None:
     options = parser(__doc__, quick="logs of 200,000 and 1,000,000 rows (the targets are for the full sizes)", repeat=1)
-    options.add_argument("--rows", type=int, default=None, help="rows of the long log [default: 1,000,000]")
-    options.add_argument("--plot-rows", type=int, default=None, help="rows of the plotted log [default: 5,000,000]")
+    options.sized("--rows", 1_000_000, 200_000, "rows of the long log", type=int)
+    options.sized("--plot-rows", 5_000_000, 1_000_000, "rows of the plotted log", type=int)
     args = options.parse_args()
-    rows = args.rows or (200_000 if args.quick else 1_000_000)
-    plot_rows = args.plot_rows or (1_000_000 if args.quick else 5_000_000)
+    rows, plot_rows = args.rows, args.plot_rows
     compile_package()
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -87,14 +87,11 @@ def compare(steps: int, repeats: int, every_seconds: float, size: int) -> tuple[
 
 def main() -> int:
     options = parser(__doc__, quick="the tests' GPT-2 (--size 1), 300 steps, two runs each")
-    options.add_argument("--size", type=int, default=None, help="layers of the GPT-2 [default: 4; 1 with --quick]")
-    options.add_argument("--steps", type=int, default=None, help="[default: 1000; 300 with --quick]")
-    options.add_argument("--repeats", type=int, default=None, help="runs with and without [default: 5; 2 with --quick]")
+    options.sized("--size", 4, 1, "layers of the GPT-2", type=int)
+    options.sized("--steps", 1000, 300, "training steps", type=int)
+    options.sized("--repeats", 5, 2, "runs with and without the callback", type=int)
     options.add_argument("--every-seconds", type=float, default=0.5)
     args = options.parse_args()
-    args.size = args.size or (1 if args.quick else 4)
-    args.steps = args.steps or (300 if args.quick else 1000)
-    args.repeats = args.repeats or (2 if args.quick else 5)
     started = time.perf_counter()
     print(f"GPT-2 of size {args.size}, HF Trainer, {args.steps} steps, logging every 10, {args.repeats} runs each, medians")
     time_the_callback()

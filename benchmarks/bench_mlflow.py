@@ -121,11 +121,10 @@ def cached(server: MlflowServer, run_id: str, cache_dir: str) -> None:
 
 def main() -> None:
     options = parser(__doc__, quick="a run of 20,000 steps, one repeat", repeat=3)
-    options.add_argument("--steps", type=int, default=None, help="steps of the run [default: 100,000; 20,000 with --quick]")
+    options.sized("--steps", 100_000, 20_000, "steps of the run", type=int)
     options.add_argument("--server-workers", type=int, default=2)
     options.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
     args = options.parse_args()
-    args.steps = args.steps or (20_000 if args.quick else 100_000)
     args.repeat = 1 if args.quick else args.repeat
 
     from mlflow.tracking import MlflowClient

@@ -80,12 +80,10 @@ def annotate(uri: str, calibrate: bool) -> tuple[float, float, int, dict[str, in
 
 def main() -> None:
     options = parser(__doc__, quick="6 finished and 2 running runs")
-    options.add_argument("--finished", type=int, default=None, help="finished runs [default: 20; 6 with --quick]")
-    options.add_argument("--running", type=int, default=None, help="running runs [default: 4; 2 with --quick]")
+    options.sized("--finished", 20, 6, "finished runs", type=int)
+    options.sized("--running", 4, 2, "running runs", type=int)
     options.add_argument("--rows", type=int, default=300)
     args = options.parse_args()
-    args.finished = args.finished or (6 if args.quick else 20)
-    args.running = args.running or (2 if args.quick else 4)
     from mlflow.tracking import MlflowClient
 
     with tempfile.TemporaryDirectory() as root:

@@ -124,9 +124,8 @@ def bench_online(steps: int, tmp: Path) -> None:
 
 def main() -> None:
     options = parser(__doc__, quick="runs of 20,000 steps")
-    options.add_argument("--steps", type=int, default=None, help="[default: 100,000; 20,000 with --quick]")
+    options.sized("--steps", 100_000, 20_000, "steps of the runs", type=int)
     args = options.parse_args()
-    args.steps = args.steps or (20_000 if args.quick else 100_000)
     with tempfile.TemporaryDirectory() as tmp:
         bench_offline(args.steps, Path(tmp, "offline"))
         bench_online(args.steps, Path(tmp, "online"))

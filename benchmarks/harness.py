@@ -5,7 +5,8 @@ Every script is run as ``python benchmarks/NAME.py [--quick] [...]``, from anywh
 first on it (this checkout's package and its test doubles, ``tests/doubles``).
 
 - :func:`parser`: the options every script has (``--quick``, and ``--repeat`` and
-  ``--workers`` where the script asks for them), with the script's docstring as help;
+  ``--workers`` where the script asks for them), with the script's docstring as help, and
+  :meth:`Options.sized` for a size whose default ``--quick`` makes smaller;
   the public logs' folders (:data:`RUNS`, :data:`RUNS_TIME`, :data:`DATA`),
   :func:`csv_logs` and :func:`fewer` (what ``--quick`` keeps of them).
 - Processes: :func:`run` one command in a fresh process and get its CPU (user + system),
@@ -55,17 +56,42 @@ MB = 2**20
 T = TypeVar("T")
 
 __all__ = [
-    "COMMAND", "DATA", "MB", "REFERENCE", "ROOT", "RUNS", "RUNS_TIME", "SHARED", "Figure", "Process",
+    "COMMAND", "DATA", "MB", "REFERENCE", "ROOT", "RUNS", "RUNS_TIME", "SHARED", "Figure", "Options", "Process",
     "best", "child_env", "compile_package", "cpu_of", "csv_logs", "fewer", "floor", "group_cpu", "in_turns", "machine_cpu", "median_of", "number",
     "median", "parser", "print_figures", "run", "share_of", "timed",
 ]
 
 
-def parser(doc: str | None, *, quick: str, repeat: int | None = None, workers: int | None = None) -> argparse.ArgumentParser:
+class Options(argparse.ArgumentParser):
+    """A script's options: ``--quick`` and the sizes it sets (:meth:`sized`)."""
+
+    def __init__(self, doc: str | None, quick: str) -> None:
+        super().__init__(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.add_argument("--quick", action="store_true", help=quick)
+        self.sizes: list[tuple[str, Any, Any]] = []
+
+    def sized(self, flag: str, full: Any, quick: Any, what: str, **more: Any) -> None:
+        """An option whose default is ``full``, or ``quick`` with ``--quick``."""
+        action = self.add_argument(flag, default=None, help=f"{what} [default: {_shown(full)}; {_shown(quick)} with --quick]",
+                                   **more)
+        self.sizes.append((action.dest, full, quick))
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed = super().parse_args(args, namespace)
+        for dest, full, quick in self.sizes:
+            if getattr(parsed, dest) is None:
+                setattr(parsed, dest, quick if parsed.quick else full)
+        return parsed
+
+
+def _shown(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def parser(doc: str | None, *, quick: str, repeat: int | None = None, workers: int | None = None) -> Options:
     """The script's options: ``--quick`` (``quick`` says what it leaves out), and
     ``--repeat`` and ``--workers`` with these defaults where given."""
-    options = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    options.add_argument("--quick", action="store_true", help=quick)
+    options = Options(doc, quick)
     if repeat is not None:
         options.add_argument("--repeat", type=int, default=repeat,
                              help="fresh processes (or calls) per figure; the best or median is kept [default: %(default)s]")
