@@ -1,6 +1,6 @@
 """Speed and memory of one-shot analyses and stability sweeps, beside their baselines measured in the same run.
 
-    python benchmarks/bench_analysis.py [--quick] [--reference ../shared/reference/find_target_loss.py]
+    python benchmarks/bench_analysis.py [--quick] [--repeat 3] [--reference ../shared/reference/find_target_loss.py]
 
 Synthetic fixed-batch runs with an lr column (warmup, then the peak held) are written to a
 temporary directory, and each figure is printed beside its baseline:
@@ -18,75 +18,30 @@ temporary directory, and each figure is printed beside its baseline:
   3. one analysis of that log (a target beyond it: the law fitted, chosen and bootstrapped)
      against the import-and-read floor, ``import tracker_plugin, scipy.optimize;
      pandas.read_csv(...)`` (target: <= 1.5x; a forecast fits with scipy.optimize, whose
-     import is part of fitting; the floor without it is printed too);
-  4. one analysis of a 5,000,000-row log with ``--plot``: CPU seconds beside the floor, and
-     peak memory (RSS; target: <= 1.5 GB).
+     import is part of fitting; the floor without it is printed too), and its peak memory
+     (RSS) beside the floor's (target: <= 300 MB);
+  4. one analysis of a 5,000,000-row log with ``--plot`` (``--quick``: 2,000,000): CPU
+     seconds beside the floor, and peak memory (RSS; target: <= 1.5 GB).
 Times are CPU seconds (user + system) of a fresh process, the best of ``--repeat`` (the
 reference's sweep runs once): the machine may be shared, and CPU time is what a run costs.
-An analysis and its baseline take turns, so a machine that slows down slows both. The
-package's bytecode is compiled first, as ``pip install`` does.
+An analysis and its baselines take turns, so a machine that slows down slows each alike
+(benchmarks/harness.py). The package's bytecode is compiled first, as ``pip install`` does.
 """
 
 from __future__ import annotations
 
-import argparse
-import compileall
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-from tracker_plugin.report.tables import text_table
+from harness import MB, REFERENCE, Figure, compile_package, floor, in_turns, parser, print_figures, run
+
 from tracker_plugin.testing import synthetic_run
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_REFERENCE = ROOT.parent / "shared" / "reference" / "find_target_loss.py"
 OURS = [sys.executable, "-m", "tracker_plugin", "analyze"]
-GB = 1024**3
-
-
-@dataclass(frozen=True)
-class Run:
-    """One process: CPU seconds (user + system), wall seconds, peak RSS in bytes, its output."""
-
-    cpu: float
-    wall: float
-    rss: float
-    output: str = ""
-
-
-def run(command: list[str], keep_output: bool = False) -> Run:
-    start = time.perf_counter()
-    process = subprocess.Popen(command, stdout=subprocess.PIPE if keep_output else subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
-    output = process.stdout.read().decode() if keep_output and process.stdout else ""
-    _, status, usage = os.wait4(process.pid, 0)
-    wall = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode() if process.stderr else ''}")
-    return Run(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss * 1024.0, output)
-
-
-def best_run(runs: list[Run]) -> Run:
-    return Run(min(r.cpu for r in runs), min(r.wall for r in runs), min(r.rss for r in runs), runs[0].output)
-
-
-def taking_turns(first: list[str], second: list[str], repeat: int) -> tuple[Run, Run]:
-    """The best of ``repeat`` runs of each command, run in turns."""
-    pairs = [(run(first), run(second)) for _ in range(repeat)]
-    return best_run([p[0] for p in pairs]), best_run([p[1] for p in pairs])
-
-
-def alternate(first: list[str], second: list[str], repeat: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """(wall seconds, peak RSS in MB) of the best of ``repeat`` runs of two commands, run in
-    turns (what bench_integrity reads)."""
-    one, two = taking_turns(first, second, repeat)
-    return (one.wall, one.rss / 2**20), (two.wall, two.rss / 2**20)
+GB = 1024 * MB
 
 
 _REFERENCE_ROW = re.compile(r"^\s*(\d+)\s+[\d,]+\s+([\d,]+)\s")
@@ -112,101 +67,90 @@ def write_runs(directory: Path, rows: dict[str, int]) -> dict[str, Path]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reference", type=Path, default=DEFAULT_REFERENCE)
-    parser.add_argument("--quick", action="store_true",
-                        help="a 20,000-row log for the sweep against the reference (its sweep takes minutes at 100,000)")
-    parser.add_argument("--sweep-rows", type=int, default=None, help="rows of the sweep log (default 100,000; 20,000 with --quick)")
-    parser.add_argument("--big-rows", type=int, default=1_000_000)
-    parser.add_argument("--huge-rows", type=int, default=5_000_000)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="a 20,000-row log for the sweep against the reference (its sweep takes minutes "
+                     "at 100,000) and a 2,000,000-row log for the plot", repeat=3)
+    options.add_argument("--reference", type=Path, default=REFERENCE)
+    options.sized("--sweep-rows", 100_000, 20_000, "rows of the sweep log", type=int)
+    options.add_argument("--big-rows", type=int, default=1_000_000)
+    options.sized("--huge-rows", 5_000_000, 2_000_000, "rows of the plotted log", type=int)
+    args = options.parse_args()
     if not args.reference.is_file():
         raise SystemExit(f"reference script not found: {args.reference} (pass --reference)")
-    sweep_rows = args.sweep_rows or (20_000 if args.quick else 100_000)
+    sweep_rows, huge_rows = args.sweep_rows, args.huge_rows
     reference = [sys.executable, str(args.reference)]
-    compileall.compile_dir(ROOT / "tracker_plugin", quiet=1)
+    repeat = args.repeat
+    compile_package()
 
     with tempfile.TemporaryDirectory() as tmp:
-        paths = write_runs(Path(tmp), {"sweep": sweep_rows, "big": args.big_rows, "huge": args.huge_rows})
+        paths = write_runs(Path(tmp), {"sweep": sweep_rows, "big": args.big_rows, "huge": huge_rows})
         sizes = ", ".join(f"{name} {path.stat().st_size / 1e6:,.0f} MB" for name, path in paths.items())
-        print(f"files: {sweep_rows:,} / {args.big_rows:,} / {args.huge_rows:,} rows ({sizes}); "
-              f"CPU seconds, best of {args.repeat}" + (f" (--quick: the sweep log is {sweep_rows:,} rows, not 100,000)" if sweep_rows != 100_000 else ""))
+        print(f"files: {sweep_rows:,} / {args.big_rows:,} / {huge_rows:,} rows ({sizes}); "
+              f"CPU seconds, best of {repeat}" + (f" (--quick: the sweep log is {sweep_rows:,} rows, not 100,000)" if sweep_rows != 100_000 else ""))
 
         # 1. The sweep against the original script, on a target the log does not reach.
         # A target just beyond the log's end (2.85 at 100,000 rows), so every window forecasts it.
         beyond = 2.0 + 0.93 * 3.0 * (sweep_rows * 524_288 / 1e9) ** -0.3  # synthetic_run's law
         sweep_args = [str(paths["sweep"]), "--target", f"{beyond:.3g}", "--stability-sweep"]
-        power = best_run([run(OURS + sweep_args + ["--model", "power-law"]) for _ in range(args.repeat)])
-        default = best_run([run(OURS + sweep_args) for _ in range(args.repeat)])
+        plain_args = sweep_args[:-1]  # the same analyses without the sweep: what the sweep itself adds
+        power, default, power_plain, default_plain, ref_plain, sweep_floor = in_turns(
+            [OURS + sweep_args + ["--model", "power-law"], OURS + sweep_args, OURS + plain_args + ["--model", "power-law"],
+             OURS + plain_args, reference + plain_args, floor("tracker_plugin, scipy.optimize, pandas", paths["sweep"])],
+            repeat)
         power_json = run(OURS + sweep_args + ["--model", "power-law", "--json"], keep_output=True)
         ref_sweep = run(reference + sweep_args, keep_output=True)
-        # The same analyses without the sweep: what the sweep itself adds to each.
-        plain_args = sweep_args[:-1]
-        power_plain = best_run([run(OURS + plain_args + ["--model", "power-law"]) for _ in range(args.repeat)])
-        default_plain = best_run([run(OURS + plain_args) for _ in range(args.repeat)])
-        ref_plain = best_run([run(reference + plain_args) for _ in range(args.repeat)])
-        # What any program that imports these and reads the log spends before it analyses.
-        sweep_floor = best_run([run([sys.executable, "-c", f"import tracker_plugin, scipy.optimize, pandas; "
-                                     f"pandas.read_csv({str(paths['sweep'])!r})"]) for _ in range(args.repeat)])
         windows, agreeing, largest = sweep_difference(power_json.output, ref_sweep.output)
 
         # 2-3. A 1M-row log: the sweep against one analysis; the analysis against the floor.
         target = ["--target", "2.4"]  # beyond the log: fitted, chosen, bootstrapped
-        floor = [sys.executable, "-c", f"import tracker_plugin, scipy.optimize, pandas; pandas.read_csv({str(paths['big'])!r})"]
-        bare_floor = [sys.executable, "-c", f"import tracker_plugin, pandas; pandas.read_csv({str(paths['big'])!r})"]
-        analysis, big_floor = taking_turns(OURS + [str(paths["big"]), *target], floor, args.repeat)
-        bare = best_run([run(bare_floor) for _ in range(args.repeat)])
-        big_sweep = run(OURS + [str(paths["big"]), *target, "--stability-sweep"])
-        power_analysis = run(OURS + [str(paths["big"]), *target, "--model", "power-law"])
-        power_sweep = run(OURS + [str(paths["big"]), *target, "--model", "power-law", "--stability-sweep"])
+        big = [str(paths["big"]), *target]
+        analysis, big_floor, bare = in_turns(
+            [OURS + big, floor("tracker_plugin, scipy.optimize, pandas", paths["big"]), floor("tracker_plugin, pandas", paths["big"])],
+            repeat)
+        big_sweep = run(OURS + big + ["--stability-sweep"])
+        power_analysis = run(OURS + big + ["--model", "power-law"])
+        power_sweep = run(OURS + big + ["--model", "power-law", "--stability-sweep"])
 
         # 4. A 5M-row log with its plot.
-        huge_floor_command = [sys.executable, "-c",
-                              f"import tracker_plugin, scipy.optimize, pandas; pandas.read_csv({str(paths['huge'])!r})"]
         plot = Path(tmp) / "huge.png"
-        huge, huge_floor = taking_turns(OURS + [str(paths["huge"]), *target, "--plot", str(plot)], huge_floor_command,
-                                     max(1, args.repeat - 1))
+        huge, huge_floor = in_turns([OURS + [str(paths["huge"]), *target, "--plot", str(plot)],
+                                     floor("tracker_plugin, scipy.optimize, pandas", paths["huge"])], max(1, repeat - 1))
         if not plot.stat().st_size:
             raise SystemExit("the 5M-row analysis wrote no plot")
 
     ref_label = f"original script ({ref_sweep.cpu:.1f} s)"
-    rows = [
-        (f"sweep, {sweep_rows:,} rows, --model power-law", f"{power.cpu:.2f} s", ref_label,
-         f"{ref_sweep.cpu / power.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / power.cpu >= 100),
-        (f"sweep, {sweep_rows:,} rows, default model", f"{default.cpu:.2f} s", ref_label,
-         f"{ref_sweep.cpu / default.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / default.cpu >= 100),
-        ("  the import-and-read floor of that log", f"{sweep_floor.cpu:.2f} s", ref_label,
-         f"at most {ref_sweep.cpu / sweep_floor.cpu:.0f}x for any program that reads it with pandas and fits with scipy",
-         "(reported)", None),
-        ("  the sweep alone (with it - without), power-law", f"{power.cpu - power_plain.cpu:.2f} s",
-         f"the script's ({ref_sweep.cpu - ref_plain.cpu:.1f} s)",
-         f"{(ref_sweep.cpu - ref_plain.cpu) / max(power.cpu - power_plain.cpu, 0.01):.0f}x faster", ">= 100x",
-         (ref_sweep.cpu - ref_plain.cpu) / max(power.cpu - power_plain.cpu, 0.01) >= 100),
-        ("  the sweep alone (with it - without), default", f"{default.cpu - default_plain.cpu:.2f} s",
-         f"the script's ({ref_sweep.cpu - ref_plain.cpu:.1f} s)",
-         f"{(ref_sweep.cpu - ref_plain.cpu) / max(default.cpu - default_plain.cpu, 0.01):.0f}x faster", ">= 100x",
-         (ref_sweep.cpu - ref_plain.cpu) / max(default.cpu - default_plain.cpu, 0.01) >= 100),
-        ("  power-law sweep rows within 1e-4 of the script's", f"{agreeing} of {windows}", "",
-         f"largest difference {largest:.1e}", "(reported)", None),
-        (f"sweep, {args.big_rows:,} rows, default model", f"{big_sweep.cpu:.2f} s", f"one analysis ({analysis.cpu:.2f} s)",
-         f"{big_sweep.cpu / analysis.cpu:.1f}x", "<= 10x", big_sweep.cpu / analysis.cpu <= 10),
-        (f"sweep, {args.big_rows:,} rows, --model power-law", f"{power_sweep.cpu:.2f} s",
-         f"one analysis ({power_analysis.cpu:.2f} s)", f"{power_sweep.cpu / power_analysis.cpu:.1f}x", "<= 10x",
-         power_sweep.cpu / power_analysis.cpu <= 10),
-        (f"one analysis, {args.big_rows:,} rows with lr", f"{analysis.cpu:.2f} s", f"import and read ({big_floor.cpu:.2f} s)",
-         f"{analysis.cpu / big_floor.cpu:.2f}x (without scipy.optimize: {analysis.cpu / bare.cpu:.2f}x of {bare.cpu:.2f} s)",
-         "<= 1.5x", analysis.cpu / big_floor.cpu <= 1.5),
-        (f"one analysis + plot, {args.huge_rows:,} rows", f"{huge.cpu:.2f} s", f"import and read ({huge_floor.cpu:.2f} s)",
-         f"{huge.cpu / huge_floor.cpu:.2f}x", "(reported)", None),
-        (f"peak memory, {args.huge_rows:,} rows + plot", f"{huge.rss / GB:.2f} GB", f"import and read ({huge_floor.rss / GB:.2f} GB)",
-         f"{huge.rss / huge_floor.rss:.2f}x", "<= 1.5 GB", huge.rss <= 1.5 * GB),
-        (f"peak memory, sweep of {args.big_rows:,} rows", f"{big_sweep.rss / GB:.2f} GB", f"one analysis ({analysis.rss / GB:.2f} GB)",
-         f"{big_sweep.rss / analysis.rss:.2f}x", "(reported)", None),
+    sweep_alone = ref_sweep.cpu - ref_plain.cpu
+    figures = [
+        Figure(f"sweep, {sweep_rows:,} rows, --model power-law", f"{power.cpu:.2f} s", ref_label,
+               f"{ref_sweep.cpu / power.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / power.cpu >= 100),
+        Figure(f"sweep, {sweep_rows:,} rows, default model", f"{default.cpu:.2f} s", ref_label,
+               f"{ref_sweep.cpu / default.cpu:.0f}x faster", ">= 100x", ref_sweep.cpu / default.cpu >= 100),
+        Figure("  the import-and-read floor of that log", f"{sweep_floor.cpu:.2f} s", ref_label,
+               f"at most {ref_sweep.cpu / sweep_floor.cpu:.0f}x for any program that reads it with pandas and fits with scipy"),
+        *(Figure(f"  the sweep alone (with it - without), {name}", f"{ours.cpu - plain.cpu:.2f} s",
+                 f"the script's ({sweep_alone:.1f} s)", f"{sweep_alone / max(ours.cpu - plain.cpu, 0.01):.0f}x faster",
+                 ">= 100x", sweep_alone / max(ours.cpu - plain.cpu, 0.01) >= 100)
+          for name, ours, plain in (("power-law", power, power_plain), ("default", default, default_plain))),
+        Figure("  power-law sweep rows within 1e-4 of the script's", f"{agreeing} of {windows}", "",
+               f"largest difference {largest:.1e}"),
+        Figure(f"sweep, {args.big_rows:,} rows, default model", f"{big_sweep.cpu:.2f} s", f"one analysis ({analysis.cpu:.2f} s)",
+               f"{big_sweep.cpu / analysis.cpu:.1f}x", "<= 10x", big_sweep.cpu / analysis.cpu <= 10),
+        Figure(f"sweep, {args.big_rows:,} rows, --model power-law", f"{power_sweep.cpu:.2f} s",
+               f"one analysis ({power_analysis.cpu:.2f} s)", f"{power_sweep.cpu / power_analysis.cpu:.1f}x", "<= 10x",
+               power_sweep.cpu / power_analysis.cpu <= 10),
+        Figure(f"one analysis, {args.big_rows:,} rows with lr", f"{analysis.cpu:.2f} s", f"import and read ({big_floor.cpu:.2f} s)",
+               f"{analysis.cpu / big_floor.cpu:.2f}x (without scipy.optimize: {analysis.cpu / bare.cpu:.2f}x of {bare.cpu:.2f} s)",
+               "<= 1.5x", analysis.cpu / big_floor.cpu <= 1.5),
+        Figure(f"peak memory, one analysis of {args.big_rows:,} rows", f"{analysis.rss / MB:.0f} MB",
+               f"import and read ({big_floor.rss / MB:.0f} MB)", f"{analysis.rss / big_floor.rss:.2f}x", "<= 300 MB",
+               analysis.rss <= 300 * MB),
+        Figure(f"one analysis + plot, {huge_rows:,} rows", f"{huge.cpu:.2f} s", f"import and read ({huge_floor.cpu:.2f} s)",
+               f"{huge.cpu / huge_floor.cpu:.2f}x"),
+        Figure(f"peak memory, {huge_rows:,} rows + plot", f"{huge.rss / GB:.2f} GB", f"import and read ({huge_floor.rss / GB:.2f} GB)",
+               f"{huge.rss / huge_floor.rss:.2f}x", "<= 1.5 GB", huge.rss <= 1.5 * GB),
+        Figure(f"peak memory, sweep of {args.big_rows:,} rows", f"{big_sweep.rss / GB:.2f} GB", f"one analysis ({analysis.rss / GB:.2f} GB)",
+               f"{big_sweep.rss / analysis.rss:.2f}x"),
     ]
-    header = ("figure", "ours", "baseline (same run)", "comparison", "target", "met")
-    met = {True: "yes", False: "NO", None: ""}
-    print("\n".join(text_table(header, [(*map(str, row[:5]), met[row[5]]) for row in rows])))
+    print_figures(figures)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """A night's bulk annotation on a real ``mlflow server``: cost per run, reruns, fan-out.
 
-    python benchmarks/bench_bulk.py [--runs 1000] [--server-workers 2] [--workers 1 2 4]
+    python benchmarks/bench_bulk.py [--quick] [--runs 1000] [--server-workers 2] [--workers 1 2 4]
                                     [--executors threads processes dask] [--data-dir DIR]
 
 Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished runs of
@@ -13,18 +13,24 @@ Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished r
      the plot's parts);
   2. an unchanged rerun, one run at a time too: its wall time as a share of the first's
      (target: <= 5%), how many runs it left unchanged and how many history reads it sent
-     (target: 0);
-  3. ``annotate --force`` with threads, processes and a Dask ``LocalCluster`` at each of
+     (target: 0); then ``annotate --force --no-plot``: the client's CPU per run without
+     the plot, beside the first's;
+  3. real finished runs: the OLMo ladder's 15 logs (../shared/data/runs, 1,278 rows in
+     all, val_loss), logged ``--runs`` times in turn into two experiments, annotated for
+     3.3 and 3.1 (where the runs stand settled: reached, or the run ended above it) with
+     the plot in one and ``--no-plot`` in the other: the client's CPU per new run, split
+     as above, beside the floor of the plot (targets: <= 250 ms with the plot, <= 100 ms
+     without; the imports paid once for the job, as a nightly pass pays them);
+  4. ``annotate --force`` with threads, processes and a Dask ``LocalCluster`` at each of
      ``--workers``: wall time and the speed-up over the same executor at the first count
      (and over threads at 1, the baseline, measured in the same run);
-  4. the arithmetic for 10,000 runs on a 2-core machine, from the figures above.
+  5. the arithmetic for 10,000 runs on a 2-core machine, from the figures above.
 The server's CPU is printed beside the client's: on 2 cores they share the machine.
 ``--data-dir`` keeps the server's store, so the runs are logged once.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import tempfile
@@ -36,16 +42,18 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from bench_mlflow import group_cpu  # benchmarks/ is on the path when run as a script
+import pandas as pd
+from harness import RUNS, group_cpu, parser
 
+from tests.doubles.mlflow_runs import log_run
+from tests.doubles.mlflow_server import MlflowServer
 from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.frame.history import Columns
 from tracker_plugin.jobs import annotation as annotation_module
 from tracker_plugin.jobs import runner
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.jobs.fanout import make_executor
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
-from tracker_plugin.testing.mlflow_server import MlflowServer
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
@@ -54,6 +62,11 @@ KEYS = ["train_loss", "tokens", "lr"]
 CONFIG = AnalysisConfig(targets=(3.2, 2.9))
 TARGET_CPU_MS = 120.0
 TARGET_RERUN = 0.05
+# The OLMo ladder's finished runs, as the issue measured a nightly pass over them.
+OLMO = sorted(RUNS.glob("olmo-ladder-*xC.csv"))
+OLMO_CONFIG = AnalysisConfig(targets=(3.3, 3.1))
+OLMO_COLUMNS = Columns().with_overrides(loss="val_loss")
+TARGET_SETTLED_MS = {True: 250.0, False: 100.0}  # with the plot, without
 
 
 def ensure_runs(uri: str, runs: int, store: Path | None = None) -> str:
@@ -135,21 +148,23 @@ def measured_parts() -> Iterator[Parts]:
     MlflowSource.read = parts.timed("reading", saved[0])
     runner.run_analysis = parts.timed("analysis", saved[1])
     annotation_module._plot_png = parts.timed("plot", saved[2])
-    MlflowSource.write = parts.timed("write-back (with the plot)", saved[3])
+    MlflowSource.write = parts.timed("write-back (with loss_eta.png)", saved[3])
     try:
         yield parts
     finally:
         MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write = saved
 
 
-def options(uri: str, workers: int) -> SourceOptions:
-    return SourceOptions(ReadOptions(workers=workers, use_cache=False), MlflowOptions(tracking_uri=uri))
+def options(uri: str, workers: int, columns: Columns | None = None) -> SourceOptions:
+    read = ReadOptions(workers=workers, use_cache=False, columns=columns or Columns())
+    return SourceOptions(read, MlflowOptions(tracking_uri=uri))
 
 
-def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor=None) -> tuple[float, float, list]:
+def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor=None, plot: bool = True,
+             config: AnalysisConfig = CONFIG, columns: Columns | None = None) -> tuple[float, float, list]:
     """Wall and this process's CPU seconds of one annotate, and its outcomes."""
     wall, cpu = time.perf_counter(), time.process_time()
-    outcomes = annotate_runs([spec], options(uri, workers), CONFIG, force=force, executor=executor)
+    outcomes = annotate_runs([spec], options(uri, workers, columns), config, force=force, executor=executor, plot=plot)
     return time.perf_counter() - wall, time.process_time() - cpu, outcomes
 
 
@@ -181,11 +196,16 @@ def baselines(uri: str, spec: str, sample: int) -> None:
     read = (time.process_time() - start) / len(runs)
     print(f"     reading's baseline: MLflow's get_metric_history of the {len(KEYS)} keys, {1000 * read:.0f} ms per run "
           f"(the first {len(runs)} runs)")  # fmt: skip
+    print(f"     floor of the plot: a bare figure of its size and parts, {1000 * plot_floor():.0f} ms")
+
+
+def plot_floor(count: int = 10) -> float:
+    """CPU seconds of one bare figure (:func:`bare_plot`), the mean of ``count`` after one."""
     bare_plot()
-    start, count = time.process_time(), 10
+    start = time.process_time()
     for _ in range(count):
         bare_plot()
-    print(f"     floor of the plot: a bare figure of its size and parts, {1000 * (time.process_time() - start) / count:.0f} ms")
+    return (time.process_time() - start) / count
 
 
 def bare_plot() -> bytes:
@@ -215,14 +235,17 @@ def failures(outcomes: list) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--server-workers", type=int, default=2)
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--executors", nargs="*", default=["threads", "processes", "dask"],
-                        help="none given: no fan-out passes (measure them on fewer runs)")
-    parser.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
-    args = parser.parse_args()
+    options = parser(__doc__, quick="60 runs, no fan-out passes")
+    options.sized("--runs", 1000, 60, "runs in the experiment", type=int)
+    options.add_argument("--server-workers", type=int, default=2)
+    options.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4])
+    options.add_argument("--executors", nargs="*", default=None,
+                         help="none given: no fan-out passes (measure them on fewer runs) [default: threads processes "
+                              "dask; none with --quick]")
+    options.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    args = options.parse_args()
+    if args.executors is None:
+        args.executors = [] if args.quick else ["threads", "processes", "dask"]
     # The benchmark's own process: MLflow's progress bars and run links would bury the figures.
     os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
@@ -235,6 +258,7 @@ def main() -> None:
             spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs, root / 'mlflow.db')}"
             n = args.runs
             figures = first_and_rerun(server, spec, n)
+            olmo_passes(server, n, plot_floor())
             walls = fan_out(server.uri, spec, n, args.executors, args.workers) if args.executors else {}
             arithmetic(figures, walls, n)
             print(f"load average {os.getloadavg()[0]:.1f} after the figures")
@@ -255,7 +279,7 @@ def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]
     for part, seconds in parts.cpu.items():
         print(f"     {part:<28} {1000 * seconds / n:7.1f} ms per run")
     plot = parts.cpu.get("plot", 0.0)
-    print(f"     {'write-back without the plot':<28} {1000 * (parts.cpu.get('write-back (with the plot)', 0) - plot) / n:7.1f} ms per run")
+    print(f"     {'write-back without the plot':<28} {1000 * (parts.cpu.get('write-back (with loss_eta.png)', 0) - plot) / n:7.1f} ms per run")
     baselines(server.uri, spec, min(n, 50))
     print(f"   wall per run {1000 * wall / n:.0f} ms ({wall:.1f} s in all)")
     print(f"   failures: {len(failed)} (target 0)")
@@ -277,11 +301,63 @@ def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]
     print(f"\n2. unchanged rerun: {rewall:.2f} s wall, {100 * share:.1f}% of the first (target <= "
           f"{100 * TARGET_RERUN:.0f}%: {'met' if share <= TARGET_RERUN else 'missed'}); client CPU {1000 * recpu / n:.1f} ms "
           f"per run; {unchanged} of {n} unchanged; {reads} history reads (target 0)")  # fmt: skip
-    return {"cpu": cpu / n, "server_cpu": server_cpu / n, "wall": wall / n, "rerun": rewall / n}
+    with measured_parts() as parts:
+        _, bare_cpu, outcomes = one_pass(server.uri, spec, 1, force=True, plot=False)
+    print(f"   annotate --force --no-plot: client CPU per run {1000 * bare_cpu / n:.0f} ms (with the plot: {cpu_ms:.0f} ms); "
+          f"failures {len(failures(outcomes))}")
+    show_parts(parts, n)
+    return {"cpu": cpu / n, "server_cpu": server_cpu / n, "wall": wall / n, "rerun": rewall / n, "no_plot": bare_cpu / n}
+
+
+def show_parts(parts: Parts, n: int) -> None:
+    for part, seconds in parts.cpu.items():
+        print(f"     {part:<28} {1000 * seconds / n:7.1f} ms per run")
+
+
+def ensure_olmo(uri: str, runs: int, name: str) -> str:
+    """An experiment of ``runs`` finished runs, the OLMo ladder's logs in turn, each logged
+    as its CSV holds it (an earlier call's runs are kept)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+    have = len(client.search_runs([experiment_id], max_results=50_000))
+    for k in range(have, runs):
+        path = OLMO[k % len(OLMO)]
+        log_run(client, experiment_id, pd.read_csv(path), name=f"{path.stem}-{k:04d}", workers=4)
+    return str(experiment_id)
+
+
+def olmo_passes(server: MlflowServer, n: int, floor: float) -> dict[bool, float]:
+    """The first annotate of ``n`` finished OLMo ladder runs, with and without the plot:
+    the client's CPU per run."""
+    if not OLMO:
+        print(f"\n3. no OLMo ladder logs in {RUNS}: skipped")
+        return {}
+    print(f"\n3. the OLMo ladder's {len(OLMO)} finished runs ({sum(len(pd.read_csv(p)) for p in OLMO):,} rows), "
+          f"{n} runs, targets {', '.join(f'{t:g}' for t in OLMO_CONFIG.targets)} on val_loss, one run at a time; "
+          f"floor of the plot {1000 * floor:.0f} ms")
+    found: dict[bool, float] = {}
+    for plot in (True, False):
+        name = f"olmo-ladder-{n}-{'plot' if plot else 'no-plot'}"
+        spec = f"mlflow:experiment/{ensure_olmo(server.uri, n, name)}"
+        with measured_parts() as parts:
+            _, cpu, outcomes = one_pass(server.uri, spec, 1, force=True, plot=plot, config=OLMO_CONFIG,
+                                        columns=OLMO_COLUMNS)
+        found[plot] = cpu / n
+        statuses = Counter(str(t.status) for o in outcomes if o.analysis for t in o.analysis.targets)
+        settled = all(s in ("reached", "not_reached") for s in statuses)
+        target = TARGET_SETTLED_MS[plot]
+        print(f"   {'with the plot' if plot else 'with --no-plot':<15} client CPU per run {1000 * cpu / n:.0f} ms "
+              f"(target <= {target:.0f} ms: {'met' if 1000 * cpu / n <= target else 'missed'}); failures "
+              f"{len(failures(outcomes))}; answers {dict(statuses)}{'' if settled else ' (NOT all settled)'}")
+        show_parts(parts, n)
+    return found
 
 
 def fan_out(uri: str, spec: str, n: int, executors: list[str], counts: list[int]) -> dict[tuple[str, int], float]:
-    print(f"\n3. annotate --force of the {n} runs, wall seconds (speed-up over the same executor at "
+    print(f"\n4. annotate --force of the {n} runs, wall seconds (speed-up over the same executor at "
           f"{counts[0]} worker(s); over threads at {counts[0]}):")  # fmt: skip
     walls: dict[tuple[str, int], float] = {}
     for kind in executors:
@@ -302,9 +378,10 @@ def arithmetic(figures: dict[str, float], walls: dict[tuple[str, int], float], n
     runs = 10_000
     cpu = figures["cpu"] + figures["server_cpu"]
     best = min(walls.items(), key=lambda item: item[1]) if walls else None
-    print("\n4. 10,000 runs on a 2-core machine (client and server on it):")
+    print("\n5. 10,000 runs on a 2-core machine (client and server on it):")
     print(f"   CPU-bound floor: ({1000 * figures['cpu']:.0f} ms client + {1000 * figures['server_cpu']:.0f} ms server) "
-          f"x {runs:,} / 2 cores = {runs * cpu / 2 / 60:.0f} min")  # fmt: skip
+          f"x {runs:,} / 2 cores = {runs * cpu / 2 / 60:.0f} min; with --no-plot "
+          f"({1000 * figures['no_plot']:.0f} ms client) {runs * (figures['no_plot'] + figures['server_cpu']) / 2 / 60:.0f} min")  # fmt: skip
     print(f"   measured first pass, one run at a time: {1000 * figures['wall']:.0f} ms x {runs:,} = {runs * figures['wall'] / 60:.0f} min")
     if best is not None:
         (kind, workers), wall = best

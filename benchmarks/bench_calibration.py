@@ -1,6 +1,6 @@
 """Leave-one-family-out cross-validation of the forecast's rules, beside today's rules.
 
-    python benchmarks/bench_calibration.py [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
+    python benchmarks/bench_calibration.py [--quick] [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
                                            [--held-out DIR ...] [--speedrun-plans given|assumed]
                                            [--law-mixes 0 0.03 0.1 0.3] [--workers 2] [--cache /tmp/calibration.pkl]
 
@@ -29,7 +29,6 @@ held-out ones beside it (``.heldout``), one cache for all the held-out folders.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import time
@@ -37,7 +36,9 @@ from dataclasses import replace
 from pathlib import Path
 
 # The runs are read as the forecast benchmark beside this file reads them.
-from bench_forecast import load  # noqa: E402  (benchmarks/ is on the path when run as a script)
+from bench_forecast import load
+from harness import DATA, RUNS, RUNS_TIME, csv_logs, fewer
+from harness import parser as options
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.cross_family import (
@@ -53,13 +54,9 @@ from tracker_plugin.jobs.cross_family import Member, cross_family_cases
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.report.cross_family import cross_family_text, matching_text
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = next((p / "shared" / "data" for p in ROOT.parents if (p / "shared" / "data" / "runs").is_dir()),
-              ROOT.parent / "shared" / "data")
-HERE = Path(__file__).resolve().parent
-PLANS_TABLE = HERE / "data" / "speedrun_plans.csv"
+PLANS_TABLE = DATA / "speedrun_plans.csv"
 # Runs no rule is chosen on: the GPT-2-medium records and the 2025 GPT-2-small records.
-HELD_OUT = (HERE / "data" / "heldout", HERE / "data" / "heldout-time")
+HELD_OUT = (DATA / "heldout", DATA / "heldout-time")
 
 
 def speedrun_plans(path: Path = PLANS_TABLE) -> dict[str, LrSchedule]:
@@ -84,14 +81,10 @@ def members(files: list[str], plans: dict[str, LrSchedule]) -> list[Member]:
     return out
 
 
-def csvs(*folders: Path) -> list[str]:
-    return sorted(str(p) for d in folders if d.is_dir() for p in d.glob("*.csv") if not p.name.endswith(".wandb-export.csv"))
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=SHARED / "runs")
-    parser.add_argument("--runs-time", type=Path, default=SHARED / "runs-time")
+    parser = options(__doc__, quick="three runs per family, no held-out runs", workers=min(os.cpu_count() or 2, 2))
+    parser.add_argument("--runs", type=Path, default=RUNS)
+    parser.add_argument("--runs-time", type=Path, default=RUNS_TIME)
     parser.add_argument("--held-out", type=Path, action="append",
                         help="a folder of held-out runs, scored only (repeatable; default: data/heldout and "
                              "data/heldout-time)")
@@ -101,7 +94,6 @@ def main() -> None:
                         help="candidate widths of the laws' evidence weighting (0: auto's hard pick); with 0.03 0.1 0.3 "
                              "the other families chose a mixture that forecast the held-out OLMo runs later (p90 0.41 "
                              "against 0.31 at f=0.5 q=0.8, plan given)")
-    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
     parser.add_argument("--runs-like", action="append", metavar="REGEX",
                         help="also print the LOFO figures of the runs whose name matches (repeatable; "
                              "default: the MPL cosine runs, mpl-.*-cosine)")
@@ -110,13 +102,14 @@ def main() -> None:
                              "error per unit of log horizon and its weight in forecasts) on every family, pooled")
     parser.add_argument("--cache", type=Path, help="keep the backtest cases here and reuse them (same runs, settings and version)")
     args = parser.parse_args()
-    files = csvs(args.runs, args.runs_time)
+    files = csv_logs(args.runs, args.runs_time)
+    files = fewer(files) if args.quick else files
     if not files:
         raise SystemExit(f"no runs in {args.runs} or {args.runs_time}")
     plans = speedrun_plans() if args.speedrun_plans == "given" else {}
     start = time.perf_counter()
     results = cross_family_cases(members(files, plans), processes=args.workers, cache=args.cache)
-    held = csvs(*(args.held_out or HELD_OUT))
+    held = [] if args.quick and not args.held_out else csv_logs(*(args.held_out or HELD_OUT))
     held_cache = None if args.cache is None else args.cache.with_name(args.cache.name + ".heldout")
     other = cross_family_cases(members(held, plans), processes=args.workers, cache=held_cache) if held else None
     print(f"cases in {time.perf_counter() - start:.0f} s; speedrun plans {args.speedrun_plans}\n")

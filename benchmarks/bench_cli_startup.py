@@ -1,6 +1,6 @@
 """CPU time of the command line where it should be instant, and of small analyses.
 
-    python benchmarks/bench_cli_startup.py [--repeat 5]
+    python benchmarks/bench_cli_startup.py [--quick] [--repeat 5]
 
 Prints, each the median over ``--repeat`` fresh processes of the CPU time (user + sys)
 the process used, beside its target:
@@ -18,36 +18,15 @@ The package's bytecode is compiled first, as ``pip install`` does.
 
 from __future__ import annotations
 
-import argparse
-import compileall
-import os
-import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from harness import COMMAND, Figure, compile_package, floor, in_turns, median, parser, print_figures
+
 from tracker_plugin.testing import synthetic_run
 
-ROOT = Path(__file__).resolve().parents[1]
-_SCRIPT = Path(sys.executable).with_name("tracker-plugin")
-COMMAND = [str(_SCRIPT)] if _SCRIPT.is_file() else [sys.executable, "-m", "tracker_plugin"]
-
-
-def cpu(command: list[str], expect: int = 0) -> float:
-    """User + system CPU seconds of one process running ``command``."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    assert process.stderr is not None
-    if os.waitstatus_to_exitcode(status) != expect:
-        raise SystemExit(f"exit code {os.waitstatus_to_exitcode(status)} from {' '.join(command)}\n"
-                         f"{process.stderr.read().decode()}")
-    process.stderr.close()
-    return usage.ru_utime + usage.ru_stime
-
-
-def median_cpu(command: list[str], repeat: int, expect: int = 0) -> float:
-    return statistics.median(cpu(command, expect) for _ in range(repeat))
+ANSWERED = 0.25  # seconds: --help and a bad argument
+SMALL = 0.3  # seconds above the import floor: a 100-row analysis
 
 
 def _csv(folder: Path, rows: int) -> tuple[Path, str]:
@@ -59,41 +38,32 @@ def _csv(folder: Path, rows: int) -> tuple[Path, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
-    compileall.compile_dir(ROOT / "tracker_plugin", quiet=1)
-    floor = median_cpu([sys.executable, "-c", "import pandas"], args.repeat)
-    solver = median_cpu([sys.executable, "-c", "import pandas, scipy.optimize"], args.repeat)
-    rows: list[tuple[str, float, str, bool | None]] = []
-    for label, extra, expect in (
-        ("--help", ["--help"], 0),
-        ("analyze --help", ["analyze", "--help"], 0),
-        ("a bad argument (--interval 5)", ["analyze", "run.csv", "-t", "3", "--interval", "5"], 2),
-    ):
-        seconds = median_cpu(COMMAND + extra, args.repeat, expect)
-        rows.append((label, seconds, "<= 0.25 s", seconds <= 0.25))
-    rows.append(('import floor: python -c "import pandas"', floor, "", None))
-    rows.append(('with the solvers: "import pandas, scipy.optimize"', solver, "", None))
+    options = parser(__doc__, quick="the 100- and 1,000-row analyses only", repeat=5)
+    args = options.parse_args()
+    compile_package()
+    answered = [("--help", ["--help"], 0), ("analyze --help", ["analyze", "--help"], 0),
+                ("a bad argument (--interval 5)", ["analyze", "run.csv", "-t", "3", "--interval", "5"], 2)]
     with tempfile.TemporaryDirectory() as tmp:
-        for size in (100, 1_000, 100_000):
-            path, target = _csv(Path(tmp), size)
-            seconds = median_cpu([*COMMAND, "analyze", str(path), "-t", target], args.repeat)
-            if size == 100:
-                rows.append((f"analyze, {size:,} rows", seconds, f"<= floor + 0.3 s ({floor + 0.3:.2f} s)",
-                             seconds <= floor + 0.3))
-            else:
-                rows.append((f"analyze, {size:,} rows", seconds, "", None))
-    print(f"CPU seconds (user + sys), median of {args.repeat} processes; {' '.join(COMMAND)}")
-    width = max(len(row[0]) for row in rows)
-    for label, seconds, target, met in rows:
-        verdict = "" if met is None else ("met" if met else "NOT MET")
-        above = ""
-        if label.startswith("analyze,"):
-            above = f"(floor + {seconds - floor:.2f}, solvers + {seconds - solver:.2f})"
-        elif label.startswith("with the solvers"):
-            above = f"(floor + {solver - floor:.2f})"
-        print(f"  {label:<{width}}  {seconds:6.3f} s {above:<34} {target:<32} {verdict}".rstrip())
+        sizes = (100, 1_000) if args.quick else (100, 1_000, 100_000)
+        runs = [(size, *_csv(Path(tmp), size)) for size in sizes]
+        commands = [floor("pandas"), floor("pandas, scipy.optimize"), *(COMMAND + extra for _, extra, _ in answered),
+                    *([*COMMAND, "analyze", str(path), "-t", target] for _, path, target in runs)]
+        codes = [0, 0, *(code for _, _, code in answered), *(0 for _ in runs)]
+        measured = in_turns(commands, args.repeat, pick=median, expect=codes)
+    pandas_floor, solver, rest = measured[0].cpu, measured[1].cpu, measured[2:]
+    floors = f"pandas {pandas_floor:.2f} s, solvers {solver:.2f} s"
+    figures = [Figure(label, f"{p.cpu:.3f} s", "", "", f"<= {ANSWERED} s", p.cpu <= ANSWERED)
+               for (label, _, _), p in zip(answered, rest)]
+    figures += [Figure('import floor: python -c "import pandas"', f"{pandas_floor:.3f} s"),
+                Figure('with the solvers: "import pandas, scipy.optimize"', f"{solver:.3f} s", "", f"floor + {solver - pandas_floor:.2f}")]
+    for (size, _, _), p in zip(runs, rest[len(answered):]):
+        small = size == 100
+        figures.append(Figure(f"analyze, {size:,} rows", f"{p.cpu:.3f} s", floors,
+                              f"floor + {p.cpu - pandas_floor:.2f}, solvers + {p.cpu - solver:.2f}",
+                              f"<= floor + {SMALL} s ({pandas_floor + SMALL:.2f} s)" if small else "(reported)",
+                              p.cpu <= pandas_floor + SMALL if small else None))
+    print(f"CPU seconds (user + sys), median of {args.repeat} processes, in turns; {' '.join(COMMAND)}")
+    print_figures(figures, baseline="floors (same run)", comparison="above the floors")
 
 
 if __name__ == "__main__":

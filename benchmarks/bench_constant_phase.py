@@ -1,6 +1,6 @@
 """Why forecasts inside a long constant-lr stretch come out early: the origin of the lr area.
 
-    python benchmarks/bench_constant_phase.py [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
+    python benchmarks/bench_constant_phase.py [--quick] [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
 
 At constant lr the schedule-aware laws reduce to ``L0 + A * (S / S_ref) ** -alpha``, with
 ``S`` the lr area summed from step 0 (warmup included). That origin is an assumption: a run
@@ -29,16 +29,16 @@ steps (inside the constant phase).
 
 from __future__ import annotations
 
-import argparse
 import glob
 import math
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from bench_calibration import load, speedrun_plans
+from harness import RUNS, RUNS_TIME, parser
 from scipy.optimize import curve_fit
 
 import tracker_plugin as tp
@@ -48,9 +48,6 @@ from tracker_plugin.core.clock import build_timeline
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.testing.synthetic import synthetic_run
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import SHARED, load, speedrun_plans  # noqa: E402
 
 CUTS = ((0.25, 0.6), (0.25, 0.8), (0.25, 0.95), (0.5, 0.6), (0.5, 0.8), (0.5, 0.95))
 
@@ -165,16 +162,17 @@ def analyze_start(history: tp.History, window: float, plan: LrSchedule) -> float
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=SHARED / "runs")
-    parser.add_argument("--runs-time", type=Path, default=SHARED / "runs-time")
-    args = parser.parse_args()
+    options = parser(__doc__, quick="one seed of the synthetic run, two runs of each real set")
+    options.add_argument("--runs", type=Path, default=RUNS)
+    options.add_argument("--runs-time", type=Path, default=RUNS_TIME)
+    args = options.parse_args()
+    seeds, real = (1, 2) if args.quick else (4, None)
     print("mean signed ln(predicted/true) at (f, q) =", " ".join(f"({f:g},{q:g})" for f, q in CUTS))
-    print("synthetic power law in tokens, constant lr, warmup 500 of 40,000 steps, 4 seeds, fitted from step 1000:")
+    print(f"synthetic power law in tokens, constant lr, warmup 500 of 40,000 steps, {seeds} seeds, fitted from step 1000:")
     for every in (500, 20):
         found: dict[bool, list[np.ndarray]] = {False: [], True: []}
         laws: dict[str, list[np.ndarray]] = {"lr-annealing": [], "multi-power": []}
-        for seed in range(4):
+        for seed in range(seeds):
             frame = synthetic_run(40_000, log_every=every, seed=seed, noise=0.02, warmup=500)
             with tempfile.TemporaryDirectory() as folder:
                 path = os.path.join(folder, "run.csv")
@@ -191,7 +189,7 @@ def main() -> None:
             shown = " ".join(f"{v:+.3f}" for v in np.nanmean(values, axis=0))
             print(f"  eval every {every:3} steps, forecast {model:12}: {shown}")
     print("visible constant-lr runs (the logged lr as the plan): origin fixed | free | forecast lr-annealing | multi-power")
-    for path in sorted(glob.glob(str(args.runs / "mpl-*-constant-*.csv"))):
+    for path in sorted(glob.glob(str(args.runs / "mpl-*-constant-*.csv")))[:real]:
         history, window = load(path)
         held, shifted = (" ".join(f"{v:+.3f}" for v in errors(history, window, x)) for x in (False, True))
         ours = " | ".join(" ".join(f"{v:+.3f}" for v in forecast_errors(history, window, m))
@@ -199,10 +197,8 @@ def main() -> None:
         print(f"  {os.path.basename(path):28} {held} | {shifted} | {ours}")
     print("speedruns a quarter of the way in, their records' plans given, train loss (target at 60% of the steps):")
     plans = speedrun_plans()
-    for path in sorted(glob.glob(str(args.runs_time / "*.csv"))):
+    for path in [p for p in sorted(glob.glob(str(args.runs_time / "*.csv"))) if Path(p).stem in plans][:real]:
         name = Path(path).stem
-        if name not in plans:
-            continue
         history, window = load(path)
         if int(np.searchsorted(history.step, 0.25 * history.last_step, side="right")) < 50:
             print(f"  {name:42} too few rows at the cut")

@@ -1,6 +1,6 @@
 """Wall-clock forecasts on real speedrun logs, beside a naive baseline.
 
-    python benchmarks/bench_eta.py [--runs-time DIR ...] [--plans none|given|total] [--json]
+    python benchmarks/bench_eta.py [--quick] [--runs-time DIR ...] [--plans none|given|total] [--json]
 
 Each set of logs (``--runs-time``, repeatable; by default the 18 visible ``runs-time``
 logs, the held-out 2025 ones in ``benchmarks/data/heldout-time`` and the held-out GPT-2
@@ -35,13 +35,15 @@ tell its reader).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from pathlib import Path
 
 import numpy as np
+from bench_calibration import speedrun_plans
+from harness import DATA, RUNS_TIME, median_of, number
+from harness import parser as options
 
 import tracker_plugin as tp
 from tracker_plugin.core import forecast
@@ -49,18 +51,10 @@ from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import speedrun_plans  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_RUNS = next(
-    (p / "shared" / "data" / "runs-time" for p in ROOT.parents if (p / "shared" / "data" / "runs-time").is_dir()),
-    ROOT.parent / "shared" / "data" / "runs-time",
-)
 CUT, QUANTILE, WINDOW, LEVEL = 0.5, 0.8, 250.0, 0.8
-HELDOUT = ROOT / "benchmarks" / "data" / "heldout-time"
+HELDOUT = DATA / "heldout-time"
 # The held-out GPT-2-medium records (track 2) carry the same clock.
-HELDOUT_MEDIUM = ROOT / "benchmarks" / "data" / "heldout"
+HELDOUT_MEDIUM = DATA / "heldout"
 COLUMNS = tp.Columns().with_overrides(loss="val_loss")
 
 
@@ -150,28 +144,24 @@ def summary(rows: list[dict[str, object]]) -> dict[str, float | int | None]:
         "without_step": sum(1 for r in rows if r["step"] is None),
         "step_coverage_80": float(np.mean(steps_covered)) if steps_covered else None,
         "without_seconds": missing,
-        "median_ln_seconds": _median([v for v in ln_sec if v is not None]),
-        "median_ln_steps": _median([v for v in ln_steps if v is not None]),
-        "median_ln_seconds_minus_steps": _median(diff),
+        "median_ln_seconds": median_of([v for v in ln_sec if v is not None]),
+        "median_ln_steps": median_of([v for v in ln_steps if v is not None]),
+        "median_ln_seconds_minus_steps": median_of(diff),
         "coverage_80": float(np.mean(covered)) if covered else None,
         "intervals": len(covered),
         "late_step_forecasts": sum(1 for r in rows if r["step"] is not None and r["step"] > r["true_step"]),  # type: ignore[operator]
-        "median_throughput_spread": _median([r["throughput_spread"] for r in rows if r["throughput_spread"] is not None]),  # type: ignore[misc]
-        "baseline_median_ln_seconds": _median([v for v in ln_base if v is not None]),
-        "baseline_median_ln_seconds_minus_steps": _median(diff_base),
-        "median_half_width_80": _median(half_widths),
+        "median_throughput_spread": median_of([r["throughput_spread"] for r in rows if r["throughput_spread"] is not None]),  # type: ignore[misc]
+        "baseline_median_ln_seconds": median_of([v for v in ln_base if v is not None]),
+        "baseline_median_ln_seconds_minus_steps": median_of(diff_base),
+        "median_half_width_80": median_of(half_widths),
         "p80_ln_seconds": float(np.quantile(known, 0.8)) if (known := [v for v in ln_sec if v is not None]) else None,
         "with_track_record": len(inner),
-        "median_inner_error": _median(inner),  # type: ignore[arg-type]
+        "median_inner_error": median_of(inner),  # type: ignore[arg-type]
     }
 
 
-def _median(values: list[float]) -> float | None:
-    return float(np.median(values)) if values else None
-
-
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = options(__doc__, quick="three logs of each set")
     parser.add_argument("--runs-time", "--runs", dest="sets", type=Path, action="append",
                         help="a directory of CSV logs with a clock (repeatable); default: the visible and the two held-out sets")
     parser.add_argument("--plans", choices=("none", "given", "total"), default="none",
@@ -179,13 +169,13 @@ def main() -> int:
                         "last step alone (--total-steps); a log without a record plan is left out of the last two")
     parser.add_argument("--json", action="store_true", help="print the per-case rows and the summary as JSON")
     args = parser.parse_args()
-    sets = args.sets or [DEFAULT_RUNS, HELDOUT, HELDOUT_MEDIUM]
+    sets = args.sets or [RUNS_TIME, HELDOUT, HELDOUT_MEDIUM]
     plans = speedrun_plans() if args.plans != "none" else {}
     if args.plans == "total":
         plans = {name: tp.LrSchedule.steps_only(plan.total_steps or 0, "num_iterations") for name, plan in plans.items()}
     found = {}
     for folder in sets:
-        paths = sorted(p for p in folder.glob("*.csv") if args.plans == "none" or p.stem in plans)
+        paths = sorted(p for p in folder.glob("*.csv") if args.plans == "none" or p.stem in plans)[:3 if args.quick else None]
         if not paths:
             print(f"no CSV logs in {folder}" + (" with a record plan" if plans else ""), file=sys.stderr)
             return 2
@@ -246,7 +236,7 @@ def _print(rows: list[dict[str, object]], figures: dict[str, float | int | None]
 
 
 def _fmt(value: object) -> str:
-    return f"{value:>9.4f}" if isinstance(value, float) else f"{'-':>9}"
+    return number(value if isinstance(value, float) else None, ".4f", 9)
 
 
 if __name__ == "__main__":

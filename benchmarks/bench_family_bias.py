@@ -56,15 +56,16 @@ finished together.
 
 from __future__ import annotations
 
-import argparse
 import pickle
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_calibration import load, members, speedrun_plans
+from harness import RUNS, RUNS_TIME, csv_logs, fewer, number
+from harness import parser as options
 
 import tracker_plugin as tp
 from tracker_plugin.core.backtest import PLANS, BacktestCase
@@ -90,15 +91,15 @@ from tracker_plugin.core.forecast import UNKNOWN_PLAN_SOURCES
 from tracker_plugin.core.models import ANNEAL_GAIN
 from tracker_plugin.jobs.cross_family import Member
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import SHARED, csvs, load, members, speedrun_plans  # noqa: E402
+# The visible logs this script reads itself (--quick: three of each family).
+LOGS = csv_logs(RUNS, RUNS_TIME)
 
 # Train-loss rows averaged around each val row (--train-val-gap).
 _GAP_ROWS = 101
 
 
 def _error(value: float | None) -> str:
-    return "   -  " if value is None else f"{value:+.3f}"
+    return number(value, "+.3f", 6)
 
 
 def family_report(replay: Replay, family: str, rule: Rule, plan: str, f: float, q: float, ends: dict[str, float]) -> list[str]:
@@ -132,7 +133,7 @@ def fitted_gains() -> dict[str, tuple[float, float] | str]:
     name (or why the law could not be fitted)."""
     plans = speedrun_plans()
     out: dict[str, tuple[float, float] | str] = {}
-    for path in csvs(SHARED / "runs", SHARED / "runs-time"):
+    for path in LOGS:
         history, window = load(path)
         plan = plans.get(Path(path).stem) if history.lr is None else None
         analysis = tp.analyze(history, [0.5], ema_token_window=window, model="lr-annealing", lr_schedule=plan, anneal_gain=0.0)
@@ -186,7 +187,7 @@ def train_val_gaps(result: CrossFamily, plan: str, f: float, q: float) -> list[s
     lines = [f"speedrun logs with both losses, cut at f={f:g}, target at q={q:g} (plan {plan}): the train loss (centred mean) less the val loss",
              f"  {'run':46s} {'fit 1st':>7s} {'fit 2nd':>7s} {'drift':>7s} {'after':>7s} {'error':>7s}  plan"]
     drifts, signed = [], []
-    for path in csvs(SHARED / "runs-time"):
+    for path in [p for p in LOGS if Path(p).parent == RUNS_TIME]:
         name = Path(path).stem
         try:
             train = tp.load_csv(path, columns=tp.Columns().with_overrides(loss="train_loss"), batch_size=1.0)
@@ -251,7 +252,7 @@ def sibling_gains(result: CrossFamily, results: Results, earlier: bool, workers:
     """The figures with each run forecast on its siblings' whole-run gain, beside LOFO's
     (``result`` is the cross-family validation of ``results``)."""
     gains = {name: g[1] for name, g in fitted_gains().items() if isinstance(g, tuple) and g[1] > _NO_DECAY}
-    runs = members(csvs(SHARED / "runs", SHARED / "runs-time"), speedrun_plans())
+    runs = members(LOGS, speedrun_plans())
     own = {m.history.run: _siblings_gain(Path(m.history.run).stem, m.family, gains, earlier) for m in runs}
     jobs = [(m, plan, own[m.history.run]) for plan in PLANS for m in runs]
     with ProcessPoolExecutor(workers) as pool:
@@ -309,7 +310,7 @@ def _cases(job: tuple[Member, str, float]) -> tuple[list[BacktestCase], list[Cut
 
 
 def _figure(value: float | None, width: int = 7) -> str:
-    return f"{'-':>{width}s}" if value is None else f"{value:{width}.3f}"
+    return number(value, f"{width}.3f", width)
 
 
 def _family_figure(family: str, scored: list[Scored]) -> str:
@@ -321,7 +322,9 @@ def _family_figure(family: str, scored: list[Scored]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    global LOGS
+    parser = options(__doc__, quick="three logs of each family where the script reads the logs itself (the cases are "
+                     "the cache's: bench_calibration.py --quick --cache FILE makes a quick one)", workers=2)
     parser.add_argument("--cache", type=Path, help="the cases bench_calibration.py --cache wrote")
     parser.add_argument("--plan", choices=("log", "infer"), default="log")
     parser.add_argument("--fraction", type=float, default=0.5)
@@ -337,10 +340,10 @@ def main() -> None:
                         help="each run forecast with the gain its family's other runs show, beside LOFO")
     parser.add_argument("--earlier-siblings", action="store_true",
                         help="with --sibling-gains: the speedrun records take only the records before them")
-    parser.add_argument("--workers", type=int, default=2)
     report.add_argument("--in-sample", action="store_true",
                         help="each family scored by the rule chosen on itself, a bound on what any rule could give")
     args = parser.parse_args()
+    LOGS = fewer(LOGS) if args.quick else LOGS
     if args.earlier_siblings and not args.sibling_gains:
         parser.error("--earlier-siblings goes with --sibling-gains")
     if args.whole_run_gains:
@@ -362,7 +365,7 @@ def main() -> None:
     if args.train_val_gap:
         print("\n".join(train_val_gaps(result, args.plan, args.fraction, args.quantile)))
         return
-    ends = {path: load(path)[0].last_tokens for path in csvs(SHARED / "runs", SHARED / "runs-time")}
+    ends = {path: load(path)[0].last_tokens for path in LOGS}
     for family, rule in result.rules:
         print("\n".join(family_report(result.replay, family, rule, args.plan, args.fraction, args.quantile, ends)), "\n", sep="")
 

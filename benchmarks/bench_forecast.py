@@ -1,6 +1,6 @@
 """Forecast accuracy on real finished runs, beside the power law's.
 
-    python benchmarks/bench_forecast.py [--runs ../shared/data/runs] [--workers 2] [--sensitivity]
+    python benchmarks/bench_forecast.py [--quick] [--runs ../shared/data/runs] [--workers 2] [--sensitivity]
 
 The protocol (see ``tracker_plugin.core.backtest``): cut each run at a fraction ``f`` of its
 final tokens, forecast when its smoothed loss reaches the value the full run's smoothed
@@ -22,7 +22,6 @@ rests on (the annealing gain).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -31,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from harness import ROOT, RUNS, csv_logs, fewer, number, parser
 
 import tracker_plugin as tp
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
@@ -38,12 +38,6 @@ from tracker_plugin.core.backtest import BacktestCase, backtest_run, summarize
 from tracker_plugin.errors import DataError
 from tracker_plugin.report.tables import text_table
 
-ROOT = Path(__file__).resolve().parents[1]
-# The shared runs sit beside the checkout (../shared), or beside the folder of worktrees.
-DEFAULT_RUNS = next(
-    (p / "shared" / "data" / "runs" for p in ROOT.parents if (p / "shared" / "data" / "runs").is_dir()),
-    ROOT.parent / "shared" / "data" / "runs",
-)
 MODELS = ("auto", "power-law", "lr-annealing", "multi-power")
 FRACTIONS = (0.25, 0.5)
 QUANTILES = (0.6, 0.8, 0.95)
@@ -135,7 +129,7 @@ def show_requirements(cases: list[BacktestCase], level: float) -> None:
     lines = []
     for label, value, target, test in rows:
         values = [value(m) for m in MODELS]
-        shown = ["-" if v is None else (f"{v:.0f}" if "without" in label else f"{v:.3f}") for v in values]
+        shown = [number(v, ".0f" if "without" in label else ".3f") for v in values]
         met = "-" if test is None or values[0] is None else ("yes" if test(values[0]) else "NO")
         lines.append((label, *shown, target, met))
     print("\n".join(text_table(header, lines)))
@@ -145,16 +139,12 @@ def show_requirements(cases: list[BacktestCase], level: float) -> None:
 def show_table(cases: list[BacktestCase]) -> None:
     header = ("model", "f", "q", "cases", "no fcst", "median", "p90", "bias", "cover", "width")
     rows = [
-        (s.model, f"{s.fit_fraction:g}", f"{s.target_quantile:g}", str(s.cases), str(s.failures), _fixed(s.median_abs),
-         _fixed(s.p90_abs), _fixed(s.bias, "+.3f"), _fixed(s.coverage, ".2f"), _fixed(s.median_width, ".2f"))
+        (s.model, f"{s.fit_fraction:g}", f"{s.target_quantile:g}", str(s.cases), str(s.failures), number(s.median_abs),
+         number(s.p90_abs), number(s.bias, "+.3f"), number(s.coverage, ".2f"), number(s.median_width, ".2f"))
         for s in summarize(cases)
     ]
     print()
     print("\n".join(text_table(header, rows, align="<" + ">" * (len(header) - 1))))
-
-
-def _fixed(value: float | None, spec: str = ".3f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def show_families(cases: list[BacktestCase]) -> None:
@@ -170,14 +160,14 @@ def show_families(cases: list[BacktestCase]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--sensitivity", action="store_true", help="also run auto with the annealing-gain prior halved and doubled")
-    args = parser.parse_args()
+    options = parser(__doc__, quick="three runs per family", workers=os.cpu_count() or 2)
+    options.add_argument("--runs", type=Path, default=RUNS)
+    options.add_argument("--sensitivity", action="store_true", help="also run auto with the annealing-gain prior halved and doubled")
+    args = options.parse_args()
     if not args.runs.is_dir():
         raise SystemExit(f"no runs directory {args.runs} (pass --runs)")
-    files = sorted(str(p) for p in args.runs.glob("*.csv") if not p.name.endswith(".wandb-export.csv"))
+    files = csv_logs(args.runs)
+    files = fewer(files) if args.quick else files
     start = time.perf_counter()
     cases = run_all(files, MODELS, args.workers)
     level = AnalysisConfig(targets=(1.0,)).interval

@@ -1,6 +1,6 @@
 """Live accuracy on the public runs: each visible run replayed as a live stream, beside the backtest.
 
-    python benchmarks/bench_live_accuracy.py [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
+    python benchmarks/bench_live_accuracy.py [--quick] [--runs ../shared/data/runs] [--runs-time ../shared/data/runs-time]
                                              [--workers 2] [--per-run] [--json]
 
 The runs are the visible ones ``bench_calibration.py`` scores (the CSV files of ``--runs``
@@ -42,7 +42,6 @@ tokens the truth's, so ``|ln|`` 0) as outside its interval: a reached target has
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -54,6 +53,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from bench_calibration import members, speedrun_plans
+from harness import RUNS, RUNS_TIME, csv_logs, fewer, number
+from harness import parser as options
 
 from tracker_plugin.core.backtest import BacktestCase, backtest_run, logged_plan
 from tracker_plugin.core.cross_family import SPARSE_ROWS, Scored, figures
@@ -61,9 +63,6 @@ from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.cross_family import Member
 from tracker_plugin.live import LiveForecast
 from tracker_plugin.report.tables import text_table
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import SHARED, csvs, members, speedrun_plans  # noqa: E402
 
 FRACTIONS = (0.25, 0.5, 0.75)
 QUANTILE = 0.8
@@ -139,14 +138,8 @@ def summary(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _num(value: float | None, spec: str = ".3f") -> str:
-    if value is None:
-        return "-"
-    return "inf" if math.isinf(value) else format(value, spec)
-
-
 def _pair(row: dict[str, Any], key: str, spec: str = ".3f") -> str:
-    return " / ".join(_num(row[side][key], spec) for side in SIDES)
+    return " / ".join(number(row[side][key], spec) for side in SIDES)
 
 
 def show_summary(rows: list[dict[str, Any]]) -> None:
@@ -155,7 +148,7 @@ def show_summary(rows: list[dict[str, Any]]) -> None:
     lines = [
         (f"{r['f']:g}", str(r["cases"]), _pair(r, "failed", ".0f"), _pair(r, "never", ".0f"), _pair(r, "median"),
          _pair(r, "p90"), _pair(r, f"cov{LEVEL:.0%}", ".2f"), str(r["status_differs"]),
-         _num(r["max_ln_live_over_backtest"], ".1e"))
+         number(r["max_ln_live_over_backtest"], ".1e"))
         for r in rows
     ]
     print("\n".join(text_table(header, lines, align=">" * len(header))))
@@ -163,7 +156,7 @@ def show_summary(rows: list[dict[str, Any]]) -> None:
 
 def _abs_error(s: Scored) -> str:
     error = s.error
-    return "-" if error is None else _num(abs(error))
+    return "-" if error is None else number(abs(error))
 
 
 def show_per_run(pairs: list[dict[str, Any]]) -> None:
@@ -194,16 +187,15 @@ def _finite(value: Any) -> Any:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=Path, default=SHARED / "runs", help="the visible runs (default: %(default)s)")
-    parser.add_argument("--runs-time", type=Path, default=SHARED / "runs-time",
-                        help="the visible speedrun logs (default: %(default)s)")
-    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
+    parser = options(__doc__, quick="three runs of each family", workers=min(os.cpu_count() or 2, 2))
+    parser.add_argument("--runs", type=Path, default=RUNS, help="the visible runs (default: %(default)s)")
+    parser.add_argument("--runs-time", type=Path, default=RUNS_TIME, help="the visible speedrun logs (default: %(default)s)")
     parser.add_argument("--per-run", action="store_true", help="also print each run's |ln| per f, both sides")
     parser.add_argument("--json", action="store_true", help="print every case and the figures as JSON")
     args = parser.parse_args()
     start = time.perf_counter()
-    files = csvs(args.runs, args.runs_time)
+    files = csv_logs(args.runs, args.runs_time)
+    files = fewer(files) if args.quick else files
     if not files:
         print(f"no runs in {args.runs} or {args.runs_time}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_live_overhead.py [--size 4] [--steps 1000] [--repeats 5] [--every-seconds 0.5]
 
-A small GPT-2 (``tracker_plugin.testing.tiny_trainers``, ``--size`` 4: four layers of width
+A small GPT-2 (``tests.doubles.tiny_trainers``, ``--size`` 4: four layers of width
 64, about 10 ms a step here; size 1 is the tests' model, 2.6 ms a step) trains ``--steps``
 steps with the real Hugging Face ``Trainer`` on the CPU, logging every 10 steps, reporting to no tracker (the
 trackers' own cost is theirs), alternately without the callback and with
@@ -25,7 +25,6 @@ forecasts' own time the share one forecast every 300 s takes.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -34,8 +33,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from harness import parser
+
+from tests.doubles.tiny_trainers import train_hf
 from tracker_plugin.live.stream import DEFAULT_EVERY_LOGS, DEFAULT_EVERY_SECONDS
-from tracker_plugin.testing.tiny_trainers import train_hf
 
 # Time spent inside the callback's events, on the training thread (measured, not estimated).
 INSIDE = {"seconds": 0.0}
@@ -85,12 +86,12 @@ def compare(steps: int, repeats: int, every_seconds: float, size: int) -> tuple[
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--every-seconds", type=float, default=0.5)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="the tests' GPT-2 (--size 1), 300 steps, two runs each")
+    options.sized("--size", 4, 1, "layers of the GPT-2", type=int)
+    options.sized("--steps", 1000, 300, "training steps", type=int)
+    options.sized("--repeats", 5, 2, "runs with and without the callback", type=int)
+    options.add_argument("--every-seconds", type=float, default=0.5)
+    args = options.parse_args()
     started = time.perf_counter()
     print(f"GPT-2 of size {args.size}, HF Trainer, {args.steps} steps, logging every 10, {args.repeats} runs each, medians")
     time_the_callback()

@@ -1,6 +1,6 @@
 """Reading a long MLflow run: ours against plain sequential ``MlflowClient.get_metric_history``.
 
-    python benchmarks/bench_mlflow.py [--steps 100000] [--server-workers 2] [--data-dir DIR]
+    python benchmarks/bench_mlflow.py [--quick] [--steps 100000] [--server-workers 2] [--data-dir DIR]
 
 Starts a local ``mlflow server`` (sqlite backend, ``--server-workers`` workers), logs one
 finished run of ``--steps`` steps x 4 keys into it with ``log_batch`` (MLflow's largest
@@ -21,7 +21,6 @@ wall times move with the load, the CPU seconds do not.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -30,40 +29,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import group_cpu, machine_cpu, parser, timed
+
+from tests.doubles.mlflow_runs import log_frame
+from tests.doubles.mlflow_server import MlflowServer
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_frame
-from tracker_plugin.testing.mlflow_server import MlflowServer
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 
 KEYS = ["train_loss", "tokens", "global_batch", "lr"]
-
-
-def timed(func: Callable[[], object]) -> tuple[float, object]:
-    start = time.perf_counter()
-    result = func()
-    return time.perf_counter() - start, result
-
-
-def group_cpu(pgid: int | None) -> float:
-    """CPU seconds used so far by the processes of a process group (the server and its workers)."""
-    if pgid is None:
-        return 0.0
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ...
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def machine_cpu() -> tuple[int, int]:
-    """Busy and total jiffies of the whole machine so far (all its CPUs, /proc/stat)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle, iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def measured(func: Callable[[], object], pgid: int | None) -> tuple[float, float, float, float, object]:
@@ -147,16 +120,12 @@ def cached(server: MlflowServer, run_id: str, cache_dir: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=100_000)
-    parser.add_argument("--server-workers", type=int, default=2)
-    parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument(
-        "--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)"
-    )
-    args = parser.parse_args()
+    options = parser(__doc__, quick="a run of 20,000 steps, one repeat", repeat=3)
+    options.sized("--steps", 100_000, 20_000, "steps of the run", type=int)
+    options.add_argument("--server-workers", type=int, default=2)
+    options.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    args = options.parse_args()
+    args.repeat = 1 if args.quick else args.repeat
 
     from mlflow.tracking import MlflowClient
 

@@ -1,6 +1,6 @@
 """What calibrating a project on its finished runs costs a nightly ``annotate``.
 
-    python benchmarks/bench_project_calibration.py [--finished 20] [--running 4] [--rows 300]
+    python benchmarks/bench_project_calibration.py [--quick] [--finished 20] [--running 4] [--rows 300]
 
 Logs ``--finished`` finished and ``--running`` running runs of one recipe (a cosine plan in
 their params, ``--rows`` logged rows each) into a local MLflow sqlite store (the embedded
@@ -19,17 +19,18 @@ The first pass's extra CPU per finished run is the record's one-off cost.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness import parser
+
+from tests.doubles.mlflow_runs import log_run
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
@@ -78,11 +79,11 @@ def annotate(uri: str, calibrate: bool) -> tuple[float, float, int, dict[str, in
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--finished", type=int, default=20)
-    parser.add_argument("--running", type=int, default=4)
-    parser.add_argument("--rows", type=int, default=300)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="6 finished and 2 running runs")
+    options.sized("--finished", 20, 6, "finished runs", type=int)
+    options.sized("--running", 4, 2, "running runs", type=int)
+    options.add_argument("--rows", type=int, default=300)
+    args = options.parse_args()
     from mlflow.tracking import MlflowClient
 
     with tempfile.TemporaryDirectory() as root:

@@ -30,7 +30,6 @@ issue's target figure.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import time
@@ -40,6 +39,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
+from harness import parser as options
 
 from tracker_plugin.core import analysis, forecast
 from tracker_plugin.core.analysis import AnalysisConfig
@@ -155,9 +155,7 @@ def row(label: str, cut: str, f: dict[str, object]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="one law, one seed, shorter runs")
-    parser.add_argument("--workers", type=int, default=2)
+    parser = options(__doc__, quick="one law, one seed, shorter runs", workers=2)
     parser.add_argument("--seeds", type=int, default=3, help="noise draws per shape and law (default 3)")
     parser.add_argument("--noise", type=float, default=0.01, help="standard deviation of the loss noise")
     parser.add_argument("--steps", type=int, nargs="+", default=None,

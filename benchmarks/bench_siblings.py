@@ -1,6 +1,6 @@
 """Forecasts calibrated on the run's siblings (the finished runs of its family), measured.
 
-    python benchmarks/bench_siblings.py [--cache /tmp/calibration.pkl] [--workers 2]
+    python benchmarks/bench_siblings.py [--quick] [--cache /tmp/calibration.pkl] [--workers 2]
 
 Reads the backtest cases ``bench_calibration.py`` computes (the same cache), replays
 ``auto`` under the leave-one-family-out rules (``tracker_plugin.core.cross_family``) and
@@ -35,18 +35,19 @@ draw of that many); the held-out families.
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import os
 import re
-import sys
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+from bench_calibration import HELD_OUT, members, speedrun_plans
+from harness import RUNS, RUNS_TIME, csv_logs, fewer, number
+from harness import parser as options
 
 from tracker_plugin.core.backtest import PLANS
 from tracker_plugin.core.cross_family import (
@@ -75,9 +76,6 @@ from tracker_plugin.core.siblings import (
     sibling_case,
 )
 from tracker_plugin.jobs.cross_family import cross_family_cases
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import HELD_OUT, SHARED, csvs, members, speedrun_plans  # noqa: E402
 
 # Candidate sibling rules: prior weights in sibling runs (inf: that part off) and minimum counts.
 WEIGHTS = (0.0, 0.5, 1.0, 2.0, 4.0, 8.0, math.inf)
@@ -240,9 +238,7 @@ def _row(label: str, scored: Sequence[Scored]) -> str:
 
 
 def _f(value: float | None, width: int = 7, digits: int = 3, signed: bool = False) -> str:
-    if value is None:
-        return f"{'-':>{width}s}"
-    return f"{value:+{width}.{digits}f}" if signed else f"{value:{width}.{digits}f}"
+    return number(value, f"{'+' if signed else ''}{width}.{digits}f", width)
 
 
 HEADER = f"  {'':22s} {'n':>4s} {'median':>7s} {'p90':>7s} {'signed':>7s} {'cov50':>6s} {'cov80':>6s} {'cov95':>6s}"
@@ -323,15 +319,16 @@ def held_out(result: CrossFamily) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = options(__doc__, quick="three runs of each family, no held-out runs (a cache made without --quick is "
+                     "not reused)", workers=min(os.cpu_count() or 2, 2))
     parser.add_argument("--cache", type=Path, help="bench_calibration.py's cache of the backtest cases (made if missing)")
     parser.add_argument("--held-out", type=Path, action="append", help="a folder of held-out runs (default: bench_calibration's)")
-    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
     args = parser.parse_args()
     plans = speedrun_plans()
-    results = cross_family_cases(members(csvs(SHARED / "runs", SHARED / "runs-time"), plans),
+    visible = csv_logs(RUNS, RUNS_TIME)
+    results = cross_family_cases(members(fewer(visible) if args.quick else visible, plans),
                                  processes=args.workers, cache=args.cache)
-    held = csvs(*(args.held_out or HELD_OUT))
+    held = [] if args.quick and not args.held_out else csv_logs(*(args.held_out or HELD_OUT))
     held_cache = None if args.cache is None else args.cache.with_name(args.cache.name + ".heldout")
     other = cross_family_cases(members(held, plans), processes=args.workers, cache=held_cache) if held else None
     print("\n".join(report(cross_family(results, other))))

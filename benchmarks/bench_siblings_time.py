@@ -1,6 +1,6 @@
 """The wall-clock forecast of the speedrun records, today's beside the sibling-calibrated one.
 
-    python benchmarks/bench_siblings_time.py [--runs-time ../shared/data/runs-time [DIR ...]] [--fractions 0.5 0.25]
+    python benchmarks/bench_siblings_time.py [--quick] [--runs-time ../shared/data/runs-time [DIR ...]] [--fractions 0.5 0.25]
                                              [--speedrun-plans given|assumed] [--workers 2]
 
 The runs are the modded-nanoGPT speedrun logs with a clock (``runs-time/``, one a record,
@@ -32,10 +32,8 @@ then each record's calibration (sibling runs, bias, width) at each cut.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -43,15 +41,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from bench_calibration import speedrun_plans
+from bench_forecast import load
+from harness import RUNS_TIME, csv_logs, median_of, number, share_of
+from harness import parser as options
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import SHARED, csvs, speedrun_plans  # noqa: E402
-from bench_forecast import load  # noqa: E402
-
-from tracker_plugin.core.analysis import AnalysisConfig  # noqa: E402
-from tracker_plugin.core.backtest import BacktestCase, backtest_run, sibling_cases  # noqa: E402
-from tracker_plugin.core.siblings import Calibration, SiblingCase, calibrate  # noqa: E402
-from tracker_plugin.plan.schedule import LrSchedule  # noqa: E402
+from tracker_plugin.core.analysis import AnalysisConfig
+from tracker_plugin.core.backtest import BacktestCase, backtest_run, sibling_cases
+from tracker_plugin.core.siblings import Calibration, SiblingCase, calibrate
+from tracker_plugin.plan.schedule import LrSchedule
 
 QUANTILES = (0.6, 0.8)
 LEVELS = (0.5, 0.8, 0.95)
@@ -100,14 +98,6 @@ def calibrated_job(job: tuple[str, float, dict[str, LrSchedule], Calibration]) -
                                 target_quantiles=QUANTILES, models=("auto",)) for level in LEVELS}
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return float(np.median(values)) if len(values) else None
-
-
-def _share(values: Sequence[bool]) -> float | None:
-    return float(np.mean(values)) if len(values) else None
-
-
 def figures(keys: Sequence[tuple[str, float]], cases: Cases) -> dict[str, float | int | None]:
     """The figures over the records and cuts ``keys`` (every target quantile of each)."""
     central = [c for key in keys for c in cases[(*key, 0.8)]]
@@ -121,14 +111,14 @@ def figures(keys: Sequence[tuple[str, float]], cases: Cases) -> dict[str, float 
         "cases": len(central),
         "forecasts": len(steps),
         "paired": len(paired),
-        "steps": _median(steps),
-        "seconds": _median(seconds),
+        "steps": median_of(steps),
+        "seconds": median_of(seconds),
         "added": added,
     }
     for level in LEVELS:
         at = [c for key in keys for c in cases[(*key, level)]]
-        out[f"steps{level:g}"] = _share([c.covered for c in at if c.covered is not None])
-        out[f"seconds{level:g}"] = _share([c.seconds_covered for c in at if c.seconds_covered is not None])
+        out[f"steps{level:g}"] = share_of([c.covered for c in at if c.covered is not None])
+        out[f"seconds{level:g}"] = share_of([c.seconds_covered for c in at if c.seconds_covered is not None])
     out["seconds_intervals"] = sum(c.seconds_covered is not None for c in central)
     return out
 
@@ -138,11 +128,7 @@ def only_q(cases: Cases, q: float) -> Cases:
 
 
 def _x(value: float | int | None, digits: int = 3, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int):
-        return str(value)
-    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+    return number(value, f"{'+' if signed else ''}.{digits}f")
 
 
 HEADER = (f"{'cut':>6} {'q':>6}  {'forecast':<16} {'cases':>5} {'fcst':>4}  {'steps|ln|':>9} {'secs|ln|':>8} "
@@ -165,21 +151,22 @@ def verdict(x: dict[str, float | int | None]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs-time", type=Path, nargs="+", default=[SHARED / "runs-time"],
+    parser = options(__doc__, quick="the first six records by date, the cut at 0.5 only",
+                     workers=min(os.cpu_count() or 2, 2))
+    parser.add_argument("--runs-time", type=Path, nargs="+", default=[RUNS_TIME],
                         help="folder(s) of speedrun logs with a clock, pooled and sorted by date (default: "
                              "../shared/data/runs-time beside the repo; add benchmarks/data/heldout-time for the 2025 "
                              "records, calibrated on every record dated before them)")
-    parser.add_argument("--fractions", type=float, nargs="+", default=[0.5, 0.25], help="the cuts, shares of the steps")
+    parser.add_argument("--fractions", type=float, nargs="+", default=None,
+                        help="the cuts, shares of the steps [default: 0.5 0.25; 0.5 with --quick]")
     parser.add_argument("--speedrun-plans", choices=("given", "assumed"), default="given",
                         help="the records' planned lr from data/speedrun_plans.csv, or the constant lr assumed")
-    parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
     args = parser.parse_args()
-    files = sorted(csvs(*args.runs_time), key=lambda p: (date_of(p), Path(p).stem))
+    files = sorted(csv_logs(*args.runs_time), key=lambda p: (date_of(p), Path(p).stem))[:6 if args.quick else None]
     if not files:
         raise SystemExit(f"no runs in {', '.join(map(str, args.runs_time))}")
     plans = speedrun_plans() if args.speedrun_plans == "given" else {}
-    fractions = tuple(args.fractions)
+    fractions = tuple(args.fractions or ([0.5] if args.quick else [0.5, 0.25]))
     start = time.perf_counter()
 
     today: Cases = {}

@@ -1,46 +1,45 @@
 """CPU of one analysis of a small run, and of larger ones, beside the import floor.
 
-    python benchmarks/bench_small_runs.py [--repeat 3]
+    python benchmarks/bench_small_runs.py [--quick] [--repeat 3]
 
 A user who analyses a short run (a few hundred evals, say) waits for the fits, not for the
 log: issue 33 saw 3.7 s of CPU for a 96-row ``analyze``, 112 ``least_squares`` fits. The
 target: one analysis of a 100-row run costs at most 0.3 s of CPU beyond the import floor
 (``python -c "import pandas"``, which every command pays before it reads anything).
 
-Prints, for the bundled 96-row OLMo run (``examples/runs/olmo-ladder-370M-5xC.csv``, target
-3.1: past the log, the plan inferred, so the law is chosen, fitted and bootstrapped over
-the plausible plans) and synthetic cosine runs of 100, 1,000 and 100,000 rows (a target
-past the log, the plan inferred):
+Prints, for the bundled OLMo run (``examples/runs/olmo-ladder-370M-5xC.csv``, target 3.1) as
+it stood at 80% of its 96 rows (past the log, the plan inferred, so the law is chosen,
+fitted and bootstrapped over the plausible plans; the whole run, which ended above 3.1,
+fits no law: its row shows that too) and synthetic cosine runs of 100, 1,000 and 100,000
+rows (a target past the log, the plan inferred):
   - the CPU of ``run_analysis`` on a loaded History, in process (``time.process_time``,
     scipy.optimize already imported; the best of ``--repeat``), with the fits it makes
     (``least_squares`` and ``minimize_scalar`` calls);
-  - the CPU of the whole ``tracker-plugin analyze`` process for the 96-row run, and the
+  - the CPU of the whole ``tracker-plugin analyze`` process for the run at 80%, and the
     import floor's, measured in the same run (each the best of ``--repeat``, in turns).
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import scipy.optimize
+from harness import ROOT, cpu_of, floor, in_turns, parser
 
 import tracker_plugin as tp
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.report.tables import text_table
 from tracker_plugin.testing import synthetic_run
 
-ROOT = Path(__file__).resolve().parents[1]
 SMALL_RUN = ROOT / "examples" / "runs" / "olmo-ladder-370M-5xC.csv"
 SMALL_TARGET = 3.1
+RUNNING = 0.8  # the share of the small run's rows logged when it is forecast
 TARGET_CPU = 0.3  # seconds beyond the import floor, for a 100-row run
 SIZES = (100, 1_000, 100_000)
 LOG_EVERY = 20  # steps between logged rows of the synthetic runs (an eval cadence)
@@ -62,22 +61,12 @@ def counting(calls: Counter[str]) -> None:
 
 def analysis_cpu(history: tp.History, config: AnalysisConfig, repeat: int, calls: Counter[str]) -> tuple[float, Counter[str]]:
     """The best CPU seconds of one analysis, and the solver calls one analysis makes."""
-    best = float("inf")
-    for _ in range(repeat):
+
+    def once() -> None:
         calls.clear()
-        start = time.process_time()
         run_analysis(history, config)
-        best = min(best, time.process_time() - start)
-    return best, Counter(calls)
 
-
-def process_cpu(command: list[str]) -> float:
-    """User + system CPU seconds of one process."""
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(process.pid, 0)
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"failed: {' '.join(command)}\n{process.stderr.read().decode()}")  # type: ignore[union-attr]
-    return usage.ru_utime + usage.ru_stime
+    return cpu_of(once, repeat), Counter(calls)
 
 
 def synthetic(rows: int, directory: Path) -> tuple[tp.History, float]:
@@ -93,28 +82,28 @@ def synthetic(rows: int, directory: Path) -> tuple[tp.History, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
+    args = parser(__doc__, quick="the synthetic runs of 100 and 1,000 rows only", repeat=3).parse_args()
     calls: Counter[str] = Counter()
     counting(calls)
 
-    cli = [sys.executable, "-m", "tracker_plugin", "analyze", str(SMALL_RUN), "--target", str(SMALL_TARGET)]
-    floor_command = [sys.executable, "-c", "import pandas"]
-    turns = [(process_cpu(floor_command), process_cpu(cli)) for _ in range(args.repeat)]
-    floor, whole = min(t[0] for t in turns), min(t[1] for t in turns)
-
     rows = []
-    history = tp.load_csv(SMALL_RUN)
-    cpu, fits = analysis_cpu(history, AnalysisConfig(targets=(SMALL_TARGET,)), args.repeat, calls)
-    rows.append((f"{SMALL_RUN.name} ({len(history.step)} rows)", cpu, fits, True))
     with tempfile.TemporaryDirectory() as tmp:
-        for size in SIZES:
+        finished = tp.load_csv(SMALL_RUN)
+        running = Path(tmp) / SMALL_RUN.name
+        frame = pd.read_csv(SMALL_RUN)
+        frame.head(round(RUNNING * len(frame))).to_csv(running, index=False)
+        cli = [sys.executable, "-m", "tracker_plugin", "analyze", str(running), "--target", str(SMALL_TARGET)]
+        import_floor, process = in_turns([floor("pandas"), cli], args.repeat)
+        floor_cpu, whole = import_floor.cpu, process.cpu
+        for label, history in ((f"at {RUNNING:.0%}", tp.load_csv(running)), ("finished, no law fitted", finished)):
+            cpu, fits = analysis_cpu(history, AnalysisConfig(targets=(SMALL_TARGET,)), args.repeat, calls)
+            rows.append((f"{SMALL_RUN.name} {label} ({len(history.step)} rows)", cpu, fits, True))
+        for size in SIZES[:2] if args.quick else SIZES:
             history, target = synthetic(size, Path(tmp))
             cpu, fits = analysis_cpu(history, AnalysisConfig(targets=(target,)), args.repeat, calls)
             rows.append((f"synthetic cosine, {size:,} rows", cpu, fits, size <= SIZES[0]))
 
-    print(f"import floor (python -c 'import pandas'): {floor:.2f} s CPU; best of {args.repeat}")
+    print(f"import floor (python -c 'import pandas'): {floor_cpu:.2f} s CPU; best of {args.repeat}, in turns")
     print(f"target: a 100-row analysis within {TARGET_CPU} s of CPU beyond the import floor")
     header = ("analysis", "CPU (in process)", "least_squares", "minimize_scalar", "within target")
     table = [
@@ -123,8 +112,8 @@ def main() -> None:
         for label, cpu, fits, small in rows
     ]
     print("\n".join(text_table(header, table)))
-    beyond = whole - floor
-    print(f"tracker-plugin analyze {SMALL_RUN.name} --target {SMALL_TARGET}: {whole:.2f} s CPU, "
+    beyond = whole - floor_cpu
+    print(f"tracker-plugin analyze {SMALL_RUN.name} (at {RUNNING:.0%}) --target {SMALL_TARGET}: {whole:.2f} s CPU, "
           f"{beyond:.2f} s beyond the import floor (the CLI's own imports included)")
 
 

@@ -24,30 +24,28 @@ the way down the per-step curve's smoothed fall) are compared with those of the 
 training's per-step loss, read the same way: within 1% where a value is logged at least
 every 50 steps, within 2% where sparser; ``WRONG`` past that.
 
-Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py`` (``--interval``:
-the second table only).
+Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py [--quick] [--interval]``
+(``--interval``: the second table only).
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from harness import parser
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.framework_runs import FRAMEWORKS, read_fixture, unpacked_store  # noqa: E402
-from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
-from tracker_plugin.errors import TrackerPluginError  # noqa: E402
-from tracker_plugin.trackers import ReadOptions  # noqa: E402
+from tests.framework_runs import FRAMEWORKS, read_fixture, unpacked_store
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.errors import TrackerPluginError
+from tracker_plugin.trackers import ReadOptions
 
 CONFIG = json.loads((FRAMEWORKS / "CONFIG.json").read_text())
 STEPS, SEQ, BATCH, ACCUM = CONFIG["steps"], CONFIG["seq"], CONFIG["batch"], CONFIG["accum"]
@@ -145,18 +143,21 @@ def verdict(setup: Setup, facts: dict[str, Any], tmp: Path) -> tuple[str, str]:
 
 
 def main() -> None:
-    if "--interval" not in sys.argv:
-        trainer_table()
+    options = parser(__doc__, quick="the first four setups")
+    options.add_argument("--interval", action="store_true", help="the interval-mean table only")
+    args = options.parse_args()
+    if not args.interval:
+        trainer_table(SETUPS[:4] if args.quick else SETUPS)
     from bench_interval_means import interval_table  # noqa: PLC0415 - the second table's own module
 
     interval_table()
 
 
-def trainer_table() -> None:
+def trainer_table(setups: Sequence[Setup]) -> None:
     rows = [("setup", "no flags", "crossing", "facts given", "with the facts", "crossing")]
     with tempfile.TemporaryDirectory() as folder:
         tmp = Path(folder)
-        for setup in SETUPS:
+        for setup in setups:
             bare, bare_cross = verdict(setup, {}, tmp)
             if setup.facts:
                 given, given_cross = verdict(setup, setup.facts, tmp)
@@ -168,7 +169,7 @@ def trainer_table() -> None:
     for row in rows:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
     wrong = sum("WRONG" in cell for row in rows[1:] for cell in row)
-    print(f"\n{len(SETUPS)} setups; {wrong} WRONG")
+    print(f"\n{len(setups)} setups; {wrong} WRONG")
 
 
 if __name__ == "__main__":

@@ -1,36 +1,32 @@
 """Figures for the W&B sources: reading a long offline run, and a long online run through
 the real wandb client against the local test server.
 
-    .venv/bin/python benchmarks/bench_wandb.py [--steps 100000]
+    .venv/bin/python benchmarks/bench_wandb.py [--quick] [--steps 100000]
 
 Offline: a ``.wandb`` file with one history and one summary record per step, as the SDK
 writes them (``_step``, ``train/loss``, ``_runtime``, ``_timestamp``, and ``lr`` every 10
 steps), is listed and read; then annotated. Online: the same history served by
-:class:`~tracker_plugin.testing.wandb_server.WandbServer` on 127.0.0.1 (no network
+:class:`~tests.doubles.wandb_server.WandbServer` on 127.0.0.1 (no network
 latency: this measures the client, wandb-core and the plugin), read dense (every key in
 every row: one scan) and sparse (one scan per key).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
+from harness import parser
+from harness import timed as wall
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tracker_plugin.core.analysis import AnalysisConfig, run_analysis  # noqa: E402
-from tracker_plugin.frame.history import Columns  # noqa: E402
-from tracker_plugin.jobs.annotation import build_annotation, settings_of  # noqa: E402
-from tracker_plugin.trackers import SourceOptions, open_source  # noqa: E402
-from tracker_plugin.trackers.wandb_log import FILE_HEADER, write_records  # noqa: E402
+from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
+from tracker_plugin.frame.history import Columns
+from tracker_plugin.jobs.annotation import build_annotation, settings_of
+from tracker_plugin.trackers import SourceOptions, open_source
+from tracker_plugin.trackers.wandb_log import FILE_HEADER, write_records
 
 
 def curve(steps: int) -> tuple[np.ndarray, np.ndarray]:
@@ -76,9 +72,8 @@ def offline_file(path: Path, steps: int) -> None:
 
 
 def timed(label: str, func):
-    start = time.perf_counter()
-    result = func()
-    print(f"  {label:<44} {time.perf_counter() - start:7.2f} s")
+    elapsed, result = wall(func)
+    print(f"  {label:<44} {elapsed:7.2f} s")
     return result
 
 
@@ -100,7 +95,7 @@ def bench_offline(steps: int, tmp: Path) -> None:
 
 
 def bench_online(steps: int, tmp: Path) -> None:
-    from tracker_plugin.testing.wandb_server import WandbServer
+    from tests.doubles.wandb_server import WandbServer
 
     loss, lr = curve(steps)
     dense = [{"train/loss": float(loss[s]), "lr": float(lr[s])} for s in range(steps)]
@@ -128,9 +123,9 @@ def bench_online(steps: int, tmp: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=100_000)
-    args = parser.parse_args()
+    options = parser(__doc__, quick="runs of 20,000 steps")
+    options.sized("--steps", 100_000, 20_000, "steps of the runs", type=int)
+    args = options.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         bench_offline(args.steps, Path(tmp, "offline"))
         bench_online(args.steps, Path(tmp, "online"))

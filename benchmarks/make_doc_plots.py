@@ -1,6 +1,6 @@
 """Draw the plots docs/forecasting.md shows: the bundled runs and synthetic runs of three sizes.
 
-    python benchmarks/make_doc_plots.py [--out docs/plots]
+    python benchmarks/make_doc_plots.py [--quick] [--out docs/plots]
 
 Each bundled run (examples/runs/*.csv) is drawn with a target it reached and one below
 its best smoothed loss (a finished run: ``not_reached``). The synthetic runs (30, 300 and
@@ -13,18 +13,17 @@ tests/test_plot_layout.py.
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from harness import ROOT, parser
 
 import tracker_plugin as tp
 from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.report.plot import plot_analysis
 from tracker_plugin.testing.synthetic import synthetic_run
 
-ROOT = Path(__file__).resolve().parents[1]
 RUNS = sorted((ROOT / "examples" / "runs").glob("*.csv"))
 SIZES = (30, 300, 30_000)
 # Each synthetic run as a person would log it: optimizer steps per logged row and seconds
@@ -87,21 +86,22 @@ def synthetic(rows: int) -> Analysis:
     return tp.analyze(frame, [reached, within, _round_down(missed, 0.1)], run=run, lr_schedule=spec)
 
 
-def cases() -> list[tuple[str, Analysis, str]]:
-    """(file name, analysis, x axis) of every plot drawn."""
+def cases(sizes: tuple[int, ...] = SIZES) -> list[tuple[str, Analysis, str]]:
+    """(file name, analysis, x axis) of every plot drawn: the bundled runs', and the
+    synthetic runs' of these sizes."""
     out = [(f"{path.stem}.png", bundled(path), "tokens") for path in RUNS]
-    for rows in SIZES:
+    for rows in sizes:
         analysis = synthetic(rows)
         out += [(f"synthetic-{rows}.png", analysis, "tokens"), (f"synthetic-{rows}-time.png", analysis, "time")]
     return out
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "plots")
-    args = parser.parse_args()
+    options = parser(__doc__, quick="the bundled runs only")
+    options.add_argument("--out", type=Path, default=ROOT / "docs" / "plots")
+    args = options.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, analysis, x in cases():
+    for name, analysis, x in cases(() if args.quick else SIZES):
         plot_analysis(analysis, args.out / name, x=x)
         print(args.out / name, ", ".join(f"{t.target:g} {t.status}" for t in analysis.targets))
 

@@ -1,7 +1,7 @@
 """Write the held-out runs of the interval-mean benchmark with the real trainers (developer only).
 
 Not run by CI: ``bench_trainers.py --interval`` reads what this writes into
-``benchmarks/data/interval/``. Each run trains a tiny GPT-2 (``tracker_plugin.testing.
+``benchmarks/data/interval/``. Each run trains a tiny GPT-2 (``tests.doubles.
 tiny_trainers``'s model and data, on the CPU) and logs it as its trainer does, beside the
 per-step training loss of the same training (``*.truth.csv.gz``, the truth the benchmark
 compares crossings with):
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the tests' doubles: the tiny model and data
 HF_STEPS = 5000
 HF_LOGGING = (10, 50, 500)
 NANOGPT_ITERS = 5000
@@ -59,7 +60,7 @@ def _hf(out: Path, logging_steps: int) -> None:
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from tracker_plugin.testing.tiny_trainers import BATCH, _data, _Dataset, _model
+    from tests.doubles.tiny_trainers import BATCH, _data, _Dataset, _model
 
     report = [] if logging_steps == 1 else ["mlflow"]
     args = TrainingArguments(
@@ -80,7 +81,7 @@ def _nanogpt(out: Path, eval_interval: int) -> None:
     import torch
     import wandb
 
-    from tracker_plugin.testing.tiny_trainers import SEQ_LEN, _data, _model
+    from tests.doubles.tiny_trainers import SEQ_LEN, _data, _model
 
     batch_size, gradient_accumulation_steps, block_size = 8, 4, SEQ_LEN
     learning_rate, max_iters, warmup_iters, min_lr, eval_iters = LR, NANOGPT_ITERS, 100, LR / 10, 200
@@ -160,7 +161,7 @@ def _lightning(out: Path) -> None:
     from lightning.pytorch.callbacks import LearningRateMonitor
     from torch.utils.data import DataLoader
 
-    from tracker_plugin.testing.tiny_trainers import BATCH, SEQ_LEN, _data, _Dataset, _model
+    from tests.doubles.tiny_trainers import BATCH, SEQ_LEN, _data, _Dataset, _model
 
     truth: dict[int, float] = {}
 

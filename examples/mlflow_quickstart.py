@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    sys.path.insert(0, str(RUNS.parents[1]))  # this checkout, for the tests' logger (tests/doubles)
+    from tests.doubles.mlflow_runs import log_csv
     from tracker_plugin.cli import main as tracker_plugin
-    from tracker_plugin.testing.mlflow_runs import log_csv
 
     uri = args.tracking_uri or mlflow.get_tracking_uri()
     client = MlflowClient(uri)

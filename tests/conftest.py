@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 # Fixtures mlflow_server and stoppable_mlflow_server: real `mlflow server` processes.
-pytest_plugins = ["tracker_plugin.testing.mlflow_server"]
+pytest_plugins = ["tests.doubles.mlflow_server"]
 
 DATA = Path(__file__).parent / "data"
 
@@ -151,7 +151,7 @@ def count_reads(monkeypatch):
 @pytest.fixture(scope="session")
 def wandb_session(tmp_path_factory):
     """The session's W&B test server, with wandb's directories isolated in tmp dirs."""
-    from tracker_plugin.testing.wandb_server import WandbServer
+    from tests.doubles.wandb_server import WandbServer
 
     home = tmp_path_factory.mktemp("wandb-home")
     with WandbServer() as server, pytest.MonkeyPatch.context() as env:

@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.doubles.mlflow_runs import log_run
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.report.render import to_json
-from tracker_plugin.testing.mlflow_runs import log_run
 from tracker_plugin.trackers import MlflowOptions, SourceOptions, open_source
 
 DATA = Path(__file__).parent / "data"

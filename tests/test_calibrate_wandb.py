@@ -5,7 +5,7 @@ fourth of the same recipe cut at 1500 steps, logged by the real ``wandb`` SDK in
 process, as a training script logs them; their plan comes from the HF-style config
 (``lr_scheduler_type``, ``max_steps``, ``warmup_steps``, ``learning_rate``).
 
-- **W&B online**, against :class:`~tracker_plugin.testing.wandb_server.WandbServer`: the
+- **W&B online**, against :class:`~tests.doubles.wandb_server.WandbServer`: the
   running run's training process is killed once its rows reached the server, which keeps
   the run ``running`` there (as W&B does until its heartbeat times out).
 - **W&B offline** (``wandb-offline:PATH``): an offline run's state is its exit record's
@@ -252,7 +252,7 @@ def offline_project(tmp_path) -> tuple[Path, dict[str, Path]]:
     from tracker_plugin.trackers.wandb_offline import read_offline_run
 
     home = tmp_path / "offline"
-    from tracker_plugin.testing.wandb_offline_runs import offline_env
+    from tests.doubles.wandb_offline_runs import offline_env
 
     # The running run's rows on disk within 1 s.
     env = offline_env(home) | {"WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL": "1"}

@@ -80,18 +80,23 @@ def test_every_option_has_a_group():
                 assert PLACES[param.name][0] in GROUPS
 
 
-def test_the_command_lines_names_are_the_cores():
-    """The CLI writes the core's names and defaults down, to answer --help without it."""
+def test_every_setting_has_an_option_and_one_default():
+    """The command line and AnalysisConfig take their names and defaults from one light
+    module; every field of the dataclass has an option (or a reason not to)."""
     import tracker_plugin as tp
+    from tracker_plugin import defaults
     from tracker_plugin.cli import options
-    from tracker_plugin.core.analysis import MODELS
-    from tracker_plugin.core.backtest import PLANS
-    from tracker_plugin.core.clock import CLOCKS
-    from tracker_plugin.core.cross_family import DEFAULT_FAMILY_RULE
+    from tracker_plugin.core.models import LAWS
 
-    assert options.MODELS == MODELS and options.CLOCKS == CLOCKS and options.PLANS == PLANS
-    assert options.DEFAULT_FAMILY_RULE == DEFAULT_FAMILY_RULE
     config = {f.name: f.default for f in fields(tp.AnalysisConfig)}
-    assert set(config) == set(options.SETTINGS) | set(options.NOT_SETTINGS)  # every field has an option
-    for name, default in options.DEFAULTS.items():
-        assert config[name] == default, name
+    assert set(config) == set(options.SETTINGS) | set(options.NOT_SETTINGS)
+    assert {name: config[name] for name in defaults.DEFAULTS} == dict(defaults.DEFAULTS)
+    assert set(defaults.MODELS) == {defaults.AUTO, defaults.POWER_LAW, *LAWS}  # every law is a --model
+    for model in defaults.MODELS:
+        assert tp.AnalysisConfig(targets=(3.0,), model=model).model == model
+
+
+def test_help_shows_the_defaults(capsys):
+    assert main(["analyze", "--help-all"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "[default: 100000000.0]" in out and "[default: 0.05]" in out and "[default: auto]" in out

@@ -16,7 +16,7 @@ that ``annotate`` uses, each case then checks that:
 
 The sources: a CSV file, MLflow's local sqlite store, a real ``mlflow server``, W&B
 online (the real wandb client against
-:class:`~tracker_plugin.testing.wandb_server.WandbServer`) and W&B offline (a run
+:class:`~tests.doubles.wandb_server.WandbServer`) and W&B offline (a run
 directory the real SDK writes in offline mode). What is particular to one tracker is
 tested in its own file.
 """
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.doubles.wandb_offline_runs import log_offline_runs
 from tracker_plugin import AnalysisConfig, build_history
 from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.errors import SourceError
@@ -51,7 +52,6 @@ from tracker_plugin.keys import (
     target_key,
 )
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import (
     MlflowOptions,
     ReadOptions,
@@ -134,7 +134,7 @@ class MlflowCase(Case):
     def __init__(self, uri: str, tmp: Path, *, local: bool) -> None:
         from mlflow.tracking import MlflowClient
 
-        from tracker_plugin.testing.mlflow_runs import log_run
+        from tests.doubles.mlflow_runs import log_run
 
         self.client, self.tmp = MlflowClient(uri), tmp
         location = (tmp / "artifacts").as_uri() if local else None

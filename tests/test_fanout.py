@@ -21,6 +21,7 @@ from concurrent.futures import Executor
 
 import pytest
 
+from tests.doubles.mlflow_runs import log_run
 from tests.test_mlflow_faults import check
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
@@ -30,7 +31,6 @@ from tracker_plugin.jobs.fanout import make_executor
 from tracker_plugin.jobs.runner import outcome_rows, process_runs
 from tracker_plugin.keys import is_own
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.mlflow_rest import MAX_RETRY_AFTER, RestTarget, Unreachable, retry_after
 

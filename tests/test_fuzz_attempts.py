@@ -187,7 +187,7 @@ def test_another_keys_row_at_the_largest_step(tmp_path, capsys):
 def test_negative_mlflow_steps(tmp_path, capsys):
     from mlflow.tracking import MlflowClient
 
-    from tracker_plugin.testing.mlflow_runs import log_run
+    from tests.doubles.mlflow_runs import log_run
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)

@@ -175,7 +175,7 @@ def mlflow_store(tmp_path_factory):
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(case=shaped_logs(text_cells=False))
 def test_mlflow_runs_of_every_failure_shape(mlflow_store, case):
-    from tracker_plugin.testing.mlflow_runs import log_run
+    from tests.doubles.mlflow_runs import log_run
 
     shape, cells, _ = case
     uri, client, experiment = mlflow_store

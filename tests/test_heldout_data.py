@@ -56,7 +56,7 @@ def test_every_plan_row_parses_into_the_schedule_it_describes(bench: ModuleType)
 
 
 def test_every_held_out_run_loads_and_gets_its_own_plan(bench: ModuleType) -> None:
-    files = bench.csvs(*bench.HELD_OUT)
+    files = bench.csv_logs(*bench.HELD_OUT)
     plans = bench.speedrun_plans()
     assert len(files) >= 13
     members = bench.members(files, plans)
@@ -70,5 +70,5 @@ def test_every_held_out_run_loads_and_gets_its_own_plan(bench: ModuleType) -> No
 
 
 def test_the_held_out_folders_are_scored_together_by_default(bench: ModuleType) -> None:
-    folders = {Path(p).parent.name for p in bench.csvs(*bench.HELD_OUT)}
+    folders = {Path(p).parent.name for p in bench.csv_logs(*bench.HELD_OUT)}
     assert folders == {"heldout", "heldout-time"}

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.doubles.mlflow_runs import log_csv, log_frame, log_run
 from tracker_plugin.cli import main
 from tracker_plugin.core.status import Status
 from tracker_plugin.keys import is_own
-from tracker_plugin.testing.mlflow_runs import log_csv, log_frame, log_run
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """The live callbacks inside the real trainers: Hugging Face's ``Trainer`` and Lightning's.
 
-A tiny GPT-2 trains for 200 steps on the CPU (``tracker_plugin.testing.tiny_trainers``), in
+A tiny GPT-2 trains for 200 steps on the CPU (``tests.doubles.tiny_trainers``), in
 a process of its own, reporting to an MLflow local store and a W&B offline run at once,
 under a cosine and a WSD schedule. Asserted: the plan was read from the live scheduler;
 the forecast keys were logged during training at the trainer's steps, so the trackers
@@ -26,6 +26,7 @@ from tracker_plugin.trackers.wandb_offline import read_offline_run
 pytestmark = pytest.mark.slow
 
 pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parents[1]  # where ``-m tests.doubles.tiny_trainers`` is found
 STEPS = 200
 TARGETS = ("2.5", "2.0")
 KEY = "when_2_step"
@@ -37,10 +38,10 @@ def train(tmp_path: Path, trainer: str, schedule: str, *extra: str) -> tuple[dic
     env.update(MLFLOW_TRACKING_URI=store, MLFLOW_EXPERIMENT_NAME="live", WANDB_MODE="offline",
                WANDB_DIR=str(tmp_path), WANDB_SILENT="true", MLFLOW_DISABLE_TELEMETRY="true")
     done = subprocess.run(
-        [sys.executable, "-m", "tracker_plugin.testing.tiny_trainers", trainer, "--schedule", schedule,
+        [sys.executable, "-m", "tests.doubles.tiny_trainers", trainer, "--schedule", schedule,
          "--steps", str(STEPS), "--out", str(tmp_path / "out"), "--report-to", "mlflow", "wandb",
          "--targets", *TARGETS, "--every-logs", "10", "--inline", *extra],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "live forecast:" not in done.stderr, done.stderr[-3000:]  # no warning: nothing went wrong inside
@@ -104,9 +105,9 @@ def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):
                WANDB_DIR=str(tmp_path), WANDB_SILENT="true", MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-         "-m", "tracker_plugin.testing.tiny_trainers", "hf", "--steps", "100", "--out", str(tmp_path / "out"),
+         "-m", "tests.doubles.tiny_trainers", "hf", "--steps", "100", "--out", str(tmp_path / "out"),
          "--report-to", "mlflow", "wandb", "--targets", *TARGETS, "--every-logs", "10"],
-        env=env, capture_output=True, text=True, timeout=300, check=False,
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -123,7 +124,7 @@ def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):
 
 
 def _free_port() -> int:
-    from tracker_plugin.testing.mlflow_server import free_port
+    from tests.doubles.mlflow_server import free_port
 
     return free_port()
 
@@ -134,7 +135,7 @@ def hf_trainer(tmp_path: Path, live, *, steps: int = 120, optimizers=(None, None
     from transformers import Trainer, TrainingArguments
     from transformers.trainer_callback import PrinterCallback
 
-    from tracker_plugin.testing.tiny_trainers import BATCH, _data, _Dataset, _model
+    from tests.doubles.tiny_trainers import BATCH, _data, _Dataset, _model
 
     args = TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=steps, per_device_train_batch_size=BATCH, learning_rate=3e-3,
@@ -210,8 +211,8 @@ def test_a_lightning_run_planned_in_epochs_reads_its_plan_to_the_estimated_steps
     import torch
     from torch.utils.data import DataLoader
 
+    from tests.doubles.tiny_trainers import BATCH, _data, _Dataset, _lr_shape, _model
     from tracker_plugin.live import LossEtaLightningCallback
-    from tracker_plugin.testing.tiny_trainers import BATCH, _data, _Dataset, _lr_shape, _model
 
     class Tiny(L.LightningModule):
         def __init__(self) -> None:

@@ -26,6 +26,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.doubles.mlflow_runs import log_frame, log_run
+from tests.doubles.mlflow_server import MlflowServer, free_port
 from tracker_plugin import AnalysisConfig, Columns, DataError, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import run_analysis
@@ -33,8 +35,6 @@ from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.keys import KEY_PATTERN
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_frame, log_run
-from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 

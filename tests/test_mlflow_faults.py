@@ -26,13 +26,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import FAULTS
+from tests.doubles.mlflow_runs import log_run
+from tests.doubles.mlflow_server import MlflowServer
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.jobs.runner import OVERTAKEN, process_runs
 from tracker_plugin.keys import JSON_PATH, MARKER, PROVENANCE, is_own, report_digest, target_key
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
-from tracker_plugin.testing.mlflow_server import MlflowServer
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.base import previous_of
 from tracker_plugin.trackers.mlflow_runs import MlflowSource

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tracker_plugin.testing.mlflow_server import MlflowServer
+from tests.doubles.mlflow_server import MlflowServer
 
 # A real server and a browser: about a minute. Left out of the default run; CI runs it.
 pytestmark = pytest.mark.slow

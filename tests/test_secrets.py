@@ -23,13 +23,13 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
+from tests.doubles.mlflow_runs import log_run
+from tests.doubles.mlflow_server import free_port
 from tests.test_wandb_online import short_timeouts  # noqa: F401 - a fixture, used by name
 from tracker_plugin.cli import main
 from tracker_plugin.errors import SourceError
 from tracker_plugin.redact import redact, redact_uri
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.mlflow_runs import log_run
-from tracker_plugin.testing.mlflow_server import free_port
 from tracker_plugin.trackers.cache import HistoryCache
 
 USER = "alice"

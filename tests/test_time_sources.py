@@ -18,9 +18,9 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
+from tests.doubles.wandb_offline_runs import log_offline_runs
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.report.render import to_json
-from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 
 DATA = Path(__file__).parent / "data"

@@ -20,10 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.doubles.wandb_offline_runs import log_offline_runs
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
 from tracker_plugin.trackers.wandb_offline import WandbOfflineSource, read_offline_run

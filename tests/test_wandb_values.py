@@ -14,10 +14,10 @@ import math
 
 import pytest
 
+from tests.doubles.wandb_offline_runs import log_offline_runs
 from tests.test_wandb_online import wandb_rows
 from tracker_plugin.cli import main
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.testing.wandb_offline_runs import log_offline_runs
 from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_data import numbers_of
 

@@ -146,12 +146,15 @@ def report_digest(report: bytes) -> str:
     return hashlib.sha256(report).hexdigest()[:16]
 
 
-def plot_digest(name: str | None) -> str:
+def plot_digest(name: str | None, drawn: bool = True) -> str:
     """The digest of what the plot draws from beyond the report: the run's name in its
-    title (a renamed run must get its plot redrawn) and its axis. Inputs, not the PNG's
-    bytes, which differ between machines and matplotlib versions. The run's reference is
-    left out: it is the run's identity, and a synced offline run keeps its annotation."""
-    inputs = {"name": name, "x": "tokens"}
+    title (a renamed run must get its plot redrawn), its axis, and whether it is drawn at
+    all (``--no-plot`` writes a picture that says it is not). Inputs, not the PNG's bytes,
+    which differ between machines and matplotlib versions. The run's reference is left
+    out: it is the run's identity, and a synced offline run keeps its annotation."""
+    inputs: dict[str, object] = {"name": name, "x": "tokens"}
+    if not drawn:  # a drawn plot's digest is the one earlier versions wrote
+        inputs["drawn"] = False
     return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:16]
 
 

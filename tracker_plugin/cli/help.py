@@ -72,6 +72,7 @@ PLACES: dict[str, tuple[str, bool]] = {
     "fmt": ("Output", True),
     "plot_path": ("Output", True),
     "plot_x": ("Output", False),
+    "plot": ("Output", False),
     "sort": ("Output", False),
     # the tracker: where it is, how it is read, what is written back
     "tracking_uri": ("Tracker", True),

@@ -1,11 +1,12 @@
 """The command line's options, and what they give: the analysis settings and where runs are.
 
 The settings are :class:`~tracker_plugin.core.analysis.AnalysisConfig`'s own fields, named
-as the dataclass names them. Their defaults and choices are copied into :data:`DEFAULTS`
-(and :data:`MODELS`, ...) so that the command line answers ``--help`` and a bad argument
-without importing the analysis; a test holds the copy equal to the dataclass. This module
-adds what only a command line needs: the help text, and how the settings given as text
-(the schedules) are read, which imports the plan and the trackers only when a command runs.
+as the dataclass names them. Their defaults and choices come from
+:mod:`tracker_plugin.defaults`, where the dataclass takes them from too, a module light
+enough that the command line answers ``--help`` and a bad argument without importing the
+analysis. This module adds what only a command line needs: the help text, and how the
+settings given as text (the schedules) are read, which imports the plan and the trackers
+only when a command runs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tracker_plugin.cli.numbers import DEADLINE, NUMBERS
+from tracker_plugin.defaults import CLOCKS, DEFAULT_FAMILY_RULE, DEFAULTS, MODELS, PLANS
 from tracker_plugin.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -39,6 +41,7 @@ __all__ = [
     "make_config",
     "make_settings",
     "make_source_options",
+    "plot_option",
     "plot_x_option",
     "settings_options",
     "source_options",
@@ -48,7 +51,7 @@ __all__ = [
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 # The help of each AnalysisConfig field the command line sets, in the order --help lists
-# them. A field missing here and from _NOT_SETTINGS fails the check below.
+# them. A field missing here and from NOT_SETTINGS fails tests/test_cli_startup.py.
 SETTINGS = {
     "ema_token_window": "EMA smoothing window in tokens (converted to a span per step from that step's batch).",
     "ema_steps": "EMA window in steps, used when the run has no tokens to be had (the analysis is then on steps).",
@@ -75,33 +78,6 @@ SETTINGS = {
 # the calibration is made from the runs --calibrate-on names.
 NOT_SETTINGS = ("targets", "model", "max_fit_points", "calibration")
 
-# The analysis's names and defaults as the command line shows them. They are written here,
-# not read from AnalysisConfig, so that --help and a bad argument are answered without
-# loading the analysis (and with it pandas and scipy); tests/test_cli_startup.py holds
-# each equal to the core's (AnalysisConfig's defaults, core.analysis.MODELS, core.clock.CLOCKS, ...).
-MODELS = ("auto", "power-law", "lr-annealing", "multi-power")
-CLOCKS = ("tokens", "steps")
-PLANS = ("log", "infer")
-DEFAULT_FAMILY_RULE = r"^([^-]+)"
-DEFAULTS: dict[str, Any] = {
-    "ema_token_window": 100_000_000.0,
-    "ema_steps": 100.0,
-    "model": "auto",
-    "clock": "tokens",
-    "interval": 0.8,
-    "anneal_gain": 0.05,
-    "fit_start_step": None,
-    "fit_last_stage": False,
-    "extrapolation_warn_factor": 3.0,
-    "stability_sweep": False,
-    "sweep_step": 300,
-    "sweep_min_window": 500,
-    "convergence_tol": 0.05,
-    "step_time": None,
-    "throughput": None,
-    "count_pauses": False,
-    "deadline": None,
-}
 _CHOICES = {"clock": CLOCKS, "model": MODELS}
 
 
@@ -195,6 +171,15 @@ def plot_x_option(help_text: str) -> Decorator:
     """``--x``: the plot's x axis, tokens or time (what time means is the command's to say)."""
     return click.option("--x", "plot_x", type=click.Choice(["tokens", "time"]), default="tokens", show_default=True,
                         help=help_text)
+
+
+plot_option = click.option(
+    "--plot/--no-plot",
+    default=True,
+    show_default=True,
+    help="Draw each run's loss_eta.png; --no-plot writes a small picture that says none was drawn "
+    "(a bulk job that reads the keys or loss_eta.json saves the plot's cost, most of a finished run's).",
+)
 
 
 def analysis_options(func: Callable[..., Any]) -> Callable[..., Any]:

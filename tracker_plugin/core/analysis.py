@@ -15,9 +15,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracker_plugin.core.clock import CLOCKS, Timeline, TimelineBuilder, tokens_to_step
+from tracker_plugin.core.clock import Timeline, TimelineBuilder, tokens_to_step
 from tracker_plugin.core.forecast import (
-    AUTO,
     MIN_SEEN_DECAY,
     UNKNOWN_PLAN_SOURCES,
     Selection,
@@ -29,8 +28,6 @@ from tracker_plugin.core.forecast import (
     resolve_plan,
 )
 from tracker_plugin.core.models import (
-    ANNEAL_GAIN,
-    LAWS,
     FitFailure,
     GainPrior,
     LawFit,
@@ -46,6 +43,7 @@ from tracker_plugin.core.siblings import NONE, Calibration
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
 from tracker_plugin.core.throughput import Timing, timing
+from tracker_plugin.defaults import CLOCKS, DEFAULTS, MODELS
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import BatchStage, Columns, History, batch_stages, build_history
 from tracker_plugin.frame.resume import late_start
@@ -66,7 +64,6 @@ __all__ = [
 
 # Fits one window of a sweep, rows ``first:end``, from the fit of the window before.
 Fitter = Callable[[int, int, Model | None], Model | FitFailure]
-MODELS = (AUTO, "power-law", *LAWS)
 
 # Fewer rows than this after the fit start and no extrapolation is attempted: the power
 # law's limit is the original script's; a schedule-aware law needs two more rows than the
@@ -82,7 +79,8 @@ NO_LR_WARMUP_SHARE = 0.1
 class AnalysisConfig:
     """Every setting that changes an analysis's result.
 
-    The defaults are those of the original ``find_target_loss.py``, except the model:
+    The defaults (:data:`tracker_plugin.defaults.DEFAULTS`, which the command line shows
+    too) are those of the original ``find_target_loss.py``, except the model:
     ``auto`` chooses a schedule-aware law on the run's own evidence; ``power-law`` is the
     original's. ``lr_schedule``, ``clock``, ``interval`` and ``anneal_gain`` matter to
     the schedule-aware models only. ``max_fit_points`` caps the rows the power law is
@@ -92,29 +90,29 @@ class AnalysisConfig:
     """
 
     targets: tuple[float, ...]
-    ema_token_window: float = 100_000_000.0
+    ema_token_window: float = DEFAULTS["ema_token_window"]
     # The EMA window when the run has no tokens to be had (History.on_steps): in steps.
-    ema_steps: float = 100.0
-    model: str = "auto"
+    ema_steps: float = DEFAULTS["ema_steps"]
+    model: str = DEFAULTS["model"]
     lr_schedule: LrSchedule | None = None
-    clock: str = "tokens"
-    interval: float = 0.8
-    anneal_gain: float = ANNEAL_GAIN
-    fit_start_step: int | None = None
-    fit_last_stage: bool = False
+    clock: str = DEFAULTS["clock"]
+    interval: float = DEFAULTS["interval"]
+    anneal_gain: float = DEFAULTS["anneal_gain"]
+    fit_start_step: int | None = DEFAULTS["fit_start_step"]
+    fit_last_stage: bool = DEFAULTS["fit_last_stage"]
     batch_schedule: BatchSchedule | None = None
-    extrapolation_warn_factor: float = 3.0
-    stability_sweep: bool = False
-    sweep_step: int = 300
-    sweep_min_window: int = 500
-    convergence_tol: float = 0.05
+    extrapolation_warn_factor: float = DEFAULTS["extrapolation_warn_factor"]
+    stability_sweep: bool = DEFAULTS["stability_sweep"]
+    sweep_step: int = DEFAULTS["sweep_step"]
+    sweep_min_window: int = DEFAULTS["sweep_min_window"]
+    convergence_tol: float = DEFAULTS["convergence_tol"]
     max_fit_points: int | None = None
     # Wall-clock time: a rate when the log has no clock, pauses in the rate, a deadline
     # (``+HOURS`` after the last row, or an ISO date); see ``core.throughput``.
-    step_time: float | None = None
-    throughput: float | None = None
-    count_pauses: bool = False
-    deadline: str | None = None
+    step_time: float | None = DEFAULTS["step_time"]
+    throughput: float | None = DEFAULTS["throughput"]
+    count_pauses: bool = DEFAULTS["count_pauses"]
+    deadline: str | None = DEFAULTS["deadline"]
     # What the finished runs of the project say (core.siblings): the schedule-aware laws'
     # forecasts are calibrated with it; NONE, the default, leaves them as they are.
     calibration: Calibration = NONE
@@ -302,7 +300,8 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
     # The rows are among the fine points (they are the fine points when no row has a gap).
     smoothed = fine[1] if len(fine[0]) == len(history.step) else fine[1][np.searchsorted(fine[0], history.step)]
     fit_start, reason = _fit_start(history, stages, config)
-    window = np.flatnonzero(history.step >= fit_start)
+    # The rows at or after the fit start (the steps are sorted): a range, not a copy of a long log's indices.
+    window = range(int(np.searchsorted(history.step, fit_start)), len(history.step))
     if float(np.min(config.ema_token_window / history.batch)) < 1:
         notes.append(
             f"the EMA window ({config.ema_token_window:,.0f} {history.unit}) is smaller than the batch "
@@ -328,9 +327,12 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         else:
             open_targets.append(target)
     forecasts = _Forecasts()
-    if open_targets:
+    if open_targets:  # a law is fitted only for targets whose answer reads it
+        prepared = _Prepared(history, config, stages, smoothed, fit_start, window, replays)
+        if not power_law:
+            prepared = replace(prepared, plan=resolve_plan(history, config.lr_schedule))
         forecast = _power_law_forecasts if power_law else _schedule_forecasts
-        forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window, replays), open_targets)
+        forecasts = _run_ended(prepared, open_targets) or forecast(prepared, open_targets)
         results.update(forecasts.results)
     end = _PlanEnd.of(history, config, forecasts)
     ordered = tuple(_within_plan(results[t], history, smoothed, end) for t in config.targets)
@@ -461,8 +463,23 @@ class _Prepared:
     stages: tuple[BatchStage, ...]
     smoothed: np.ndarray
     fit_start: int
-    window: np.ndarray
+    window: range
     replays: bool = False  # keep the draws a backtest replays (see run_analysis)
+    plan: Plan | None = None  # the lr plan, resolved once (the schedule-aware laws')
+
+
+def _run_ended(run: _Prepared, targets: list[float]) -> _Forecasts | None:
+    """The open targets of a run whose log has reached its plan's end: each not reached,
+    with no law fitted, since the answer reads none (:func:`_within_plan` says where the
+    run ended and its best loss). None where the run goes on, and where a forecast is
+    asked for all the same: a stability sweep, or a backtest (``replays``), which scores
+    the law's crossing past the plan's end."""
+    if run.plan is None or run.config.stability_sweep or run.replays:
+        return None
+    end = _PlanEnd.of(run.history, run.config, _Forecasts(plan=run.plan))
+    if end is None or not end.finished:
+        return None
+    return _Forecasts({t: TargetResult(t, Status.NOT_REACHED) for t in targets}, plan=run.plan, notes=(run.plan.note,))
 
 
 @dataclass(frozen=True)
@@ -518,7 +535,7 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
     history, config, smoothed = run.history, run.config, run.smoothed
     prior = GainPrior(config.anneal_gain) if config.anneal_gain > 0 else None
     first = int(run.window[0])
-    plan = resolve_plan(history, config.lr_schedule)
+    plan = run.plan if run.plan is not None else resolve_plan(history, config.lr_schedule)
     # The plausible plans' timelines too, when the plan is inferred or assumed.
     timelines = TimelineBuilder(history, clock=config.clock, batch_schedule=config.batch_schedule)
     timeline = timelines(plan.schedule)
@@ -747,10 +764,11 @@ def _sample(rows: np.ndarray, max_points: int) -> np.ndarray:
     return rows[np.linspace(0, len(rows) - 1, max_points).round().astype(np.int64)]
 
 
-def _fit(history: History, smoothed: np.ndarray, rows: np.ndarray, config: AnalysisConfig) -> PowerLaw | FitFailure:
+def _fit(history: History, smoothed: np.ndarray, rows: range, config: AnalysisConfig) -> PowerLaw | FitFailure:
     if config.max_fit_points is not None:
-        rows = _sample(rows, config.max_fit_points)
-    return fit_power_law(history.tokens[rows], smoothed[rows])
+        picked = _sample(np.arange(rows.start, rows.stop), config.max_fit_points)
+        return fit_power_law(history.tokens[picked], smoothed[picked])
+    return fit_power_law(history.tokens[rows.start : rows.stop], smoothed[rows.start : rows.stop])
 
 
 def _forecast(
@@ -902,7 +920,7 @@ def _sweep_fits(
 
         def power_law(start: int, end: int, hint: Model | None) -> Model | FitFailure:
             # No hint: the original script fits every window from its own start.
-            return _fit(history, smoothed, np.arange(start, end), config)
+            return _fit(history, smoothed, range(start, end), config)
 
         fitter = power_law
 

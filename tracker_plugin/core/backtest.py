@@ -43,6 +43,7 @@ from tracker_plugin.core.siblings import (
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.core.status import Status
 from tracker_plugin.core.throughput import time_target
+from tracker_plugin.defaults import PLANS
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
 
@@ -51,7 +52,6 @@ __all__ = [
     "sibling_cases", "sibling_record", "summarize",
 ]
 
-PLANS = ("log", "infer")
 
 
 @dataclass(frozen=True)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tracker_plugin.defaults import CLOCKS
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
 __all__ = ["CLOCKS", "DropCells", "Timeline", "TimelineBuilder", "build_timeline"]
 
-CLOCKS = ("tokens", "steps")
 
 # Grid points over the logged-and-planned range, and over the extension past it.
 _GRID_POINTS = 2048
@@ -224,8 +224,14 @@ def _logged_lr(history: History, steps: np.ndarray) -> tuple[np.ndarray, np.ndar
     logged = np.isfinite(lr) & (lr >= 0)
     if not logged.any():
         return None
+    if logged.all():  # a long log's every row: no copies of the steps and the lr
+        return steps, lr / _positive(float(np.max(lr)))
     peak = float(np.max(lr[logged]))
-    return steps[logged], lr[logged] / (peak if peak > 0 else 1.0)
+    return steps[logged], lr[logged] / _positive(peak)
+
+
+def _positive(peak: float) -> float:
+    return peak if peak > 0 else 1.0
 
 
 def _from_zero(s: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

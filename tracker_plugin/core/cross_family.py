@@ -53,6 +53,7 @@ from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import PLANS, BacktestCase, backtest_run
 from tracker_plugin.core.models import ANNEAL_GAIN
 from tracker_plugin.core.status import Status
+from tracker_plugin.defaults import DEFAULT_FAMILY_RULE
 from tracker_plugin.errors import ConfigError
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
@@ -108,8 +109,6 @@ _INFINITE_MISS = 1e300
 # The laws' mixture widths tried by default: the hard pick alone (with 0.03, 0.1 and 0.3 the
 # other families chose a mixture that forecast the held-out OLMo runs later).
 MIXES: tuple[float, ...] = (0.0,)
-# The family of a run: the first group of this pattern matched against the run's name.
-DEFAULT_FAMILY_RULE = r"^([^-]+)"
 
 Results = Mapping[tuple[str, float], tuple[Sequence[BacktestCase], Sequence["Cut"]]]
 

@@ -44,6 +44,7 @@ from tracker_plugin.core.models import (
 from tracker_plugin.core.models.replicates import refit_many
 from tracker_plugin.core.models.schedule_law import IRLS_ROUNDS, crossing_tokens, ema_steps, smooth_after
 from tracker_plugin.core.smoothing import token_window_ema
+from tracker_plugin.defaults import AUTO
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule, Plan, infer_lr_schedule
 
@@ -60,7 +61,6 @@ __all__ = [
     "resolve_plan",
 ]
 
-AUTO = "auto"
 # Candidates of ``auto``, in order of preference when they forecast equally well: the
 # richer law first, as long as the log shows enough of a decay to fit its response.
 CANDIDATES = ("multi-power", "lr-annealing")

@@ -213,19 +213,24 @@ def _row_ema(loss: np.ndarray, step: np.ndarray, batch: np.ndarray, token_window
     """The EMA at each row, the loss taken as the straight line between rows over a gap."""
     decay = ema_decay(step, batch, token_window)
     x = np.asarray(loss, float)
-    drive = (1.0 - decay) * x
-    gap = np.diff(np.asarray(step, float))
+    drive = np.subtract(1.0, decay)
+    drive *= x  # (1 - decay) * x, without a temporary the length of the log
+    _ramps_over_gaps(drive, decay, x, step)
+    return _solved(decay, drive)
+
+
+def _ramps_over_gaps(drive: np.ndarray, decay: np.ndarray, x: np.ndarray, step: np.ndarray) -> None:
+    """A logging gap of g steps: the EMA of the loss interpolated linearly between the
+    two logged rows, stepped g times, rather than the later value held over the gap
+    (which leads the dense log's EMA by about half a gap). Exact for a linear curve,
+    and the same as before for consecutive steps. ``drive`` is changed in place."""
+    gap = np.diff(np.asarray(step))  # the steps' own type: no float copy of a long log's steps
     skipped = np.flatnonzero(gap > 1) + 1
     if len(skipped):
-        # A logging gap of g steps: the EMA of the loss interpolated linearly between the
-        # two logged rows, stepped g times, rather than the later value held over the gap
-        # (which leads the dense log's EMA by about half a gap). Exact for a linear curve,
-        # and the same as before for consecutive steps.
-        g = gap[skipped - 1]
+        g = gap[skipped - 1].astype(float)
         per_step = np.power(decay[skipped], 1.0 / g)  # the decay of one step
         weight = _ramp_weight(per_step, g)
         drive[skipped] = (1.0 - decay[skipped]) * x[skipped - 1] + weight * (x[skipped] - x[skipped - 1])
-    return linear_recurrence(decay, drive)
 
 
 def _ramp_weight(d: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -249,14 +254,19 @@ def linear_recurrence(decay: np.ndarray, drive: np.ndarray) -> np.ndarray:
     the accumulated decay has become negligible. Only products of decays in [0, 1] and sums
     appear, so nothing overflows.
     """
-    y = np.array(drive, dtype=float)
-    a = np.array(decay, dtype=float)
+    return _solved(np.asarray(decay, float), np.array(drive, dtype=float))
+
+
+def _solved(decay: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """:func:`linear_recurrence`, solved in ``y`` (the drive, overwritten); ``decay`` is
+    left as it is, and copied only where the decays differ from row to row."""
     n = len(y)
+    scratch = np.empty(n)
+    if n > 2 and (decay[1:] == decay[1]).all():
+        return _constant_recurrence(y, float(decay[1]), scratch)
+    a = np.array(decay, dtype=float)
     if n:
         a[0] = 0.0
-    scratch = np.empty(n)
-    if n > 2 and (a[1:] == a[1]).all():
-        return _constant_recurrence(y, float(a[1]), scratch)
     # After the pass with shift s, every product in ``a`` spans 2s rows: bounded by
     # largest**(2s), which decides when the remaining passes can change nothing.
     largest = float(a.max()) if n else 0.0

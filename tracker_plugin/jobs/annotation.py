@@ -17,6 +17,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
 from tracker_plugin.keys import PNG_DIGEST, PROVENANCE, TARGET_METRICS, plot_digest, report_digest, target_key
+from tracker_plugin.report.plot_skipped import skipped_plot
 from tracker_plugin.report.render import to_json
 from tracker_plugin.report.target_text import target_text
 from tracker_plugin.report.timing import target_seconds
@@ -51,7 +52,7 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 def build_annotation(
     analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None,
-    record: dict[str, Any] | None = None,
+    record: dict[str, Any] | None = None, plot: bool = True,
 ) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
@@ -60,7 +61,10 @@ def build_annotation(
     marker (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
     commits to the report too. ``run_name`` is what people call the run (its tracker's
     run name), which titles the plot artifact. ``record`` is a finished run's backtest
-    record (:mod:`tracker_plugin.jobs.calibration`), kept in the provenance tag.
+    record (:mod:`tracker_plugin.jobs.calibration`), kept in the provenance tag. Without
+    ``plot``, ``loss_eta.png`` is a picture that says no plot was drawn
+    (:mod:`tracker_plugin.report.plot_skipped`), a few milliseconds where a plot takes a
+    hundred and more.
     """
     fingerprint = settings_hash(settings)
     progress = progress if progress is not None else f"step {analysis.observed_step}"
@@ -68,7 +72,7 @@ def build_annotation(
     report["settings_hash"] = fingerprint
     report["progress"] = progress
     # The plot's own inputs, in the keys (checked before a run is read) and the report.
-    report["plot_sha256"] = plot_digest(run_name)
+    report["plot_sha256"] = plot_digest(run_name, plot)
     digest = report_digest(encode_report(report))
     provenance = {
         "version": str(settings.get("version", "")),
@@ -96,7 +100,7 @@ def build_annotation(
         progress=progress,
         settings_hash=fingerprint,
         step=int(analysis.observed_step),
-        plot=lambda: _plot_png(analysis, run_name, digest),
+        plot=(lambda: _plot_png(analysis, run_name, digest)) if plot else (lambda: skipped_plot({PNG_DIGEST: digest})),
     )
 
 

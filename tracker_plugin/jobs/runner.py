@@ -80,6 +80,7 @@ def process_runs(
     executor: Executor | None = None,
     book: SiblingBook | None = None,
     records: bool = False,
+    plot: bool = True,
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
@@ -97,7 +98,8 @@ def process_runs(
     ``book`` calibrates each run on a project's finished runs (its digest is a setting:
     a new finished run redoes the runs calibrated on the project); with ``records``, each
     run in state ``finished`` is backtested once for its record (kept in its annotation, a
-    run holding a current one is not read for it) and the outcome carries it.
+    run holding a current one is not read for it) and the outcome carries it. Without
+    ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``).
     """
     collision = target_collision(config.targets) if write else None
     if collision is not None:
@@ -108,7 +110,7 @@ def process_runs(
         settings["calibration"] = book.settings()
     job = RunJob(
         "", source.portable_options() if not shares_memory(executor) else SourceOptions(), config, settings,
-        settings_hash(settings), write=write, force=force, dry_run=dry_run, book=book, record_hash=recorded,
+        settings_hash(settings), write=write, force=force, dry_run=dry_run, book=book, record_hash=recorded, plot=plot,
     )  # fmt: skip
     results: dict[int, Outcome] = {}
     with ExitStack() as stack:
@@ -167,6 +169,7 @@ class RunJob:
     dry_run: bool = False
     book: SiblingBook | None = None  # calibrate on these finished runs' records
     record_hash: str | None = None  # make (or keep) a finished run's record, with these settings
+    plot: bool = True  # draw loss_eta.png (False: a picture that says none was drawn)
 
     def __call__(self, run: RunInfo) -> Outcome:
         try:
@@ -196,7 +199,7 @@ class RunJob:
 
 def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     previous = run.previous
-    drawn = plot_digest(run.name)  # renamed since: the plot's title must be redrawn
+    drawn = plot_digest(run.name, job.plot)  # renamed since, or --no-plot toggled: the picture is redone
     recording = job.record_hash is not None and run.state == "finished"
     stored = _stored_record(job, run) if recording else None
     if (job.write and not job.force and previous is not None and previous.current(job.fingerprint, run.progress, drawn)
@@ -214,7 +217,8 @@ def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     if not job.write:
         return Outcome(run, Action.ANALYSED, analysis, record=record)
     encoded = None if record is None or job.record_hash is None else encode_record(record, job.record_hash)
-    annotation = build_annotation(analysis, job.settings, progress=run.progress, run_name=run.name, record=encoded)
+    annotation = build_annotation(analysis, job.settings, progress=run.progress, run_name=run.name, record=encoded,
+                                  plot=job.plot)
     # A source that knew no progress before reading: the annotation's own says it.
     if (not job.force and run.progress is None and annotation.is_current(previous)
             and (stored is not None or not recording) and source.intact(run)):

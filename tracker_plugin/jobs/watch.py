@@ -51,13 +51,15 @@ def watch_runs(
     max_cycles: int | None = None,
     sleep: Callable[[float], None] | None = None,
     executor: Executor | None = None,
+    plot: bool = True,
 ) -> Iterator[Pass]:
     """Annotate every ``every`` minutes; yield each pass as it ends.
 
     Stops after the pass where :attr:`Pass.final` holds, or after ``max_cycles`` passes.
     Each pass reconnects and lists the runs again. ``sleep`` waits between passes
     (default: :func:`time.sleep`, looked up when called). ``executor`` runs every pass's
-    runs (see :func:`~tracker_plugin.jobs.runner.process_runs`).
+    runs (see :func:`~tracker_plugin.jobs.runner.process_runs`); ``plot`` as
+    :func:`~tracker_plugin.jobs.annotate.annotate_runs` takes it.
     """
     # After the first pass, list every run and keep the ones watched so far: a run that
     # was picked while running must be seen again once it has finished.
@@ -67,9 +69,10 @@ def watch_runs(
     while True:
         number += 1
         if number == 1:
-            outcomes = annotate_runs(specs, options, config, executor=executor)
+            outcomes = annotate_runs(specs, options, config, executor=executor, plot=plot)
         else:
-            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor)
+            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor,
+                                     plot=plot)
         watched |= {o.run.ref for o in outcomes}
         done = Pass(number, tuple(outcomes))
         yield done

@@ -789,7 +789,10 @@ def plausible_schedules(
     s = np.asarray(step, float)
     if lr is not None and np.isfinite(lr).sum() >= 2 and np.nanmax(lr) > 0:
         ok = np.isfinite(lr)
-        s, v = s[ok], np.asarray(lr, float)[ok]
+        if not ok.all():  # a long log's lr logged at every row is used as it is, not copied
+            s, v = s[ok], np.asarray(lr, float)[ok]
+        else:
+            v = np.asarray(lr, float)
         peak = float(v.max())
         if float(v[-1]) < _AT_PEAK * peak:
             best = _inferred_decay(s, v, peak, total)

@@ -103,7 +103,7 @@ class Previous:
         if progress is None or self.progress != progress:
             return f"redone: the history moved on since the last annotation ({self.progress} -> {progress})"
         if self.plot != plot:
-            return "redone: the run was renamed since the last annotation"
+            return "redone: the run was renamed, or its plot turned on or off (--no-plot), since the last annotation"
         return None
 
 

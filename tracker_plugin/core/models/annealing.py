@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from tracker_plugin import defaults
 from tracker_plugin.core.clock import DropCells
 from tracker_plugin.core.models.schedule_law import Law
 
@@ -70,7 +71,7 @@ def _anneal(theta: np.ndarray, clock: np.ndarray, area: np.ndarray, cells: DropC
 
 
 LR_ANNEALING = Law(
-    name="lr-annealing",
+    name=defaults.LR_ANNEALING,
     reference="Tissue et al. 2024, Scaling Law with Learning Rate Annealing",
     theta_names=("alpha",),
     lower=(0.02,),

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracker_plugin import defaults
 from tracker_plugin.core.clock import DropCells
 from tracker_plugin.core.models.schedule_law import Law
 
@@ -124,7 +125,7 @@ class _Response:
 
 
 MULTI_POWER = Law(
-    name="multi-power",
+    name=defaults.MULTI_POWER,
     reference="Luo et al. 2025, A Multi-Power Law for Loss Curve Prediction Across Learning Rate Schedules",
     theta_names=("alpha", "log_C", "beta", "gamma"),
     lower=(0.02, -9.0, 0.05, 0.0),

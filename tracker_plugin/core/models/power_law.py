@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracker_plugin.core.models.base import GIVEN, FitFailure, FitStatus
+from tracker_plugin.defaults import POWER_LAW
 
 __all__ = ["TOKEN_UNIT", "PowerLaw", "fit_power_law"]
 
@@ -35,7 +36,7 @@ class PowerLaw:
     l0: float
     a: float
     alpha: float
-    name: str = "power-law"
+    name: str = POWER_LAW
     status: FitStatus = field(default=GIVEN, compare=False)
 
     @property

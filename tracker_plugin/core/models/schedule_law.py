@@ -65,6 +65,7 @@ from tracker_plugin.core.models.base import FitFailure, FitStatus
 from tracker_plugin.core.models.projection import Projection
 from tracker_plugin.core.models.search import least_squares_from, minimize_on_grid
 from tracker_plugin.core.smoothing import ema_decay, linear_recurrence_rows
+from tracker_plugin.defaults import DEFAULTS
 
 __all__ = [
     "ANNEAL_GAIN",
@@ -89,7 +90,7 @@ __all__ = [
 # (forecast.COMPARED_SHARE), by a hair (mean point loss 0.185 against 0.186), and the
 # families none of those rules saw (the held-out speedruns) are forecast far better with it
 # (median |ln| 0.053 against 0.088 at half the run, 0.076 against 0.203 at a quarter).
-ANNEAL_GAIN = 0.05
+ANNEAL_GAIN: float = DEFAULTS["anneal_gain"]
 # Fewer binned points than this and a law (three linear and at least one nonlinear
 # parameter) is not fitted: two points beyond the four parameters are left for the noise
 # the interval resamples.

@@ -12,7 +12,7 @@ count the requests a piece of code made::
 
 With pytest, load this module as a plugin in a ``conftest.py``::
 
-    pytest_plugins = ["tracker_plugin.testing.mlflow_server"]
+    pytest_plugins = ["tests.doubles.mlflow_server"]
 
 and use the session fixture ``mlflow_server`` (one server for the whole session), or
 ``stoppable_mlflow_server`` (the same server) in a test that stops it: the fixture starts

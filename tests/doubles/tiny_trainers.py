@@ -3,9 +3,10 @@
 For tests and benchmarks of the live forecast: a one-layer GPT-2 of a few thousand
 parameters learns a repeating token pattern on the CPU in seconds, through each trainer's
 own loop, scheduler and logging integrations (MLflow, W&B offline). Run as a script, one
-training per process, so that each gets the trackers' process-wide state to itself::
+training per process, so that each gets the trackers' process-wide state to itself (from
+the checkout's root)::
 
-    python -m tracker_plugin.testing.tiny_trainers hf --schedule cosine --steps 200 --out DIR \\
+    python -m tests.doubles.tiny_trainers hf --schedule cosine --steps 200 --out DIR \\
         --report-to mlflow wandb --targets 3.0 2.0
 
 The trackers are found as each trainer finds them: ``MLFLOW_TRACKING_URI``,
