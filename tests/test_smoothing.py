@@ -43,6 +43,29 @@ def test_thinned_log_averages_over_the_same_tokens():
     np.testing.assert_allclose(thinned[40:], full[every - 1 :: every][40:], rtol=1e-12)
 
 
+def test_a_linear_fall_from_step_0_logged_every_500_steps_smooths_as_logged_every_step():
+    """A slow start (the loss falling at a steady rate over the first two gaps) is drawn on
+    the step axis: a straight line logged sparsely is the EMA of that line. On log(1 + step)
+    the first gap put the fall at its start, 0.5% below the dense EMA at the next row."""
+    steps = np.arange(0, 5001, dtype=float)
+    loss = 4.0 - 0.0003 * steps
+    dense = token_window_ema(loss, steps, np.ones(len(steps)), 300.0)
+    sparse = token_window_ema(loss[::500], steps[::500], np.ones(11), 300.0)
+    np.testing.assert_allclose(sparse, dense[::500], rtol=1e-12)
+
+
+def test_between_rows_stays_between_the_rows_of_its_gap():
+    """The cubic is monotone across each gap (no ringing past a noisy row), on either axis."""
+    steps = np.array([0.0, 250, 500, 750, 1000, 1250, 1500])
+    loss = np.array([8.0, 3.3, 3.0, 3.05, 2.7, 2.72, 2.5])
+    at = np.arange(0.0, 1501.0)
+    values = between_rows(steps, loss, at)
+    gap = np.clip(np.searchsorted(steps, at, side="right") - 1, 0, len(steps) - 2)
+    low = np.minimum(loss[gap], loss[gap + 1])
+    high = np.maximum(loss[gap], loss[gap + 1])
+    assert np.all(values >= low - 1e-12) and np.all(values <= high + 1e-12)
+
+
 def test_row_based_ema_on_a_thinned_log_would_smooth_n_times_too_long():
     """The defect the gap-aware weights fix: treating each logged row as one step."""
     step = np.arange(0, 40_000, 500)

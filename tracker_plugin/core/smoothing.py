@@ -8,18 +8,24 @@ averages over the same tokens as the full log.
 
 Between two logged rows the loss is not known; what the EMA takes in over a gap decides
 where a sparse log (a loss logged at an eval cadence) crosses a target. Across a gap that is
-short next to the steps before it, a training curve is close to straight, and the EMA takes
-the straight line between the rows (exact for a linear stretch). Across a gap that spans
-more than a factor ``e`` in ``1 + step`` (the first evals after step 0, where the loss falls
-by half between two rows) the line is far off: it holds the loss up over the whole gap while
-the curve falls fastest at its start, and a log every 250 steps crossed 9% later than the
-same run logged every 10. There the loss is the monotone cubic (Fritsch-Carlson, PCHIP)
-through the rows on the axis ``log(1 + step)``, where a power law in the step is nearly
-straight; it stays between the two rows beside it, so a noisy row does not ring. The EMA is
-stepped through each gap at up to :data:`GAP_POINTS` points, and :func:`fine_ema` gives it
-at those points, so a crossing inside a gap is placed where the EMA passes the target, not
-on the chord between the rows (the EMA bends between them). A log with a row every step is
-smoothed exactly as before.
+short next to the steps before it the loss is the monotone cubic (Fritsch-Carlson, PCHIP)
+through the rows on the step axis: it bends as the rows beside the gap say the curve bends,
+stays between the two rows of the gap (a noisy row does not ring), and is the straight line
+on a linear stretch. The straight line itself sits above a bending curve over every gap, so
+an eval every 250 or 500 steps crossed late by a near-constant number of steps once the
+crossing lay past the first gaps. Across a gap that spans more than a factor ``e`` in
+``1 + step`` (the first evals after step 0, where the loss falls by half between two rows)
+the step axis is far off: the curve falls fastest at the gap's start, and a line held the
+loss up over the whole gap (a log every 250 steps crossed 9% later than the same run logged
+every 10). There the cubic is drawn on the axis ``log(1 + step)``, where a power law in the
+step is nearly straight, and it leaves the first row level: its slope there, per unit of
+``log(1 + step)``, is the loss's fall over the first step, small beside its fall over a gap
+that wide (the three-point end slope would carry the later, steeper log-slope back to the
+start, and put the fall too early). A first gap whose rows bend less on the step axis (a
+slow start: the loss falls at a near-steady rate over the first two gaps) is drawn on steps. The EMA is stepped through each gap at up to
+:data:`GAP_POINTS` points, and :func:`fine_ema` gives it at those points, so a crossing
+inside a gap is placed where the EMA passes the target, not on the chord between the rows
+(the EMA bends between them). A log with a row every step is smoothed exactly as before.
 
 Some trainers log, at each logging step, the mean of the training loss over the steps
 since their last log (Hugging Face ``Trainer``'s ``loss``, Lightning's ``on_epoch`` means):
@@ -105,21 +111,40 @@ def interval_middles(step: np.ndarray, spans: np.ndarray) -> np.ndarray:
 
 def between_rows(step: np.ndarray, loss: np.ndarray, at: np.ndarray) -> np.ndarray:
     """The loss at steps ``at`` (within the logged steps) as the EMA takes it between the
-    logged rows: the straight line across a gap, or the monotone cubic through
+    logged rows: the monotone cubic through ``(step, loss)``, or through
     ``(log(1 + step), loss)`` across a gap that spans more than a factor ``e`` in
-    ``1 + step`` (see the module's docstring). ``step`` must increase strictly."""
+    ``1 + step``, level at the first row (see the module's docstring). ``step`` must
+    increase strictly."""
     x = np.asarray(step, float)
     y = np.asarray(loss, float)
     q = np.asarray(at, float)
-    line = np.interp(q, x, y)
+    curve = _pchip(x, y, q)
     if x[0] <= -1.0:  # no log axis to draw on
-        return line
+        return curve
     lx, lq = np.log1p(x), np.log1p(q)
     wide = np.diff(lx) > _WIDE_GAP
     if not wide.any():
-        return line
+        return curve
     j = np.clip(np.searchsorted(x, q, side="right") - 1, 0, len(x) - 2)
-    return np.where(wide[j], _pchip(lx, y, lq), line)
+    on_log = _pchip(lx, y, lq, level_start=bool(wide[0]))
+    if wide[0] and _straighter_on_steps(x, lx, y):
+        on_log = np.where(j == 0, curve, on_log)
+    return np.where(wide[j], on_log, curve)
+
+
+def _straighter_on_steps(x: np.ndarray, lx: np.ndarray, y: np.ndarray) -> bool:
+    """Do the first three rows bend less on the step axis than on ``log(1 + step)``? The
+    ratio of the slopes over the first two gaps says how much: a power law from step 0
+    falls many times faster per step over its first gap than its second (nearly straight
+    on the log axis), a slow start at a near-steady rate (nearly straight on steps)."""
+    if len(x) < 3:
+        return False
+
+    def bend(axis: np.ndarray) -> float:
+        first, second = (y[1] - y[0]) / (axis[1] - axis[0]), (y[2] - y[1]) / (axis[2] - axis[1])
+        return abs(float(np.log(first / second))) if first * second > 0 else np.inf
+
+    return bend(x) < bend(lx)
 
 
 def _fine(
@@ -171,10 +196,10 @@ def _through_middles(middle: np.ndarray, loss: np.ndarray, at: np.ndarray) -> np
     return values
 
 
-def _pchip(x: np.ndarray, y: np.ndarray, q: np.ndarray) -> np.ndarray:
+def _pchip(x: np.ndarray, y: np.ndarray, q: np.ndarray, level_start: bool = False) -> np.ndarray:
     """The monotone piecewise cubic through ``(x, y)`` at ``q``: Fritsch-Carlson slopes,
     the ends as SciPy's ``PchipInterpolator`` makes them (here, so that smoothing a log
-    does not load scipy.interpolate)."""
+    does not load scipy.interpolate), or level at the first point when ``level_start``."""
     h = np.diff(x)
     delta = np.diff(y) / h
     slope = np.zeros(len(x))
@@ -188,6 +213,8 @@ def _pchip(x: np.ndarray, y: np.ndarray, q: np.ndarray) -> np.ndarray:
         slope[1:-1] = np.where(same, mean, 0.0)
         slope[0] = _end_slope(h[0], h[1], delta[0], delta[1])
         slope[-1] = _end_slope(h[-1], h[-2], delta[-1], delta[-2])
+    if level_start:
+        slope[0] = 0.0
     j = np.clip(np.searchsorted(x, q, side="right") - 1, 0, len(x) - 2)
     t = (q - x[j]) / h[j]
     t2, t3 = t * t, t * t * t
