@@ -22,7 +22,10 @@ loss is no per-step value: HF ``Trainer``'s mean since its last log at ``logging
 flags, and its crossings of three targets (the losses a third, a half and two thirds of
 the way down the per-step curve's smoothed fall) are compared with those of the same
 training's per-step loss, read the same way: within 1% where a value is logged at least
-every 50 steps, within 2% where sparser; ``WRONG`` past that.
+every 50 steps, within 2% where sparser; ``WRONG`` past that. One table per EMA window:
+the window the command line gives each run when none is set, 100 and 300 steps; beside
+each error, the floor (the error of the best reading the log allows), and ``at the floor``
+where an error past the tolerance is the floor's (``bench_interval_means.py`` says how).
 
 Run from the checkout: ``.venv/bin/python benchmarks/bench_trainers.py [--quick] [--interval]``
 (``--interval``: the second table only).
@@ -148,9 +151,9 @@ def main() -> None:
     args = options.parse_args()
     if not args.interval:
         trainer_table(SETUPS[:4] if args.quick else SETUPS)
-    from bench_interval_means import interval_table  # noqa: PLC0415 - the second table's own module
+    from bench_interval_means import interval_tables  # noqa: PLC0415 - the second table's own module
 
-    interval_table()
+    interval_tables()
 
 
 def trainer_table(setups: Sequence[Setup]) -> None:
