@@ -31,7 +31,8 @@ from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
-from tracker_plugin.keys import KEY_PATTERN
+from tracker_plugin.keys import KEY_PATTERN, SERIES, SERIES_LOSS
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.testing.mlflow_runs import log_frame, log_run
 from tracker_plugin.testing.mlflow_server import MlflowServer, free_port
@@ -248,9 +249,10 @@ def test_history_pages_are_all_read(served, monkeypatch):
 # -- writing back ------------------------------------------------------------------------------
 
 
-def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_takes(local, capsys):
+def test_annotate_logs_a_finished_runs_numbers_at_step_0_with_keys_mlflow_takes(local, capsys):
     # What the contract suite (tests/test_contract.py) does not: an experiment's runs, the
-    # metrics' step, the summary table, and keys valid in both trackers.
+    # metrics' step (0 for a finished run: MLflow draws a bar, not a one-dot chart), the
+    # summary table, and keys valid in both trackers.
     ids = [local.log(training_log(), name="a"), local.log(training_log(seed=1), name="b")]
     before = {run_id: snapshot(local, run_id) for run_id in ids}
     code, out, err = local.cli(capsys, "annotate", f"mlflow:experiment/{local.experiment}", "-t", *TARGETS)
@@ -265,8 +267,10 @@ def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_ta
         after, was = snapshot(local, run_id), before[run_id]
         written = (set(after["metrics"]) | set(after["tags"])) - set(was["metrics"]) - set(was["tags"])
         assert written and all(KEY_PATTERN.match(k) and MLFLOW_KEY.match(k) for k in written)
-        for key in set(after["metrics"]) - set(was["metrics"]):
-            assert [m.step for m in local.client.get_metric_history(run_id, key)] == [399], key
+        for key in set(after["metrics"]) - set(was["metrics"]) - set(SERIES):
+            assert [m.step for m in local.client.get_metric_history(run_id, key)] == [0], key
+        smoothed = local.client.get_metric_history(run_id, SERIES_LOSS)  # at the run's own steps, up to its last
+        assert 2 < len(smoothed) <= 400 and max(m.step for m in smoothed) == 399
         assert (after["status"], after["end_time"]) == ("FINISHED", was["end_time"])
 
 
@@ -724,7 +728,7 @@ def test_a_run_annotated_in_the_earlier_layout_is_moved_to_todays(tracking, caps
     assert {r["action"] for r in json.loads(out)} == {"annotated"}
     after = snapshot(tracking, run_id)
     assert not [key for key in after["tags"] if key.startswith("loss_eta/")], after["tags"]
-    assert after["tags"]["notes"] == "mine" and after["tags"]["when_5p5"].startswith("reached · ")
+    assert after["tags"]["notes"] == "mine" and target_status(after["tags"]["when_5p5"]) == "reached"
     old_numbers = {k: v for k, v in after["metrics"].items() if k.startswith("loss_eta/")}
     assert old_numbers and all(v == "nan" for v in old_numbers.values()), old_numbers  # cleared: MLflow keeps NaN
     assert "loss_eta/loss_eta.json" not in after["artifacts"] and "loss_eta.json" in after["artifacts"]

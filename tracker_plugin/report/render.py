@@ -248,10 +248,10 @@ def _header(analysis: Analysis) -> str:
             f"batch: DYNAMIC, {len(analysis.stages)} stages ({first:,.0f} -> {last:,.0f} tokens/step, "
             f"from {analysis.batch_source})"
         )
-        span = f"~{max(spans):.1f}-{min(spans):.1f} steps across stages"
+        span = f"~{max(spans):,.0f}-{min(spans):,.0f} steps across stages"
     else:
         batch = f"batch size: {analysis.stages[0].batch:,.0f} tokens/step (from {analysis.batch_source})"
-        span = f"~{spans[0]:.1f} steps at this batch size"
+        span = f"~{spans[0]:,.0f} steps at this batch size"
     return (
         f"loss col: {analysis.loss_key} | ema token window: {window:,.0f} ({span}) | {batch} | "
         f"fit start step: {analysis.fit_start_step} ({analysis.fit_start_reason})"
@@ -304,7 +304,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     on_steps = analysis.on_steps
     if result.status == Status.REACHED:
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
-        return [f"{head} (interpolated): step={result.step:,.1f}{tokens}"]
+        return [f"{head} (interpolated): step={result.step:,.0f}{tokens}"]
     lines = []
     chance = "" if result.p_reach_within_plan is None else f" P(reached within plan)={result.p_reach_within_plan:.2f}"
     if result.status.forecast:
@@ -320,7 +320,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
-            f"{head} ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
+            f"{head} ({_fit_text(result.fit, on_steps)}): step={result.step:,.0f}"
             f"{tokens}{spread}{chance} ({result.extrapolation_factor:.2f}x past observed "
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )

@@ -32,6 +32,7 @@ from tracker_plugin.keys import (
     content_hash,
     is_legacy,
     is_own,
+    is_series,
     report_digest,
 )
 from tracker_plugin.redact import redact
@@ -44,6 +45,7 @@ __all__ = [
     "encode_report",
     "Previous",
     "RunInfo",
+    "Series",
     "Source",
     "SourceOptions",
     "previous_of",
@@ -146,6 +148,19 @@ def _provenance(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Series:
+    """Metric histories to write at the run's own steps (the smoothed loss and its tokens,
+    :data:`~tracker_plugin.keys.SERIES`): each key's values at ``steps``, all finite."""
+
+    steps: tuple[int, ...]
+    values: dict[str, tuple[float, ...]]
+
+    def points(self) -> int:
+        """The rows the series are, one per key and step."""
+        return len(self.steps) * len(self.values)
+
+
+@dataclass(frozen=True)
 class Annotation:
     """Everything written back to one run: a finished document, built by the jobs layer."""
 
@@ -157,9 +172,11 @@ class Annotation:
     settings_hash: str
     step: int  # the last analysed step, where step-indexed trackers log the metrics
     plot: Callable[[], bytes] = field(repr=False, compare=False)  # ``loss_eta.png``, drawn on demand
+    series: Series | None = field(default=None, repr=False)  # for the trackers' own charts; None: none
 
     def keys(self) -> list[str]:
-        return sorted([*self.metrics, *self.labels])
+        """Every key this annotation writes: its numbers, its texts and its series."""
+        return sorted([*self.metrics, *self.labels, *(self.series.values if self.series is not None else ())])
 
     def marker(self) -> str:
         """The completion marker's value: the hash of every key this annotation writes."""
@@ -171,7 +188,7 @@ class Annotation:
         earlier layout's numbers cleared and its text removed."""
         metrics, labels = dict(self.metrics), dict(self.labels)
         for key, value in held.items():
-            if not is_own(key) or key == MARKER or key in metrics or key in labels or _cleared(value):
+            if not is_own(key) or key == MARKER or is_series(key) or key in metrics or key in labels or _cleared(value):
                 continue
             if isinstance(value, str):
                 labels[key] = None if is_legacy(key) else STALE
