@@ -228,10 +228,11 @@ def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
 
 
 def _read_as(analysis: Analysis) -> str:
-    """``Hugging Face Trainer (step: train/global_step, loss: train/loss, ...)``."""
+    """``Hugging Face Trainer; step: train/global_step, loss: train/loss, ...`` (flat: the
+    columns' own words carry brackets)."""
     items = dict(analysis.history.read_as)
     name = items.pop("framework", "generic")
-    return f"{name} (" + ", ".join(f"{k}: {v}" for k, v in items.items()) + ")"
+    return f"{name}; " + ", ".join(f"{k}: {v}" for k, v in items.items())
 
 
 def _header(analysis: Analysis) -> str:
@@ -264,7 +265,7 @@ def _model_line(analysis: Analysis) -> str:
     line = f"model: {selection.chosen}"
     if analysis.config.model == "auto":
         scores = ", ".join(f"{name} {score:.3f}" if score is not None else f"{name} -" for name, score in selection.scores)
-        line += f" ({selection.method}" + (f"; |ln| {scores})" if len(selection.scores) > 1 else ")")
+        line += f" ({selection.method}" + (f"; mean log error {scores})" if len(selection.scores) > 1 else ")")
     return line + f" | clock: {_clock(analysis)}"
 
 
@@ -316,7 +317,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             spread = f" {level} interval:" + ("" if on_steps else f" tokens={interval(result.tokens_interval, format_tokens)}")
             if result.step_interval is not None:
                 spread += f" steps={interval(result.step_interval, format_steps)}"
-        note = f" [{result.note}]" if result.note else ""
+        note = f"; {result.note}" if result.note else ""
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
@@ -325,7 +326,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
     elif result.status == Status.NOT_REACHED:
-        lines.append(f"{head}: {not_reached_text(result, on_steps)} [{result.note}]")
+        lines.append(f"{head}: {not_reached_text(result, on_steps)}; {result.note}")
     else:
         lines.append(f"{head}: {result.note}")
     if result.sweep is not None:
