@@ -285,12 +285,34 @@ def test_a_changed_setting_reannotates_in_place(local, capsys):
     assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
-def test_dry_run_says_what_it_would_write(local, capsys):
-    run_id = local.log(training_log())
+def test_dry_run_says_what_it_would_change_and_why(local, capsys):
+    run_id = local.log(training_log(), name="r")
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
     assert code == 0
-    assert f"mlflow:{run_id}: would write when_4_Btok = " in out
-    assert f"mlflow:{run_id}: would write metrics at step 399" in out
+    lines = out.splitlines()
+    assert lines[0] == f"r (mlflow:{run_id}): would annotate: no annotation yet"
+    assert lines[1] == f"  to: metrics at step 0, tags and artifacts loss_eta.json, loss_eta.png of mlflow:{run_id}"
+    assert re.match(r"  series: \d+ new points of loss_eta_smoothed, loss_eta_tokens, at the run's own steps$", lines[2])
+    assert re.search(r"^  when_5p5_Btok +\(none\) → [0-9.]+$", out, re.M)
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)[0] == 0
+    # Then a target dropped and one added: the action and why, each changed key from its old
+    # value to its new one, the dropped target's text going stale; no JSON text.
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "4.0", "4.5", "--dry-run")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"r (mlflow:{run_id}): would redo: targets +4.5 −0.5"
+    assert "  series: 0 new points of loss_eta_smoothed, loss_eta_tokens, at the run's own steps" in lines
+    assert re.search(r"^  when_0p5 +'✗ [^']+ · unreachable · [^']*' → 'stale'$", out, re.M), out
+    assert re.search(r"^  when_4p5 +\(none\) → '[✓≈→✗–] [^']+'$", out, re.M), out
+    assert "  stale: target 0.5 (its numbers cleared, its text set to stale)" in lines
+    assert re.search(r"^  loss_eta +settings [0-9a-f]+ → [0-9a-f]+; report [0-9a-f]+ → [0-9a-f]+$", out, re.M)
+    assert "{" not in out and len(out) < 2000
+    # --json: each key's old and new value whole, the provenance's JSON text among them.
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "4.0", "4.5", "--dry-run", "--json")
+    rows = json.loads(out)
+    changes = rows[0]["would_write"]
+    assert changes["when_0p5"]["new"] == "stale" and json.loads(changes["loss_eta"]["new"])["settings"]["targets"] == [5.5, 4.0, 4.5]
+    assert snapshot(local, run_id)["tags"]["when_0p5"] == changes["when_0p5"]["old"]  # nothing written
 
 
 def test_experiment_id_filter_and_a_running_run(tracking, capsys):

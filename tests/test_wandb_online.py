@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import replace
 
@@ -325,7 +326,7 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     for run in two_runs:
         report = json.loads(run.files["loss_eta.json"])
         assert report["run"] == f"wandb:ent/proj/{run.run_id}"
-        assert run.summary["when_4p5"].startswith("forecast_beyond_plan · ")
+        assert target_status(run.summary["when_4p5"]) == "forecast_beyond_plan"
         assert run.summary["when_4p5_Btok"] == pytest.approx(report["targets"][1]["tokens"] / 1e9, rel=1e-3)
         assert "when_1p5_Btok" not in run.summary  # unreachable: no number to sort on
         assert json.loads(run.summary["loss_eta"])["progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
@@ -368,8 +369,9 @@ def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_ser
 def test_dry_run_says_what_it_would_write(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS, "--dry-run")
     assert code == 0
-    assert "wandb:ent/proj/ra: would write summary when_6 = 'reached · " in out
-    assert "would write file loss_eta.png" in out
+    assert "(wandb:ent/proj/ra): would annotate: no annotation yet" in out
+    assert re.search(r"^  when_6 +\(none\) → '✓ [^']+ · reached · [^']+'$", out, re.M), out
+    assert "  to: summary keys and files loss_eta.json, loss_eta.png of wandb:ent/proj/ra" in out
 
 
 def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):

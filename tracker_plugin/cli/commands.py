@@ -195,8 +195,9 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bo
         say(json.dumps(runs_json(rows), indent=2))
     else:
         for outcome in outcomes:
-            for line in outcome.planned:
-                say(f"{outcome.run.ref}: would write {line}")
+            if outcome.planned:
+                first, *rest = outcome.planned
+                say("\n".join([f"{outcome.run.name} ({outcome.run.ref}): {in_flags(first)}", *rest]))
         say(runs_table(rows, in_flags))
     failed = [(o.run.name, o.run.ref, o.error) for o in outcomes if o.failed]
     say_failures(failed, len(outcomes))

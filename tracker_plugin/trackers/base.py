@@ -83,6 +83,10 @@ class Previous:
     # A finished run's backtest record (``siblings`` in the provenance tag), as stored: the
     # jobs layer reads it (see tracker_plugin.jobs.calibration).
     siblings: Any = field(default=None, compare=False)
+    # What the last annotation was made with (its settings, as stored, and the loss key it
+    # read): the jobs layer says what changed when it redoes one.
+    settings: Any = field(default=None, compare=False)
+    loss_key: str | None = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -130,6 +134,8 @@ def previous_of(held: Mapping[str, Any]) -> Previous | None:
         plot=text("plot_sha256"),
         legacy=any(is_legacy(k) for k in own),
         siblings=provenance.get("siblings"),
+        settings=provenance.get("settings"),
+        loss_key=text("loss_key"),
     )
 
 
@@ -424,11 +430,9 @@ class Source(ABC):
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        """What :meth:`write` would do, one line per key or file, for ``--dry-run``."""
-        lines = [f"{key} = {_show(value)}" for key, value in sorted(annotation.metrics.items())]
-        lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
-        lines.append(f"{MARKER} = {annotation.marker()!r} (last)")
-        return lines + [f"artifact {JSON_PATH}", f"artifact {PNG_PATH}"]
+        """Where :meth:`write` would put the annotation, for ``--dry-run`` (the jobs say
+        which keys would change)."""
+        return [f"to: keys, {JSON_PATH} and {PNG_PATH} of {run.ref}"]
 
     def portable_options(self) -> SourceOptions:
         """The options this source was opened with, with whatever it took from this
@@ -445,6 +449,3 @@ class Source(ABC):
     def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""
 
-
-def _show(value: float | None) -> str:
-    return "(none)" if value is None else f"{value:.10g}"

@@ -392,17 +392,30 @@ class MlflowSource(Source):
     reads_plot = True
 
     def stored_artifact(self, run: RunInfo, artifact: str) -> bytes | None:
+        """Read without MLflow's download, which draws a progress bar on stderr for each
+        file: a local store's file where it lies, a server's proxied artifact over HTTP
+        (:meth:`RestTarget.file`); only another store (S3, say) goes through MLflow's download."""
         from mlflow.exceptions import MlflowException
+        from mlflow.store.artifact.http_artifact_repo import HttpArtifactRepository
+        from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
             with self._artifacts(self._record(run).info.artifact_uri) as repository:
+                http = isinstance(repository, HttpArtifactRepository)
+                target = rest_target(repository.artifact_uri, timeout=self.mlflow.timeout,
+                                     retries=self.mlflow.retries) if http else None  # fmt: skip
+                if target is not None:
+                    return target.file(artifact)
                 try:
-                    path = repository.download_artifacts(artifact, tmp)
+                    if isinstance(repository, LocalArtifactRepository):
+                        path = repository.download_artifacts(artifact)  # no copy, no bar: where it lies
+                    else:
+                        path = repository.download_artifacts(artifact, tmp)
+                    return Path(path).read_bytes()
                 except (MlflowException, OSError) as exc:
                     if _network_failure(exc):
                         raise
                     return None  # not there (or not readable): the annotation is redone
-            return Path(path).read_bytes()
 
     @contextmanager
     def _artifacts(self, artifact_uri: str) -> Iterator[Any]:
@@ -503,9 +516,14 @@ class MlflowSource(Source):
             self._client().log_batch(_run_id(run), tags=[RunTag(MARKER, annotation.marker())])
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        step = int(annotation.step)
-        lines = super().describe_write(run, annotation)
-        return [f"metrics at step {step}, tags and artifacts to {run.ref}", *lines]
+        with self._errors(run.ref):
+            step, _ = _write_point(_latest(self._client().get_run(_run_id(run))), _metric_step(run, annotation))
+            points = self._series_rows(run, annotation, 0)
+        lines = [f"to: metrics at step {step}, tags and artifacts {ARTIFACT_JSON}, {ARTIFACT_PNG} of {run.ref}"]
+        if annotation.series is not None:
+            keys = ", ".join(sorted(annotation.series.values))
+            lines.append(f"series: {len(points):,} new points of {keys}, at the run's own steps")
+        return lines
 
     def close(self) -> None:
         if self._pool is not None:
