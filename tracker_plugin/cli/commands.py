@@ -27,6 +27,7 @@ from tracker_plugin.cli.options import (
     make_settings,
     make_source_options,
     plot_x_option,
+    series_option,
     settings_options,
     source_options,
     tracker_options,
@@ -165,8 +166,10 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Calibrate the runs not finished on the finished runs of the same experiment or project.")
+@series_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, as_json: bool, **options: Any) -> int:
+def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, series: bool, as_json: bool,
+             **options: Any) -> int:
     """Analyse runs and write the forecasts back to them.
 
     SOURCES are run strings: mlflow:RUN_ID, mlflow:experiment/NAME_OR_ID,
@@ -188,7 +191,7 @@ def annotate(sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bo
     with executor_of(options, reading.workers) as executor:
         outcomes = annotate_runs(
             default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor,
-            calibrate=calibrate,
+            calibrate=calibrate, series=series,
         )
     rows = outcome_rows(outcomes)
     if as_json:
@@ -498,8 +501,10 @@ def compare(
     help="Stop after this many passes even if runs are still running [default: until all have finished].",
 )
 @fanout_options
+@series_option
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
-def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_json: bool, **options: Any) -> int:
+def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, series: bool, as_json: bool,
+          **options: Any) -> int:
     """Re-annotate runs every few minutes until they have all finished.
 
     Each pass reconnects to the tracker, lists the runs again and annotates those that
@@ -518,7 +523,8 @@ def watch(sources: tuple[str, ...], every: float, max_cycles: int | None, as_jso
     last: Pass | None = None
     specs = default_sources(sources, reading)
     with executor_of(options, reading.workers) as executor:  # one cluster for every pass
-        for last in watch_runs(specs, reading, config, every=every, max_cycles=max_cycles, executor=executor):
+        for last in watch_runs(specs, reading, config, every=every, max_cycles=max_cycles, executor=executor,
+                               series=series):
             say(f"pass {last.number}: {last.summary()}", err=True)
     assert last is not None  # a watch makes at least one pass
     if last.final:

@@ -335,6 +335,17 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return _with(options, func)
 
 
+def series_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Whether the smoothed loss goes back as a series for the trackers' own charts."""
+    return click.option(
+        "--series/--no-series",
+        default=True,
+        show_default=True,
+        help="Write the token-window smoothed loss back as a series (loss_eta_smoothed against loss_eta_tokens, "
+        "about 1,000 points a run) for the tracker's own charts.",
+    )(func)
+
+
 def fanout_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Where a job over many runs processes them (see :mod:`tracker_plugin.jobs.fanout`)."""
     options = [

@@ -37,6 +37,7 @@ def annotate_runs(
     states: tuple[str, ...] | None = None,
     executor: Executor | None = None,
     calibrate: bool = True,
+    series: bool = True,
 ) -> list[Outcome]:
     """One annotation pass; runs are selected as :func:`~tracker_plugin.jobs.runs.open_runs` does.
 
@@ -45,7 +46,8 @@ def annotate_runs(
     is an outcome too: the others still finish. ``executor`` runs the runs (see
     :func:`~tracker_plugin.jobs.runner.process_runs`; default: ``options.workers`` threads).
     With ``calibrate`` (the default), the runs not finished are calibrated on the finished
-    runs of the same run string (all of them, whatever ``states`` selects).
+    runs of the same run string (all of them, whatever ``states`` selects). ``series``:
+    write the smoothed loss back as a series for the trackers' own charts.
     """
     wanted = options.states if states is None else states
     outcomes: list[Outcome] = []
@@ -53,7 +55,7 @@ def annotate_runs(
         for source, every in opened:
             selected = select_states(every, wanted, keep)
             common: dict[str, Any] = dict(write=True, force=force, dry_run=dry_run, workers=options.workers,
-                                          label="annotating", executor=executor)
+                                          label="annotating", executor=executor, series=series)
             finished = [run for run in every if run.state == "finished"]
             subjects = [run for run in selected if not run.finished]
             if not calibrate or not finished or not subjects:

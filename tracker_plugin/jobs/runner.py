@@ -83,6 +83,7 @@ def process_runs(
     executor: Executor | None = None,
     book: SiblingBook | None = None,
     records: bool = False,
+    series: bool = True,
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
@@ -100,12 +101,13 @@ def process_runs(
     ``book`` calibrates each run on a project's finished runs (its digest is a setting:
     a new finished run redoes the runs calibrated on the project); with ``records``, each
     run in state ``finished`` is backtested once for its record (kept in its annotation, a
-    run holding a current one is not read for it) and the outcome carries it.
+    run holding a current one is not read for it) and the outcome carries it. ``series``:
+    the annotation carries the smoothed loss as a series (:mod:`tracker_plugin.jobs.series`).
     """
     collision = target_collision(config.targets) if write else None
     if collision is not None:
         raise ConfigError(collision)  # before anything is written
-    settings = settings_of(config, source.options.columns, source.options.batch_size)
+    settings = settings_of(config, source.options.columns, source.options.batch_size, series=series)
     recorded = record_hash(settings) if records else None
     if book is not None:
         settings["calibration"] = book.settings()

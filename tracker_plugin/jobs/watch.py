@@ -51,6 +51,7 @@ def watch_runs(
     max_cycles: int | None = None,
     sleep: Callable[[float], None] | None = None,
     executor: Executor | None = None,
+    series: bool = True,
 ) -> Iterator[Pass]:
     """Annotate every ``every`` minutes; yield each pass as it ends.
 
@@ -67,9 +68,10 @@ def watch_runs(
     while True:
         number += 1
         if number == 1:
-            outcomes = annotate_runs(specs, options, config, executor=executor)
+            outcomes = annotate_runs(specs, options, config, executor=executor, series=series)
         else:
-            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor)
+            outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor,
+                                     series=series)
         watched |= {o.run.ref for o in outcomes}
         done = Pass(number, tuple(outcomes))
         yield done
