@@ -69,10 +69,10 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     # every target writes every field, None where there is nothing to say
     assert annotation.metrics[target_key(2.1, "Btok")] is None
     assert target_status(annotation.labels[target_key(2.1)]) == "unreachable"
-    # The runs table shows about 13 characters of a text: the mark and the number come first.
+    # The runs table shows about 10 characters of a text: the mark and the whole number first.
     for target in config.targets:
         text = annotation.labels[target_key(target)]
-        assert re.match(r"^[✓≈→✗–] (\d[\d.,]*[KMBT]? tok|step [\d,]+|best [\d.]+|floor [\d.]+) ", text[:14]), text
+        assert re.match(r"^[✓≈→✗–] \d[\d.,]*[KMBT]?( |$)", text[:11]), text
 
 
 @pytest.fixture

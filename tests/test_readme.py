@@ -182,7 +182,7 @@ def test_fresh_machine_main_job_runs(capfd, monkeypatch, tmp_path):
         assert status in (Status.REACHED, Status.NOT_REACHED), status
         if status == Status.NOT_REACHED:  # no crossing as a number: the best smoothed loss, above 3.3
             assert "when_3p3_Btok" not in run.data.metrics  # no number, never one: no key
-            assert float(re.search(r"^✗ best ([0-9.]+) · ", text).group(1)) > 3.3
+            assert float(re.search(r"^✗ ([0-9.]+) best · ", text).group(1)) > 3.3
         assert run.info.status == "FINISHED"
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"loss_eta.json", "loss_eta.png"}
     # The closing hint names only keys the runs have (they log no clock: no hours).

@@ -142,7 +142,7 @@ _TEXT_SETTINGS: dict[str, list[Decorator]] = {
             "--lr-spec",
             metavar="SHAPE:KEY=VALUE,...",
             help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
-            "(shapes: constant, cosine, linear, wsd, step; see the README).",
+            "(shapes: constant, cosine, linear, wsd, step; see docs/forecasting.md, The planned lr beyond the log).",
         ),
         click.option(
             "--total-steps",

@@ -608,8 +608,8 @@ def _law_result(
 ) -> TargetResult:
     if found.tokens is None:
         note = found.note or (
-            f"the smoothed loss levels off near {fit.asymptote:.4f}, above the target, even with the planned lr "
-            f"run on to {fit.timeline.horizon / max(history.last_step, 1):,.0f} times the logged steps"
+            f"the smoothed loss levels off near {fit.asymptote:.4f}, above the target: a run "
+            f"{fit.timeline.horizon / max(history.last_step, 1):,.0f} times as long on this plan would not reach it"
         )
         return TargetResult(
             target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,

@@ -1,21 +1,23 @@
 """The one line per target a tracker's runs table shows beside the sortable numbers.
 
-A runs table shows about 13 characters of a text column at its default width (MLflow's
-100 px; W&B's are as narrow), so the answer comes first: a mark that says where the
-target stands, then the one number that answers it, then the status word, then the
-detail a person reads on the run's page::
+A runs table shows about 10 characters of a text column at its default width (MLflow's
+100 px column leaves 76 px for the text; W&B's are as narrow), so the answer comes
+first: a mark that says where the target stands, then the one number that answers it,
+then the status word, then the detail a person reads on the run's page::
 
     ✓ 10.18B tok · reached · step 7,769 · at 2.1 h
     ≈ 24.10B tok · forecast · 80%: 21.00B–27.90B · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC
     ≈ 24.10B tok · forecast · 80%: 22.00B–26.10B · step 18,390 · calibrated on 7 runs
     → 250.00B tok · forecast_beyond_plan · 80%: 190.00B–∞ · step 190,000 · past the plan
-    ✗ best 3.497 · not_reached · the run ended at 7.62B tok, step 14,533
-    ✗ best 3.507 · not_reached · the plan ends at 5.00B tok, step 9,536 · P(within plan) 0.25
-    ✗ floor 3.52 · unreachable · the smoothed loss levels off near 3.520, above the target
+    ✗ 3.497 best · not_reached · the run ended at 7.62B tok, step 14,533
+    ✗ 3.507 best · not_reached · the plan ends at 5.00B tok, step 9,536 · P(within plan) 0.25
+    ✗ 3.52 floor · unreachable · the smoothed loss levels off near 3.520, above the target
     – no forecast · not_enough_data · 12 rows after the fit start; need 20
+    ✓ 7,769 steps · reached (a run with no tokens)
 
-The lead is ``<mark> <number>``: the tokens (or the step, on a run with no tokens) where
-the target is reached or forecast, else the best smoothed loss. The status word is always
+The lead is ``<mark> <number> <what it is>``: the tokens (or steps, on a run with no
+tokens) where the target is reached or forecast, else the best smoothed loss; the
+number comes whole within the first 10 characters, its word may be cut. The status word is always
 the second part, the vocabulary of :mod:`tracker_plugin.core.status`, so a filter finds
 the runs: MLflow's ``tags.when_3p3 LIKE '%· reached ·%'`` (or ``LIKE '✓%'``). A status
 with no mark of its own here gets ``•`` and its probability or best loss as the number
@@ -77,7 +79,7 @@ def _located(analysis: Analysis, k: int, result: TargetResult) -> tuple[str, lis
         if result.step is not None and math.isfinite(result.step):
             parts.append(f"step {format_steps(result.step)}")
     else:
-        lead = f"step {format_steps(result.step)}" if result.step is not None and math.isfinite(result.step) else "-"
+        lead = f"{format_steps(result.step)} steps" if result.step is not None and math.isfinite(result.step) else "-"
         if result.step_interval is not None:
             parts.append(f"{level}: {interval(result.step_interval, format_steps)}")
     seconds, left, eta = target_seconds(analysis, k)
@@ -103,9 +105,9 @@ def _unlocated(analysis: Analysis, result: TargetResult) -> tuple[str, list[str]
     within the plan."""
     floor = getattr(result.fit, "asymptote", None) if result.status == Status.UNREACHABLE else None
     if result.best_loss is not None:
-        lead = f"best {result.best_loss:.4g}"
+        lead = f"{result.best_loss:.4g} best"
     elif floor is not None and math.isfinite(floor) and floor >= result.target:
-        lead = f"floor {floor:.4g}"
+        lead = f"{floor:.4g} floor"
     elif result.status not in MARKS and result.p_reach_within_plan is not None:
         lead = f"P {result.p_reach_within_plan:.2f}"
     else:
