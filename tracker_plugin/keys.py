@@ -9,18 +9,18 @@ in the name. Only what a person sorts or reads is a key of its own; the settings
 and provenance go together into one tag, ``loss_eta``, and the JSON report. Every key is
 a ``[_a-zA-Z0-9]`` name with no ``/``: W&B sorts and filters on such names, MLflow accepts
 them, and MLflow's run page, which puts a chart section for each ``prefix/`` ahead of the
-run's own charts, files ours with the run's own metrics, after ``train_loss`` and ``val_loss``
-(charts are sorted by name there; ``when`` comes late). The numbers are rounded to what a
-person reads (4 significant digits of billions of tokens, 3 of hours); the report keeps
-every digit.
+run's own charts, files ours with the run's own metrics (charts are sorted by name there:
+``loss_eta_smoothed`` beside the run's loss, ``when`` late). The numbers are rounded to
+what a person reads (4 significant digits of billions of tokens, 3 of hours); the report
+keeps every digit.
 
 For a target of 3.3::
 
-    when_3p3          text: the status word first, then the answer, for instance
-                      "reached · 10.2B tok · step 7,763"
-                      "forecast · 24.1B tok (80%: 21.0B–27.9B) · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
-                      "forecast · 24.1B tok (80%: 22.0B–26.1B) · step 18,390 · calibrated on 7 runs"
-                      "not_reached · best 3.412 · run ends at 37.2B tok · P(within plan) 0.03"
+    when_3p3          text: a mark and the number first, then the status word, then the
+                      detail (see tracker_plugin.report.target_text), for instance
+                      "✓ 10.18B tok · reached · step 7,763"
+                      "≈ 24.10B tok · forecast · 80%: 21.00B–27.90B · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
+                      "✗ 3.412 best · not_reached · the plan ends at 37.20B tok, step 47,266 · P(within plan) 0.03"
     when_3p3_Btok     billions of tokens where the smoothed loss reaches 3.3 (none on the step axis)
     when_3p3_step     the step there
     when_3p3_hours    hours from the run's last logged row until then (0 once reached)
