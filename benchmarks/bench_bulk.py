@@ -10,7 +10,8 @@ Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished r
      split into reading, the analysis, the plot and the write-back, the wall time per run,
      and the failures (target: 0), each failure's reason; beside them, MLflow's own client
      fetching the same histories, and the floor of the plot (a bare matplotlib figure with
-     the plot's parts);
+     the plot's parts); the smoothed series' share of the write-back (building it, reading
+     what the run holds, its rows) and the metric rows per run with and without it;
   2. an unchanged rerun, one run at a time too: its wall time as a share of the first's
      (target: <= 5%), how many runs it left unchanged and how many history reads it sent
      (target: 0); then ``annotate --force --no-plot``: the client's CPU per run without
@@ -53,6 +54,7 @@ from tracker_plugin.jobs import annotation as annotation_module
 from tracker_plugin.jobs import runner
 from tracker_plugin.jobs.annotate import annotate_runs
 from tracker_plugin.jobs.fanout import make_executor
+from tracker_plugin.keys import SERIES, is_series
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
@@ -144,15 +146,19 @@ def measured_parts() -> Iterator[Parts]:
     """Count the CPU of reading, analysis, plot and write-back (the plot is drawn inside the
     write and taken out of it)."""
     parts = Parts()
-    saved = (MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write)
+    saved = (MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write,
+             annotation_module.smoothed_series, MlflowSource._series_rows)  # fmt: skip
     MlflowSource.read = parts.timed("reading", saved[0])
     runner.run_analysis = parts.timed("analysis", saved[1])
     annotation_module._plot_png = parts.timed("plot", saved[2])
-    MlflowSource.write = parts.timed("write-back (with loss_eta.png)", saved[3])
+    MlflowSource.write = parts.timed("write-back (with the plot)", saved[3])
+    annotation_module.smoothed_series = parts.timed("series: built", saved[4])
+    MlflowSource._series_rows = parts.timed("series: held read, rows", saved[5])
     try:
         yield parts
     finally:
-        MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write = saved
+        (MlflowSource.read, runner.run_analysis, annotation_module._plot_png, MlflowSource.write,
+         annotation_module.smoothed_series, MlflowSource._series_rows) = saved  # fmt: skip
 
 
 def options(uri: str, workers: int, columns: Columns | None = None) -> SourceOptions:
@@ -161,10 +167,12 @@ def options(uri: str, workers: int, columns: Columns | None = None) -> SourceOpt
 
 
 def one_pass(uri: str, spec: str, workers: int, *, force: bool = False, executor=None, plot: bool = True,
-             config: AnalysisConfig = CONFIG, columns: Columns | None = None) -> tuple[float, float, list]:
+             series: bool = True, config: AnalysisConfig = CONFIG,
+             columns: Columns | None = None) -> tuple[float, float, list]:
     """Wall and this process's CPU seconds of one annotate, and its outcomes."""
     wall, cpu = time.perf_counter(), time.process_time()
-    outcomes = annotate_runs([spec], options(uri, workers, columns), config, force=force, executor=executor, plot=plot)
+    outcomes = annotate_runs([spec], options(uri, workers, columns), config, force=force, executor=executor, plot=plot,
+                             series=series)
     return time.perf_counter() - wall, time.process_time() - cpu, outcomes
 
 
@@ -214,8 +222,10 @@ def bare_plot() -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
+    from tracker_plugin.report.plot_parts import SINGLE
+
     x = np.geomspace(3e7, 5e10, 2048)
-    fig = Figure(figsize=(10, 6), dpi=110, layout="constrained")
+    fig = Figure(figsize=SINGLE, dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.plot(x, 3 + 3 * (x / 1e9) ** -0.3, label="loss")
@@ -228,6 +238,34 @@ def bare_plot() -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+def without_series(server: MlflowServer, spec: str, n: int, first: dict[str, float], server_first: float,
+                   rows: dict[str, int]) -> None:
+    """The same runs annotated again without the series (``--no-series --force``): the
+    write-back as it was before there were series, measured in this run beside the first's."""
+    before, server_cpu = own_rows(server), group_cpu(server.pid)
+    with measured_parts() as parts:
+        one_pass(server.uri, spec, 1, force=True, series=False)
+    server_cpu = group_cpu(server.pid) - server_cpu
+    written = sum(own_rows(server).values()) - sum(before.values())
+
+    def write(cpu: dict[str, float]) -> float:
+        return 1000 * (cpu.get("write-back (with the plot)", 0.0) - cpu.get("plot", 0.0)) / n
+
+    print(f"   the same runs again without the series (--no-series --force): write-back {write(parts.cpu):.1f} ms "
+          f"client CPU per run and {written / n:,.1f} metric rows, against {write(first):.1f} ms and "
+          f"{sum(rows.values()) / n:,.0f} rows with them; server CPU per run {1000 * server_cpu / n:.0f} ms "
+          f"against {1000 * server_first / n:.0f} ms for the first pass (which read the histories too)")  # fmt: skip
+
+
+def own_rows(server: MlflowServer) -> dict[str, int]:
+    """Metric rows of our keys in the server's store, by key (the store's own count)."""
+    import sqlite3
+
+    with sqlite3.connect(server.root / "mlflow.db", timeout=60) as db:
+        found = db.execute("SELECT key, COUNT(*) FROM metrics WHERE key LIKE 'loss_eta%' OR key LIKE 'when_%' GROUP BY key")
+        return {key: int(count) for key, count in found.fetchall()}
 
 
 def failures(outcomes: list) -> list[str]:
@@ -268,18 +306,25 @@ def main() -> None:
 def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]:
     pgid = server.pid
     server_cpu = group_cpu(pgid)
-    with measured_parts() as parts:
+    rows_before = own_rows(server)
+    mark = server.mark()
+    with measured_parts() as first:
         wall, cpu, outcomes = one_pass(server.uri, spec, 1, force=True)
     server_cpu = group_cpu(pgid) - server_cpu
+    series_reads = server.requests_since(mark, "/metrics/get-history") - n * len(KEYS)  # beyond the histories read
+    rows = {key: count - rows_before.get(key, 0) for key, count in own_rows(server).items()}
     failed = failures(outcomes)
     cpu_ms = 1000 * cpu / n
     print(f"\n1. first annotate, one run at a time, {n} runs: {Counter(str(o.action) for o in outcomes)}")
     print(f"   client CPU per run {cpu_ms:.0f} ms (target <= {TARGET_CPU_MS:.0f} ms: "
           f"{'met' if cpu_ms <= TARGET_CPU_MS else 'missed'}); server CPU per run {1000 * server_cpu / n:.0f} ms")  # fmt: skip
-    for part, seconds in parts.cpu.items():
-        print(f"     {part:<28} {1000 * seconds / n:7.1f} ms per run")
-    plot = parts.cpu.get("plot", 0.0)
-    print(f"     {'write-back without the plot':<28} {1000 * (parts.cpu.get('write-back (with loss_eta.png)', 0) - plot) / n:7.1f} ms per run")
+    show_parts(first, n)
+    plot = first.cpu.get("plot", 0.0)
+    print(f"     {'write-back without the plot':<28} {1000 * (first.cpu.get('write-back (with the plot)', 0) - plot) / n:7.1f} ms per run")
+    series_rows = sum(count for key, count in rows.items() if is_series(key))
+    print(f"   metric rows written per run: {series_rows / n:,.0f} of the series ({', '.join(SERIES)}), "
+          f"{(sum(rows.values()) - series_rows) / n:,.1f} of the numbers; {series_reads / n:.1f} history reads "
+          f"per run to find the series points a run holds")  # fmt: skip
     baselines(server.uri, spec, min(n, 50))
     print(f"   wall per run {1000 * wall / n:.0f} ms ({wall:.1f} s in all)")
     print(f"   failures: {len(failed)} (target 0)")
@@ -306,6 +351,7 @@ def first_and_rerun(server: MlflowServer, spec: str, n: int) -> dict[str, float]
     print(f"   annotate --force --no-plot: client CPU per run {1000 * bare_cpu / n:.0f} ms (with the plot: {cpu_ms:.0f} ms); "
           f"failures {len(failures(outcomes))}")
     show_parts(parts, n)
+    without_series(server, spec, n, first.cpu, server_cpu, rows)
     return {"cpu": cpu / n, "server_cpu": server_cpu / n, "wall": wall / n, "rerun": rewall / n, "no_plot": bare_cpu / n}
 
 

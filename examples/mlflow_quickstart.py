@@ -12,6 +12,7 @@ there (by name) are not logged again, so the script can be run twice; the second
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     import mlflow
     from mlflow.tracking import MlflowClient
 
+    # MLflow says at INFO when it creates a new local store's tables: this script's own
+    # lines are the ones to read on stderr.
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
     sys.path.insert(0, str(RUNS.parents[1]))  # this checkout, for the tests' logger (tests/doubles)
     from tests.doubles.mlflow_runs import log_csv
     from tracker_plugin.cli import main as tracker_plugin
@@ -45,19 +49,30 @@ def main(argv: list[str] | None = None) -> int:
             log_csv(client, experiment_id, path)
             print(f"logged {path.name} as run {path.stem}", file=sys.stderr)
 
-    command = ["annotate", f"mlflow:experiment/{EXPERIMENT}", "--tracking-uri", uri,
-               "--loss-col", "val_loss", "--target", *TARGETS]  # fmt: skip
+    # Each run is read on the loss every command reads by default (analyze, compare and
+    # annotate agree): nanoGPT's train_loss, the OLMo runs' val_loss, the only one they log.
+    command = ["annotate", f"mlflow:experiment/{EXPERIMENT}", "--tracking-uri", uri, "--target", *TARGETS]
     print(f"$ tracker-plugin {' '.join(command)}")
     code = tracker_plugin(command)
     print(f"\nThe runs table of '{EXPERIMENT}' as MLflow serves it (sorted on a forecast column):")
     print(mlflow_table(client, experiment_id, "when_3p3"))
-    print(
-        f"\nIn the MLflow UI ({_ui_hint(uri)}), open the experiment\n"
-        f"'{EXPERIMENT}'; under Columns, add the Tag when_3p3 (what happened, in words)\n"
-        "and the Metrics when_3p3_Btok, when_3p3_step and when_3p3_hours (sortable). Each\n"
-        "run's Artifacts tab shows loss_eta.png and loss_eta.json."
-    )
+    print(f"\n{_columns_hint(client, experiment_id, uri, 'when_3p3')}")
     return code
+
+
+def _columns_hint(client, experiment_id: str, uri: str, key: str) -> str:
+    """Where to look in the UI, naming only the columns the runs have."""
+    runs = client.search_runs([experiment_id], max_results=1000)
+    have = [f"{key}_{unit}" for unit in ("Btok", "step", "hours") if any(f"{key}_{unit}" in r.data.metrics for r in runs)]
+    metrics = ", ".join(have[:-1]) + f" and {have[-1]}" if len(have) > 1 else "".join(have)
+    return (
+        f"In the MLflow UI ({_ui_hint(uri)}), open the experiment\n"
+        f"'{EXPERIMENT}'; under Columns, add the Tag {key} (the answer: a mark and the number\n"
+        f"first) and the Metrics {metrics} (click a header twice to sort\n"
+        "ascending, soonest first). Each run's Artifacts tab shows loss_eta.png and loss_eta.json;\n"
+        "the Chart view with the x-axis set to the metric loss_eta_tokens draws every run's\n"
+        "loss_eta_smoothed against tokens."
+    )
 
 
 def _ui_hint(uri: str) -> str:

@@ -37,6 +37,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# What a run of the tests may leave in the checkout: Python's and the tools' own caches.
+_TOOL_CACHES = {".pytest_cache", ".hypothesis", ".mypy_cache", ".ruff_cache", "__pycache__"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _nothing_written_to_the_checkout():
+    """Tests write only under temporary folders: a store, ``mlruns/`` or a plot left in the
+    checkout (MLflow puts a local store's artifacts under ./mlruns unless told) fails the session."""
+    def listing() -> set[str]:
+        names = {p.name for p in ROOT.iterdir()}
+        stores = [ROOT / "mlruns", ROOT / "wandb"]
+        return names | {str(p.relative_to(ROOT)) for folder in stores if folder.is_dir() for p in folder.iterdir()}
+
+    before = listing()
+    yield
+    left = sorted(listing() - before - _TOOL_CACHES)
+    assert not left, f"the tests left {left} in the checkout: write under tmp_path"
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_environment():
     """Tests never read or write the user's caches or trackers: both point into a temp dir."""

@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 
+import numpy as np
 import pytest
 
 import tracker_plugin as tp
@@ -20,11 +21,16 @@ from tracker_plugin.keys import (
     KEY_PATTERN,
     MARKER,
     PROVENANCE,
+    SERIES,
+    SERIES_LOSS,
+    SERIES_POINTS,
+    SERIES_TOKENS,
     TARGET_METRICS,
     content_hash,
     target_key,
     target_slug,
 )
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.trackers.base import previous_of
 
 MLFLOW_KEY = re.compile(r"^[/\w.\- :]{1,250}$")
@@ -48,20 +54,25 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
     # Per target its text and 3 numbers (billions of tokens, step, hours left); for the
-    # run one provenance tag (the marker is written apart).
+    # run one provenance tag (the marker is written apart) and the two series.
     assert TARGET_METRICS == ("Btok", "step", "hours")
-    assert len(keys) == 4 * (1 + 3) + 1 and PROVENANCE in keys
+    assert len(keys) == 4 * (1 + 3) + 1 + 2 and PROVENANCE in keys and set(SERIES) <= set(keys)
     for key in keys:
         assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] names
         assert MLFLOW_KEY.match(key), key
-        assert key == PROVENANCE or key.startswith("when_")
+        assert key in (PROVENANCE, *SERIES) or key.startswith("when_")
+    keys = [key for key in keys if key not in SERIES]
     # MLflow's runs table shows about 13 characters: the target comes first, and the
     # columns of targets of up to 2 decimals differ within them
     short = [key for key in keys if "3p14159" not in key]
     assert len({key[:13] for key in short}) == len(short) == 13
     # every target writes every field, None where there is nothing to say
     assert annotation.metrics[target_key(2.1, "Btok")] is None
-    assert annotation.labels[target_key(2.1)].startswith("unreachable")
+    assert target_status(annotation.labels[target_key(2.1)]) == "unreachable"
+    # The runs table shows about 10 characters of a text: the mark and the whole number first.
+    for target in config.targets:
+        text = annotation.labels[target_key(target)]
+        assert re.match(r"^[✓≈→✗–] \d[\d.,]*[KMBT]?( |$)", text[:11]), text
 
 
 @pytest.fixture
@@ -162,3 +173,31 @@ def test_old_status_words_read_as_todays_and_an_annotation_in_the_earlier_layout
     cleared = {**today, "loss_eta/target_3p10/tokens": float("nan")}
     previous = previous_of({**cleared, MARKER: content_hash(today)})
     assert previous is not None and not previous.legacy and previous.complete
+
+
+def test_the_smoothed_series_is_the_forecasts_curve_thinned_on_a_grid_that_only_grows(data_dir):
+    history = tp.load_csv(data_dir / "nanogpt-124M-adamw-llmc.csv")  # 9,538 logged steps
+    config = tp.AnalysisConfig(targets=(3.3,))
+    full = tp.analyze(history, config.targets)
+    series = build_annotation(full, settings_of(config, tp.Columns(), None)).series
+    assert series is not None and set(series.values) == set(SERIES)
+    steps = np.asarray(series.steps)
+    # About a thousand points, from the fit start to the run's last step, in order.
+    assert SERIES_POINTS // 2 <= len(steps) <= SERIES_POINTS + 1
+    assert steps[0] >= full.fit_start_step and steps[-1] == history.step[-1] and (np.diff(steps) > 0).all()
+    rows = np.searchsorted(history.step, steps)
+    assert np.allclose(series.values[SERIES_LOSS], full.smoothed[rows], rtol=1e-5)  # six digits
+    assert np.array_equal(series.values[SERIES_TOKENS], np.round(history.tokens[rows]))
+    # The same run a third done: every step of the later, coarser grid but its last was
+    # kept by the earlier one, with the same value (the EMA reads no later row), so a pass
+    # over the grown run writes only new steps.
+    early = tp.analyze(history.head(len(history) // 3), config.targets)
+    before = build_annotation(early, settings_of(config, tp.Columns(), None)).series
+    assert before is not None
+    held = dict(zip(before.steps, before.values[SERIES_LOSS]))
+    shared = [s for s in series.steps if s <= before.steps[-1]]
+    assert shared and all(s in held for s in shared[:-1])
+    assert all(held[s] == v for s, v in zip(series.steps, series.values[SERIES_LOSS]) if s in held and s != before.steps[-1])
+    # Turned off, nothing is written but the numbers and texts.
+    off = build_annotation(full, settings_of(config, tp.Columns(), None, series=False))
+    assert off.series is None and not set(SERIES) & set(off.keys())

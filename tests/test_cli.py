@@ -37,7 +37,7 @@ def test_text_report_has_every_part(capsys, data_dir):
     assert "stage" in out and "tokens (before step)" in out  # the stage table
     assert "target=5.5      REACHED (interpolated): step=" in out
     assert "stability sweep" in out and "verdict:" in out
-    assert "target=2.1      UNREACHABLE: unreachable under this fit" in out
+    assert "target=2.1      UNREACHABLE: the fitted power law levels off near" in out
 
 
 def test_extrapolated_line_names_fit_factor_and_flag(capsys, data_dir):
@@ -175,7 +175,7 @@ def test_a_csv_with_no_batch_or_tokens_is_analysed_on_steps(capsys, tmp_path):
     path.write_text("step,train_loss\n" + "".join(f"{s},{2 + 6 * (s / 20 + 1) ** -0.6}\n" for s in steps))
     code, out, err = run_cli(capsys, "analyze", path, "-t", "3.5", "--ema-steps", "20")
     assert code == 0 and err == ""
-    assert "read as: generic (step: step, loss: train_loss" in out and "tokens: none (on steps)" in out
+    assert "read as: generic; step: step, loss: train_loss" in out and "tokens: none (on steps)" in out
     (note,) = [line for line in out.splitlines() if "working on steps" in line]
     assert "--batch-size" in note and "--tokens-col" in note
     reached = next(line for line in out.splitlines() if line.startswith("target=3.5"))

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import Executor
+from pathlib import Path
 
 import pytest
 
@@ -39,11 +40,12 @@ CONFIG = AnalysisConfig(targets=(5.5, 4.0))
 GOOD = 3
 
 
-def experiment(uri: str, good: int = GOOD, steps: int = 300) -> tuple[str, list[str]]:
-    """Runs with a loss and one without (it must fail, alone): the experiment's name and run ids."""
+def experiment(uri: str, good: int = GOOD, steps: int = 300, artifacts: Path | None = None) -> tuple[str, list[str]]:
+    """Runs with a loss and one without (it must fail, alone): the experiment's name and run
+    ids. A local store's artifacts go to ``artifacts`` (MLflow's default is ./mlruns)."""
     client = MlflowClient(uri)
     name = f"fanout-{uuid.uuid4().hex[:8]}"
-    experiment_id = client.create_experiment(name)
+    experiment_id = client.create_experiment(name, artifact_location=None if artifacts is None else artifacts.as_uri())
     ids = [
         log_run(client, experiment_id, synthetic_run(steps, batch=4_194_304.0, seed=k), name=f"run{k}")
         for k in range(good)
@@ -87,7 +89,7 @@ def store(request, mlflow_server, sqlite_store) -> str:
 
 
 def test_every_executor_writes_what_the_serial_job_writes(store, executor, tmp_path):
-    name, ids = experiment(store)
+    name, ids = experiment(store, artifacts=None if store.startswith("http") else tmp_path / "artifacts")
     spec = f"mlflow:experiment/{name}"
     serial = annotate_runs([spec], options(store, workers=1), CONFIG)
     expected = {run_id: own_keys(store, run_id) for run_id in ids[:GOOD]}

@@ -23,6 +23,7 @@ from tracker_plugin import build_history
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.core.status import Status
 from tracker_plugin.errors import ConfigError
+from tracker_plugin.keys import SERIES_LOSS, SERIES_TOKENS
 from tracker_plugin.live import LiveForecast, stream
 from tracker_plugin.plan.schedule import LrSchedule
 
@@ -61,6 +62,41 @@ def test_a_live_forecast_is_the_analysis_of_the_same_rows(nanogpt):
     assert result.metrics["when_3p3_Btok"] == pytest.approx(result.analysis.targets[0].tokens / 1e9, rel=1e-3)
     assert result.metrics["when_3p3_step"] == pytest.approx(result.analysis.targets[0].step, abs=0.5)
     assert "when_3p3_hours" in result.metrics
+    # and the smoothed loss at the run's last step, with its tokens: the curve the trackers draw
+    assert result.metrics[SERIES_LOSS] == pytest.approx(float(batch.smoothed[-1]), rel=1e-5)
+    assert result.metrics[SERIES_TOKENS] == round(float(batch.history.tokens[-1]))
+
+
+_WANDB_LIVE = """
+import sys, wandb
+from tracker_plugin.live.sinks import TrackerSinks
+run = wandb.init(project="live", mode="offline", name="live")
+sinks = TrackerSinks()
+for step, loss, tokens in ((100, 3.5, 1e8), (200, 3.4, 2e8)):
+    sinks.log({"loss_eta_smoothed": loss, "loss_eta_tokens": tokens, "when_3p3_step": 900.0}, step)
+run.finish()
+"""
+
+
+def test_a_live_w_and_b_run_draws_the_smoothed_loss_against_its_tokens(tmp_path):
+    # The real SDK, offline: what the sinks log goes into the run's file as the SDK writes it.
+    from tests.doubles.wandb_offline_runs import offline_env
+    from tracker_plugin.trackers.wandb_log import read_log
+    from tracker_plugin.trackers.wandb_offline import read_offline_run
+
+    subprocess.run([sys.executable, "-c", _WANDB_LIVE], env=offline_env(tmp_path), check=True, timeout=300)
+    (wandb_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    defined = {}
+    for entry in read_log(wandb_file.read_bytes()):
+        record = pb.Record()
+        record.ParseFromString(entry.data)
+        if record.WhichOneof("record_type") == "metric":
+            defined[record.metric.name] = (record.metric.step_metric, record.metric.options.hidden)
+    assert defined[SERIES_LOSS] == (SERIES_TOKENS, False) and defined[SERIES_TOKENS][1] is True
+    run = read_offline_run(wandb_file, [SERIES_LOSS, SERIES_TOKENS], ref="live")
+    assert run.data[SERIES_LOSS][1] == [3.5, 3.4] and run.data[SERIES_TOKENS][1] == [1e8, 2e8]  # in the same rows
 
 
 def test_the_loop_is_never_blocked_and_a_due_forecast_is_skipped_not_queued(nanogpt, monkeypatch):

@@ -20,6 +20,7 @@ import pytest
 
 from tracker_plugin.cli import main
 from tracker_plugin.keys import MARKER
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.trackers.wandb_offline import read_offline_run
 
 # Minutes long: left out of the default run, run with --all (CI runs it).
@@ -76,7 +77,7 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     assert len(set(steps)) >= 2 and steps == sorted(steps) and steps[-1] == STEPS, str(steps)
     assert all(0 < s <= STEPS for s in steps) and len(steps) - len(set(steps)) <= 1
     assert set(run.data.metrics) >= {KEY, "when_2p5_step", "when_2p5_hours"}
-    assert run.data.tags[MARKER] and run.data.tags["when_2p5"].startswith("reached · ")
+    assert run.data.tags[MARKER] and target_status(run.data.tags["when_2p5"]) == "reached"
 
     if trainer != "hf":  # no token count: the callback's tokens per step, as a param the reader takes
         assert float(run.data.params["tokens_per_step"]) == (256 if trainer == "lightning" else 128)
@@ -89,7 +90,7 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     offline = read_offline_run(wandb_file, {KEY, "train/global_step"}, ref="w")
     live_steps, values = offline.data[KEY]
     assert len(values) >= 2 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)  # whole steps
-    assert offline.summary[MARKER] and offline.summary["when_2p5"].startswith("reached · ")
+    assert offline.summary[MARKER] and target_status(offline.summary["when_2p5"]) == "reached"
     # annotated while open, the W&B run is current once closed: no flag, nothing to redo
     assert main(["annotate", f"wandb-offline:{wandb_file.parent}", "-t", *TARGETS, "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)

@@ -33,7 +33,8 @@ from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.core.status import Status
 from tracker_plugin.jobs.annotation import build_annotation, settings_of
-from tracker_plugin.keys import KEY_PATTERN
+from tracker_plugin.keys import KEY_PATTERN, SERIES, SERIES_LOSS
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
@@ -248,9 +249,10 @@ def test_history_pages_are_all_read(served, monkeypatch):
 # -- writing back ------------------------------------------------------------------------------
 
 
-def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_takes(local, capsys):
+def test_annotate_logs_a_finished_runs_numbers_at_step_0_with_keys_mlflow_takes(local, capsys):
     # What the contract suite (tests/test_contract.py) does not: an experiment's runs, the
-    # metrics' step, the summary table, and keys valid in both trackers.
+    # metrics' step (0 for a finished run: MLflow draws a bar, not a one-dot chart), the
+    # summary table, and keys valid in both trackers.
     ids = [local.log(training_log(), name="a"), local.log(training_log(seed=1), name="b")]
     before = {run_id: snapshot(local, run_id) for run_id in ids}
     code, out, err = local.cli(capsys, "annotate", f"mlflow:experiment/{local.experiment}", "-t", *TARGETS)
@@ -265,8 +267,10 @@ def test_annotate_logs_the_metrics_at_the_last_analysed_step_with_keys_mlflow_ta
         after, was = snapshot(local, run_id), before[run_id]
         written = (set(after["metrics"]) | set(after["tags"])) - set(was["metrics"]) - set(was["tags"])
         assert written and all(KEY_PATTERN.match(k) and MLFLOW_KEY.match(k) for k in written)
-        for key in set(after["metrics"]) - set(was["metrics"]):
-            assert [m.step for m in local.client.get_metric_history(run_id, key)] == [399], key
+        for key in set(after["metrics"]) - set(was["metrics"]) - set(SERIES):
+            assert [m.step for m in local.client.get_metric_history(run_id, key)] == [0], key
+        smoothed = local.client.get_metric_history(run_id, SERIES_LOSS)  # at the run's own steps, up to its last
+        assert 2 < len(smoothed) <= 400 and max(m.step for m in smoothed) == 399
         assert (after["status"], after["end_time"]) == ("FINISHED", was["end_time"])
 
 
@@ -281,12 +285,34 @@ def test_a_changed_setting_reannotates_in_place(local, capsys):
     assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
-def test_dry_run_says_what_it_would_write(local, capsys):
-    run_id = local.log(training_log())
+def test_dry_run_says_what_it_would_change_and_why(local, capsys):
+    run_id = local.log(training_log(), name="r")
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")
     assert code == 0
-    assert f"mlflow:{run_id}: would write when_4_Btok = " in out
-    assert f"mlflow:{run_id}: would write metrics at step 399" in out
+    lines = out.splitlines()
+    assert lines[0] == f"r (mlflow:{run_id}): would annotate: no annotation yet"
+    assert lines[1] == f"  to: metrics at step 0, tags and artifacts loss_eta.json, loss_eta.png of mlflow:{run_id}"
+    assert re.match(r"  series: \d+ new points of loss_eta_smoothed, loss_eta_tokens, at the run's own steps$", lines[2])
+    assert re.search(r"^  when_5p5_Btok +\(none\) → [0-9.]+$", out, re.M)
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)[0] == 0
+    # Then a target dropped and one added: the action and why, each changed key from its old
+    # value to its new one, the dropped target's text going stale; no JSON text.
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "4.0", "4.5", "--dry-run")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0] == f"r (mlflow:{run_id}): would redo: targets +4.5 −0.5"
+    assert "  series: 0 new points of loss_eta_smoothed, loss_eta_tokens, at the run's own steps" in lines
+    assert re.search(r"^  when_0p5 +'✗ [^']+ · unreachable · [^']*' → 'stale'$", out, re.M), out
+    assert re.search(r"^  when_4p5 +\(none\) → '[✓≈→✗–] [^']+'$", out, re.M), out
+    assert "  stale: target 0.5 (its numbers cleared, its text set to stale)" in lines
+    assert re.search(r"^  loss_eta +settings [0-9a-f]+ → [0-9a-f]+; report [0-9a-f]+ → [0-9a-f]+$", out, re.M)
+    assert "{" not in out and len(out) < 2000
+    # --json: each key's old and new value whole, the provenance's JSON text among them.
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", "5.5", "4.0", "4.5", "--dry-run", "--json")
+    rows = json.loads(out)
+    changes = rows[0]["would_write"]
+    assert changes["when_0p5"]["new"] == "stale" and json.loads(changes["loss_eta"]["new"])["settings"]["targets"] == [5.5, 4.0, 4.5]
+    assert snapshot(local, run_id)["tags"]["when_0p5"] == changes["when_0p5"]["old"]  # nothing written
 
 
 def test_experiment_id_filter_and_a_running_run(tracking, capsys):
@@ -724,7 +750,7 @@ def test_a_run_annotated_in_the_earlier_layout_is_moved_to_todays(tracking, caps
     assert {r["action"] for r in json.loads(out)} == {"annotated"}
     after = snapshot(tracking, run_id)
     assert not [key for key in after["tags"] if key.startswith("loss_eta/")], after["tags"]
-    assert after["tags"]["notes"] == "mine" and after["tags"]["when_5p5"].startswith("reached · ")
+    assert after["tags"]["notes"] == "mine" and target_status(after["tags"]["when_5p5"]) == "reached"
     old_numbers = {k: v for k, v in after["metrics"].items() if k.startswith("loss_eta/")}
     assert old_numbers and all(v == "nan" for v in old_numbers.values()), old_numbers  # cleared: MLflow keeps NaN
     assert "loss_eta/loss_eta.json" not in after["artifacts"] and "loss_eta.json" in after["artifacts"]

@@ -32,6 +32,7 @@ from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.jobs.runner import OVERTAKEN, process_runs
 from tracker_plugin.keys import JSON_PATH, MARKER, PROVENANCE, is_own, report_digest, target_key
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers import MlflowOptions, ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.base import previous_of
@@ -126,7 +127,7 @@ def check(client, run_id: str, tmp: Path) -> dict[str, int]:
                 expected is not None and math.isclose(stored, round(expected), rel_tol=1e-12)
             )
             text = str(own[target_key(target["target"])])
-            consistent = consistent and same and text.split(" · ")[0] == target["status"]
+            consistent = consistent and same and target_status(text) == target["status"]
     repeats = relogs = 0
     for key in (k for k in run.data.metrics if is_own(k)):
         rows = sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))

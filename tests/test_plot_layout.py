@@ -93,7 +93,7 @@ def test_each_marker_lies_on_its_target_line_at_its_tokens(name: str, x: str) ->
     analysis = analysis_of(name)
     _, ax = drawn(name, x)
     axis = x_axis(analysis, x, span_tokens=furthest(analysis))
-    markers = [line for line in ax.lines if line.get_marker() in ("o", "D")]
+    markers = [line for line in ax.lines if line.get_marker() in ("o", "D") and line.get_label() != "loss (raw)"]
     located = [t for t in analysis.targets if t.status.located]
     assert len(markers) == len(located)
     timing = analysis.timing
@@ -206,3 +206,106 @@ def test_the_bundled_finished_runs_say_not_reached_below_their_best() -> None:
         assert low.status == Status.NOT_REACHED and low.run_finished, (name, low)
         assert low.best_loss == pytest.approx(float(np.min(analysis.smoothed)), abs=1e-12)
         assert low.p_reach_within_plan == 0.0
+
+
+# -- what a laptop screen and MLflow's compare view show ------------------------------------
+
+COMPARE_WIDTH = 580  # px: each run's plot in MLflow's compare view at 1440x900
+LEGIBLE = 9.0  # px: the smallest text height that still reads at that width
+SEEN = 8.0  # px: a line shorter than this inside the axes is not seen
+
+
+def _seen(ax, line) -> float:
+    """How long a line is inside the axes, in pixels."""
+    x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+    points = _to_px(ax, x[inside], y[inside])
+    if line.get_linestyle() in ("None", "none", ""):
+        return float(len(points)) * SEEN  # points drawn as markers: each is seen
+    return float(np.sum(np.hypot(*np.diff(points, axis=0).T))) if len(points) > 1 else 0.0
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_the_legend_lists_only_what_is_drawn_and_seen(name: str, x: str) -> None:
+    _, ax = drawn(name, x)
+    listed = [t.get_text() for t in ax.get_legend().get_texts()]
+    lines = {line.get_label(): line for line in ax.lines}
+    bands = {c.get_label() for c in ax.collections}
+    for label in listed:
+        if label in bands:
+            continue
+        assert label in lines, (label, sorted(lines))
+        line = lines[label]
+        if label == "planned end":  # a vertical line in axes height: drawn inside the x-limits
+            low, high = sorted(ax.get_xlim())
+            assert low <= float(line.get_xdata()[0]) <= high
+            continue
+        assert _seen(ax, line) >= SEEN, (label, _seen(ax, line))
+    # The raw loss is seen: points above the smoothed curve, or a line that parts from it.
+    raw, smoothed = lines.get("loss (raw)"), next(line for line in ax.lines if "EMA" in line.get_label())
+    if raw is not None and raw.get_linestyle() not in ("None", "none", ""):
+        xs = np.asarray(raw.get_xdata(), float)
+        low, high = sorted(ax.get_xlim())
+        view = (xs >= low) & (xs <= high)
+        gap = _to_px(ax, xs[view], np.asarray(raw.get_ydata(), float)[view])[:, 1] - _to_px(
+            ax, xs[view], np.asarray(smoothed.get_ydata(), float)[view])[:, 1]
+        assert np.max(np.abs(gap)) > 1.0, name
+    elif raw is not None:
+        assert raw.get_zorder() > smoothed.get_zorder()
+    assert "EMA of the fit" not in " ".join(listed)
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_no_pointer_crosses_a_curve(name: str, x: str) -> None:
+    fig, ax = drawn(name, x)
+    paths = _curve_paths(ax)
+    pointers = [t.arrow_patch for t in ax.texts if t.arrow_patch is not None and t.arrow_patch.get_visible()]
+    for arrow in pointers:
+        drawn_path = arrow.get_path()  # in display coordinates once drawn
+        assert not any(path.intersects_path(drawn_path, filled=False) for path in paths), name
+    # The labels of targets with no place on the axis stand on their own lines: no pointer.
+    unplaced = {f"{t.target:g}" for t in analysis_of(name).targets if t.tokens is None}
+    for text in _labels(ax, analysis_of(name)):
+        if text.get_text().split(" ")[0] in unplaced:
+            assert text.arrow_patch is None
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_the_curve_from_the_fit_start_fills_the_axes(name: str, x: str) -> None:
+    analysis = analysis_of(name)
+    _, ax = drawn(name, x)
+    low, high = ax.get_ylim()
+    after = analysis.smoothed[analysis.history.step >= analysis.fit_start_step]
+    assert low <= float(np.min(after)) and float(np.max(after)) <= high  # the whole curve from the fit start
+    smoothed = next(line for line in ax.lines if "EMA" in line.get_label())
+    xs, ys = np.asarray(smoothed.get_xdata(), float), np.asarray(smoothed.get_ydata(), float)
+    inside = (ys >= low) & (ys <= high) & (xs >= min(ax.get_xlim()))
+    frame = ax.get_window_extent()
+    first = float(_to_px(ax, xs[inside][:1], ys[inside][:1])[0, 0])
+    assert (first - frame.x0) / frame.width <= 0.2, name  # no empty left part: the curve starts near the edge
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_an_interval_band_stops_at_the_planned_end(name: str, x: str) -> None:
+    analysis = analysis_of(name)
+    _, ax = drawn(name, x)
+    end = plan_end_tokens(analysis)
+    if end is None:
+        return
+    axis = x_axis(analysis, x, span_tokens=furthest(analysis))
+    for band in ax.collections:
+        right = float(band.get_paths()[0].vertices[:, 0].max())
+        assert right <= float(axis.x(end)) * (1 + 1e-9), (name, band.get_label())
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_every_text_reads_at_the_compare_views_width(name: str, x: str) -> None:
+    fig, ax = drawn(name, x)
+    scale = COMPARE_WIDTH / (fig.get_figwidth() * fig.dpi)
+    texts = [*fig.findobj(lambda a: hasattr(a, "get_fontsize") and hasattr(a, "get_text"))]
+    shown = [t for t in texts if t.get_visible() and t.get_text().strip()]
+    assert len(shown) > 10
+    for text in shown:
+        height = text.get_fontsize() * fig.dpi / 72.0 * scale
+        assert height >= LEGIBLE, (text.get_text()[:40], round(height, 1))

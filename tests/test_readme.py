@@ -3,6 +3,7 @@ the page shows, the README stays a front door, and every relative link leads som
 
 from __future__ import annotations
 
+import logging
 import re
 import runpy
 import shlex
@@ -15,6 +16,7 @@ import pytest
 from tests import readme_examples
 from tracker_plugin.cli import cli
 from tracker_plugin.core.status import Status
+from tracker_plugin.report.target_text import target_status
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -133,8 +135,10 @@ def test_example_check_catches_a_changed_number():
     assert readme_examples.mismatch(shown, shown.replace("BEYOND THE PLAN", "within the plan")) is not None
 
 
-def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
-    """The main job, as the README gives it, on a new local MLflow store in a temp dir."""
+def test_fresh_machine_main_job_runs(capfd, monkeypatch, tmp_path):
+    """The main job, as the README gives it, on a new local MLflow store in a temp dir, run
+    twice: the second time every run is unchanged, and neither run writes anything to
+    stderr but its own lines (no MLflow log lines, no download bars)."""
     line = next(row for row in README.splitlines() if row.startswith(".venv/bin/python examples/"))
     script, *args = shlex.split(line)[1:]
     store = tmp_path / "mlflow.db"
@@ -142,11 +146,22 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}")
     monkeypatch.setattr(sys, "argv", [script, *args])
     repo_before = sorted(p.name for p in ROOT.iterdir())
-    with pytest.raises(SystemExit) as done:
-        runpy.run_path(str(ROOT / script), run_name="__main__")
-    assert done.value.code == 0
-    out = capsys.readouterr().out
+    level = logging.getLogger("mlflow").level  # the script quiets MLflow's INFO lines in its process
+    try:
+        outputs = []
+        for _ in range(2):
+            with pytest.raises(SystemExit) as done:
+                runpy.run_path(str(ROOT / script), run_name="__main__")
+            assert done.value.code == 0
+            outputs.append(capfd.readouterr())
+    finally:
+        logging.getLogger("mlflow").setLevel(level)
     runs = sorted(p.stem for p in (ROOT / "examples" / "runs").glob("*.csv"))
+    assert outputs[0].err.splitlines() == [f"logged {name}.csv as run {name}" for name in runs]
+    assert outputs[1].err == ""
+    again = outputs[1].out.split("\n\n")[0].splitlines()[2:]
+    assert again and all(row.split()[1] == "unchanged" for row in again), again
+    out = outputs[0].out
     table = out.split("\n\n")[0]
     assert sorted({row.split()[0] for row in table.splitlines()[2:]}) == runs
     sample = re.search(r"```\n(run +action +target .*?)```", README, re.S)
@@ -162,13 +177,18 @@ def test_fresh_machine_main_job_runs(capsys, monkeypatch, tmp_path):
     experiment = client.get_experiment_by_name("loss-eta-examples")
     for run in client.search_runs([experiment.experiment_id]):
         text = run.data.tags["when_3p3"]
-        status = text.split(" · ")[0]
+        status = target_status(text)
         # Every bundled run finished its plan: 3.3 reached, or not in this run.
         assert status in (Status.REACHED, Status.NOT_REACHED), status
         if status == Status.NOT_REACHED:  # no crossing as a number: the best smoothed loss, above 3.3
             assert "when_3p3_Btok" not in run.data.metrics  # no number, never one: no key
-            assert float(re.search(r" · best ([0-9.]+)", text).group(1)) > 3.3
+            assert float(re.search(r"^✗ ([0-9.]+) best · ", text).group(1)) > 3.3
         assert run.info.status == "FINISHED"
         assert {a.path for a in client.list_artifacts(run.info.run_id)} >= {"loss_eta.json", "loss_eta.png"}
+    # The closing hint names only keys the runs have (they log no clock: no hours).
+    hint = out.split("\n\n")[-1]
+    named = set(re.findall(r"\bwhen_3p3\w*|\bloss_eta_\w+", hint))
+    held = set().union(*(set(r.data.metrics) | set(r.data.tags) for r in client.search_runs([experiment.experiment_id])))
+    assert named and named <= held, named - held
     assert list((tmp_path / "mlruns").iterdir())
     assert sorted(p.name for p in ROOT.iterdir()) == repo_before

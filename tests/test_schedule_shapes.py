@@ -97,7 +97,7 @@ def test_a_target_the_law_misses_by_less_than_its_uncertainty_is_forecast_open_e
                             lr_schedule=LrSchedule.parse_spec("constant:warmup=40"))
     level = run_analysis(history, config).fit.asymptote
     close, away = run_analysis(history, replace(config, targets=(level - 0.002, level - 0.2))).targets
-    assert close.status == Status.FORECAST_BEYOND_PLAN and "bootstrap refits reach it" in (close.note or "")
+    assert close.status == Status.FORECAST_BEYOND_PLAN and "laws fitted to resampled data reach it" in (close.note or "")
     assert close.tokens is not None and close.tokens_interval is not None
     assert close.tokens_interval[0] < close.tokens and math.isinf(close.tokens_interval[1])
     assert away.status == Status.UNREACHABLE

@@ -18,6 +18,7 @@ import tracker_plugin as tp
 from tracker_plugin.cli import main
 from tracker_plugin.core.throughput import Deadline, measure_throughput, time_target
 from tracker_plugin.errors import DataError
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.report.timing import eta_text
 
 STEP_SECONDS = 0.5
@@ -267,7 +268,7 @@ def test_annotation_writes_the_time_keys(tmp_path):
     assert metrics["when_4_hours"] == 0.0
     # the date, the interval and the chance by the deadline are in the text
     text = str(labels["when_2p4"])
-    assert text.startswith("forecast") and eta_text(when.eta_unix) in text and "P(by deadline) " in text
+    assert str(target_status(text)).startswith("forecast") and eta_text(when.eta_unix) in text and "P(by deadline) " in text
     assert f"{when.p_by_deadline:.2f}" in text
 
 

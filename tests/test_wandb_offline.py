@@ -23,6 +23,7 @@ import pytest
 from tests.doubles.wandb_offline_runs import log_offline_runs
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers import ReadOptions, SourceOptions, open_source
 from tracker_plugin.trackers.wandb_log import read_log
@@ -176,12 +177,12 @@ def test_annotating_an_offline_run_adds_three_records_before_its_exit(runs_copy)
     assert [r.data for r in after[: len(before) - 1]] == [r.data for r in before[:-1]]
     assert len(after) == len(before) + 3 and after[-1].data == before[-1].data  # the exit record last
     run = read_offline_run(path, [], ref="x")
-    assert run.summary["when_6"].startswith("reached · ") and run.exit_code == 0
+    assert target_status(run.summary["when_6"]) == "reached" and run.exit_code == 0
     assert json.loads(run.summary["loss_eta"])["progress"].startswith("_step 2499 rows 2500 t ")
     # new settings: a second annotation goes after the first; the last one wins on sync
     assert main(["annotate", f"wandb-offline:{run_dir}", "-t", "5"]) == 0
     run = read_offline_run(path, [], ref="x")
-    assert run.summary["when_5"].startswith("reached · ")
+    assert target_status(run.summary["when_5"]) == "reached"
     assert len(list(read_log(path.read_bytes()))) == len(after) + 3
 
 
@@ -201,7 +202,7 @@ def test_wandb_sync_brings_the_annotation_to_the_run(runs_copy, wandb_server, ca
     (run,) = wandb_server.runs.values()
     assert run.state == "finished" and len(run.history) == 1500
     assert run.summary["keep_me"] == 42 and run.summary["best/loss"] == 3.25  # the run's own keys
-    assert run.summary["when_6"].startswith("reached · ")
+    assert target_status(run.summary["when_6"]) == "reached"
     assert json.loads(run.files["loss_eta.json"])["targets"][1]["status"] == "forecast_beyond_plan"
     assert run.files["loss_eta.png"].startswith(b"\x89PNG")
     # online, the synced run's annotation is current: nothing to do

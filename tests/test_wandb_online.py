@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from dataclasses import replace
 
@@ -19,6 +20,7 @@ import pytest
 from tracker_plugin import Columns, build_history
 from tracker_plugin.cli import main
 from tracker_plugin.errors import AuthError, ConfigError, RunNotFound, TrackerUnavailable
+from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
 from tracker_plugin.trackers import ReadOptions, SourceOptions, WandbOptions, open_source
 from tracker_plugin.trackers.wandb_runs import WandbSource, run_filters
@@ -324,7 +326,7 @@ def test_annotate_writes_the_summary_in_two_updates_and_rereads_only_runs_that_m
     for run in two_runs:
         report = json.loads(run.files["loss_eta.json"])
         assert report["run"] == f"wandb:ent/proj/{run.run_id}"
-        assert run.summary["when_4p5"].startswith("forecast_beyond_plan · ")
+        assert target_status(run.summary["when_4p5"]) == "forecast_beyond_plan"
         assert run.summary["when_4p5_Btok"] == pytest.approx(report["targets"][1]["tokens"] / 1e9, rel=1e-3)
         assert "when_1p5_Btok" not in run.summary  # unreachable: no number to sort on
         assert json.loads(run.summary["loss_eta"])["progress"].startswith(f"_step {run.history[-1]['_step']} rows ")
@@ -358,7 +360,7 @@ def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_ser
     a.summary["loss_eta/target_1p50/status"] = "forecast_beyond_plan"
     a.files["loss_eta/loss_eta.json"] = b"{}"
     assert annotate(capsys, "wandb:ent/proj/ra", *TARGETS)[0] == 0
-    assert "when_1p5_Btok" not in a.summary and a.summary["when_1p5"].startswith("unreachable")
+    assert "when_1p5_Btok" not in a.summary and target_status(a.summary["when_1p5"]) == "unreachable"
     assert not any(key.startswith("loss_eta/") for key in a.summary)
     assert "loss_eta/loss_eta.json" not in a.files and "loss_eta.json" in a.files
     assert a.summary["best/val_loss"] == 3.1
@@ -367,8 +369,9 @@ def test_a_stale_value_is_removed_when_a_target_has_no_number_any_more(wandb_ser
 def test_dry_run_says_what_it_would_write(wandb_server, two_runs, capsys):
     code, out, _ = annotate(capsys, "wandb:ent/proj/ra", *TARGETS, "--dry-run")
     assert code == 0
-    assert "wandb:ent/proj/ra: would write summary when_6 = 'reached · " in out
-    assert "would write file loss_eta.png" in out
+    assert "(wandb:ent/proj/ra): would annotate: no annotation yet" in out
+    assert re.search(r"^  when_6 +\(none\) → '✓ [^']+ · reached · [^']+'$", out, re.M), out
+    assert "  to: summary keys and files loss_eta.json, loss_eta.png of wandb:ent/proj/ra" in out
 
 
 def test_project_option_alone_names_the_runs(wandb_server, two_runs, capsys):

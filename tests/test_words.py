@@ -71,7 +71,7 @@ def test_the_json_keeps_the_core_words_and_the_report_names_the_flag(capsys, dat
     assert doc["targets"][0]["note"].endswith("pass batch_schedule")
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "fit start step: 2000 (--fit-start-step)" in out and "pass --batch-schedule]" in out
+    assert "fit start step: 2000 (--fit-start-step)" in out and out.rstrip().endswith("pass --batch-schedule")
 
 
 def test_a_bad_setting_is_named_by_its_flag(capsys, data_dir):

@@ -9,24 +9,34 @@ in the name. Only what a person sorts or reads is a key of its own; the settings
 and provenance go together into one tag, ``loss_eta``, and the JSON report. Every key is
 a ``[_a-zA-Z0-9]`` name with no ``/``: W&B sorts and filters on such names, MLflow accepts
 them, and MLflow's run page, which puts a chart section for each ``prefix/`` ahead of the
-run's own charts, files ours with the run's own metrics, after ``train_loss`` and ``val_loss``
-(charts are sorted by name there; ``when`` comes late). The numbers are rounded to what a
-person reads (4 significant digits of billions of tokens, 3 of hours); the report keeps
-every digit.
+run's own charts, files ours with the run's own metrics (charts are sorted by name there:
+``loss_eta_smoothed`` beside the run's loss, ``when`` late). The numbers are rounded to
+what a person reads (4 significant digits of billions of tokens, 3 of hours); the report
+keeps every digit.
 
 For a target of 3.3::
 
-    when_3p3          text: the status word first, then the answer, for instance
-                      "reached · 10.2B tok · step 7,763"
-                      "forecast · 24.1B tok (80%: 21.0B–27.9B) · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
-                      "forecast · 24.1B tok (80%: 22.0B–26.1B) · step 18,390 · calibrated on 7 runs"
-                      "not_reached · best 3.412 · run ends at 37.2B tok · P(within plan) 0.03"
+    when_3p3          text: a mark and the number first, then the status word, then the
+                      detail (see tracker_plugin.report.target_text), for instance
+                      "✓ 10.18B tok · reached · step 7,763"
+                      "≈ 24.10B tok · forecast · 80%: 21.00B–27.90B · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC"
+                      "✗ 3.412 best · not_reached · the plan ends at 37.20B tok, step 47,266 · P(within plan) 0.03"
     when_3p3_Btok     billions of tokens where the smoothed loss reaches 3.3 (none on the step axis)
     when_3p3_step     the step there
     when_3p3_hours    hours from the run's last logged row until then (0 once reached)
     loss_eta          one JSON text: version, loss key, settings and their hash, the source's
-                      progress, the last analysed step and tokens, the report's and the plot's digests
+                      progress, the last analysed step and tokens, the report's and the plot's
+                      digests, the smoothed series' digest
     loss_eta_marker   written last: the hash of every key above
+
+Two series, for the trackers' own charts (not single values: metric histories, at the
+run's own steps, about a thousand points; see :data:`SERIES_POINTS`)::
+
+    loss_eta_smoothed the token-window smoothed loss the forecast reads, from the fit start
+    loss_eta_tokens   the tokens at the same steps: the x-axis a chart draws it against
+
+The series are committed to by the provenance tag's digest, not by the marker's hash of
+the keys' latest values, and a dropped target leaves them alone.
 
 A target no longer asked for has its numbers cleared and its text set to ``stale``.
 Keys of the earlier layout (``loss_eta/...``) are ours too: a run holding them is
@@ -56,11 +66,16 @@ __all__ = [
     "PNG_DIGEST",
     "PNG_PATH",
     "PROVENANCE",
+    "SERIES",
+    "SERIES_LOSS",
+    "SERIES_POINTS",
+    "SERIES_TOKENS",
     "STALE",
     "TARGET_METRICS",
     "content_hash",
     "is_legacy",
     "is_own",
+    "is_series",
     "plot_digest",
     "report_digest",
     "target_collision",
@@ -84,6 +99,11 @@ STALE = "stale"  # the text of a target no longer in the settings
 TARGET_PREFIX = "when"
 # Each target's numbers, after ``when_<target>_``: the unit is in the name. Extend here.
 TARGET_METRICS = ("Btok", "step", "hours")
+# The smoothed loss as a series, and the tokens at its steps (see the module's docstring).
+SERIES_LOSS = f"{NAMESPACE}_smoothed"
+SERIES_TOKENS = f"{NAMESPACE}_tokens"
+SERIES = (SERIES_LOSS, SERIES_TOKENS)
+SERIES_POINTS = 1000  # about this many points per series: what a chart draws
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+$")
 _TARGET_KEY = re.compile(rf"^{TARGET_PREFIX}_m?\d+(p\d+)?(e\d+)?(_({'|'.join(TARGET_METRICS)}))?$")
 _DECIMALS = 8  # targets are told apart to this many decimals
@@ -92,7 +112,12 @@ _FIXED_BELOW = 1e6  # larger targets are written in scientific notation
 
 def is_own(key: str) -> bool:
     """A key this tool writes (today's layout or the earlier one), never a user's."""
-    return key in (PROVENANCE, MARKER) or bool(_TARGET_KEY.match(key)) or is_legacy(key)
+    return key in (PROVENANCE, MARKER) or is_series(key) or bool(_TARGET_KEY.match(key)) or is_legacy(key)
+
+
+def is_series(key: str) -> bool:
+    """One of the series of ours (:data:`SERIES`): a metric history, not a single value."""
+    return key in SERIES
 
 
 def is_legacy(key: str) -> bool:
@@ -163,11 +188,12 @@ def content_hash(held: Mapping[str, Any]) -> str:
 
     Numbers and text are told apart by type; a missing number, ``None`` and NaN are the
     same (MLflow keeps a cleared metric as NaN, W&B removes the key), as are a missing
-    text and ``None`` (a removed tag).
+    text and ``None`` (a removed tag). The series are left out: their latest value is not
+    what was written (the provenance tag holds their digest).
     """
     canonical: dict[str, Any] = {}
     for key, value in held.items():
-        if not is_own(key) or key == MARKER:
+        if not is_own(key) or key == MARKER or is_series(key):
             continue
         if isinstance(value, str):
             canonical[key] = ["s", value]

@@ -28,6 +28,7 @@ from tracker_plugin.cli.options import (
     make_source_options,
     plot_option,
     plot_x_option,
+    series_option,
     settings_options,
     source_options,
     tracker_options,
@@ -167,9 +168,11 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Calibrate the runs not finished on the finished runs of the same experiment or project.")
 @plot_option
+@series_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def annotate(
-    sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, plot: bool, as_json: bool, **options: Any
+    sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, plot: bool, series: bool, as_json: bool,
+    **options: Any,
 ) -> int:
     """Analyse runs and write the forecasts back to them.
 
@@ -192,15 +195,16 @@ def annotate(
     with executor_of(options, reading.workers) as executor:
         outcomes = annotate_runs(
             default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor,
-            calibrate=calibrate, plot=plot,
+            calibrate=calibrate, plot=plot, series=series,
         )
     rows = outcome_rows(outcomes)
     if as_json:
         say(json.dumps(runs_json(rows), indent=2))
     else:
         for outcome in outcomes:
-            for line in outcome.planned:
-                say(f"{outcome.run.ref}: would write {line}")
+            if outcome.planned:
+                first, *rest = outcome.planned
+                say("\n".join([f"{outcome.run.name} ({outcome.run.ref}): {in_flags(first)}", *rest]))
         say(runs_table(rows, in_flags))
     failed = [(o.run.name, o.run.ref, o.error) for o in outcomes if o.failed]
     say_failures(failed, len(outcomes))
@@ -502,9 +506,11 @@ def compare(
 )
 @fanout_options
 @plot_option
+@series_option
 @click.option("--json", "as_json", is_flag=True, help="Print the final summary as JSON.")
 def watch(
-    sources: tuple[str, ...], every: float, max_cycles: int | None, plot: bool, as_json: bool, **options: Any
+    sources: tuple[str, ...], every: float, max_cycles: int | None, plot: bool, series: bool, as_json: bool,
+    **options: Any,
 ) -> int:
     """Re-annotate runs every few minutes until they have all finished.
 
@@ -524,7 +530,8 @@ def watch(
     last: Pass | None = None
     specs = default_sources(sources, reading)
     with executor_of(options, reading.workers) as executor:  # one cluster for every pass
-        for last in watch_runs(specs, reading, config, every=every, max_cycles=max_cycles, executor=executor, plot=plot):
+        for last in watch_runs(specs, reading, config, every=every, max_cycles=max_cycles, executor=executor,
+                               plot=plot, series=series):
             say(f"pass {last.number}: {last.summary()}", err=True)
     assert last is not None  # a watch makes at least one pass
     if last.final:

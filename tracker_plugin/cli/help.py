@@ -78,6 +78,7 @@ PLACES: dict[str, tuple[str, bool]] = {
     "tracking_uri": ("Tracker", True),
     "force": ("Tracker", True),
     "dry_run": ("Tracker", True),
+    "series": ("Tracker", False),
     "workers": ("Tracker", False),
     "executor": ("Tracker", False),
     "dask_address": ("Tracker", False),

@@ -118,7 +118,7 @@ _TEXT_SETTINGS: dict[str, list[Decorator]] = {
             "--lr-spec",
             metavar="SHAPE:KEY=VALUE,...",
             help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
-            "(shapes: constant, cosine, linear, wsd, step; see the README).",
+            "(shapes: constant, cosine, linear, wsd, step; see docs/forecasting.md, The planned lr beyond the log).",
         ),
         click.option(
             "--total-steps",
@@ -318,6 +318,17 @@ def tracker_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--no-cache", is_flag=True, help="Read every history from the tracker."),
     ]
     return _with(options, func)
+
+
+def series_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Whether the smoothed loss goes back as a series for the trackers' own charts."""
+    return click.option(
+        "--series/--no-series",
+        default=True,
+        show_default=True,
+        help="Write the token-window smoothed loss back as a series (loss_eta_smoothed against loss_eta_tokens, "
+        "about 1,000 points a run) for the tracker's own charts.",
+    )(func)
 
 
 def fanout_options(func: Callable[..., Any]) -> Callable[..., Any]:

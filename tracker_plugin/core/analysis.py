@@ -430,14 +430,14 @@ def _within_plan(result: TargetResult, history: History, smoothed: np.ndarray, e
         return result  # unreachable, or no forecast, in a run still going: that is the news
     best = int(np.nanargmin(smoothed))
     if end.finished:
-        why = f"the run reached its planned end (step {end.step:,.0f}) at step {history.step[-1]:,.0f}"
+        why = f"the run ended its plan at step {history.step[-1]:,.0f} of {end.step:,.0f}"
         p_reach: float | None = 0.0
     else:
         where = f"step {end.step:,.0f}" + ("" if history.on_steps else f" ({_count(end.tokens)} {history.unit})")
         why = f"the plan ends at {where}, before the fitted law gets there"
         p_reach = result.p_reach_within_plan
     if result.status != Status.FORECAST_BEYOND_PLAN and result.note:
-        why += f" ({result.note})"  # and the law would not get there, or could not be fitted
+        why += f"; {result.note}"  # and the law would not get there, or could not be fitted
     return replace(
         result, status=Status.NOT_REACHED, tokens=None, step=None, tokens_interval=None, step_interval=None,
         extrapolation_factor=None, beyond_warn_factor=False, p_reach_within_plan=p_reach, note=why,
@@ -626,8 +626,8 @@ def _law_result(
 ) -> TargetResult:
     if found.tokens is None:
         note = found.note or (
-            f"unreachable under this fit: the smoothed loss levels off near {fit.asymptote:.4f} "
-            f"(the planned lr held to {fit.timeline.horizon / max(history.last_step, 1):,.0f}x the logged steps)"
+            f"the smoothed loss levels off near {fit.asymptote:.4f}, above the target: a run "
+            f"{fit.timeline.horizon / max(history.last_step, 1):,.0f} times as long on this plan would not reach it"
         )
         return TargetResult(
             target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep, p_reach_within_plan=found.p_reach_within_plan,
@@ -783,10 +783,10 @@ def _forecast(
         return TargetResult(target, Status.NOT_ENOUGH_DATA, note=f"fit failed: {fit.reason}", sweep=sweep)
     tokens = fit.solve(target)
     if tokens is None:
-        note = f"unreachable under this fit: asymptote L0={fit.asymptote:.4f} >= target {target:g}"
+        note = f"the fitted power law levels off near {fit.asymptote:.4f}, above the target"
         return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     if not math.isfinite(tokens):
-        note = f"unreachable under this fit: it reaches the target only beyond 1e300 {history.unit}"
+        note = f"the fitted power law reaches the target only beyond 1e300 {history.unit}"
         return TargetResult(target, Status.UNREACHABLE, fit=fit, note=note, sweep=sweep)
     factor = tokens / history.last_tokens
     return TargetResult(
@@ -964,9 +964,9 @@ def _solve_rows(
             tokens = row.fit.solve(target) if row.fit is not None else None
         note = row.note
         if row.fit is not None and tokens is None:
-            note = f"unreachable under this fit: asymptote L0={row.fit.asymptote:.4f} >= target {target:g}"
+            note = f"the law fitted up to here levels off near {row.fit.asymptote:.4f}, above the target"
         elif tokens is not None and not math.isfinite(tokens):
-            tokens, note = None, f"unreachable under this fit: beyond 1e300 {history.unit}"
+            tokens, note = None, f"the law fitted up to here reaches the target only beyond 1e300 {history.unit}"
         step = tokens_to_step(tokens, history, config.batch_schedule) if tokens is not None else None
         solved.append(SweepRow(row.max_step, row.max_tokens, tokens, step, row.fit, note))
     return tuple(solved)

@@ -279,12 +279,11 @@ def choose_law(
     else:
         cuts = ", ".join(f"{c:.0%}" for c in INNER_CUTS)
         method = (
-            f"auto: each law forecast when the smoothed loss reached its last logged value from cuts at {cuts} "
-            f"of the logged {history.unit}"
-            + (f" (those whose log had shed {COMPARED_SHARE:.0%} of the lr the log has shed; none: the multi-power law)"
-               if COMPARED_SHARE > 0 else "")
-            + "; lowest mean |ln(predicted/actual)| wins "
-            + (f"(by more than {SELECTION_MARGIN})" if SELECTION_MARGIN > 0 else "(a tie keeps the richer law)")
+            f"auto: each law, fitted to the first {cuts} of the logged {history.unit}, forecast where the smoothed "
+            "loss ended, and the smallest mean log error won"
+            + (f", counting the cuts by which the lr had made {COMPARED_SHARE:.0%} of its logged fall, else taking "
+               "the multi-power law" if COMPARED_SHARE > 0 else "")
+            + (f" by more than {SELECTION_MARGIN}" if SELECTION_MARGIN > 0 else ", a tie going to the richer law")
         )
     fit = fit_window(chosen, history, first, end, timeline, ema_window, prior, smoothed=smoothed)
     errors = inner[chosen]
@@ -423,8 +422,9 @@ def forecast_targets(
 
 def _near_miss_note(fit: LawFit, values: np.ndarray) -> str:
     share = float(np.mean(np.isfinite(values)))
-    return (f"the fitted law levels off near {fit.asymptote:.4f}, just above the target, but {share:.0%} of its "
-            f"bootstrap refits reach it: the forecast is their median, and the interval is open-ended where they do not")
+    return (f"the fitted law levels off near {fit.asymptote:.4f}, just above the target, but {share:.0%} of the "
+            f"laws fitted to resampled data reach it: the forecast is their median, and the interval is open-ended "
+            f"where they do not")
 
 
 def replicate_crossings(

@@ -38,6 +38,7 @@ def annotate_runs(
     executor: Executor | None = None,
     calibrate: bool = True,
     plot: bool = True,
+    series: bool = True,
 ) -> list[Outcome]:
     """One annotation pass; runs are selected as :func:`~tracker_plugin.jobs.runs.open_runs` does.
 
@@ -47,7 +48,8 @@ def annotate_runs(
     :func:`~tracker_plugin.jobs.runner.process_runs`; default: ``options.workers`` threads).
     With ``calibrate`` (the default), the runs not finished are calibrated on the finished
     runs of the same run string (all of them, whatever ``states`` selects). Without
-    ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``).
+    ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``). ``series``:
+    write the smoothed loss back as a series for the trackers' own charts.
     """
     wanted = options.states if states is None else states
     outcomes: list[Outcome] = []
@@ -55,7 +57,8 @@ def annotate_runs(
         for source, every in opened:
             selected = select_states(every, wanted, keep)
             common: dict[str, Any] = dict(write=True, force=force, dry_run=dry_run, workers=options.workers,
-                                          label="annotating", executor=executor, plot=plot)
+                                          label="annotating", executor=executor, plot=plot,
+                                          series=series)
             finished = [run for run in every if run.state == "finished"]
             subjects = [run for run in selected if not run.finished]
             if not calibrate or not finished or not subjects:

@@ -16,6 +16,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
+from tracker_plugin.jobs.series import series_provenance, smoothed_series
 from tracker_plugin.keys import PNG_DIGEST, PROVENANCE, TARGET_METRICS, plot_digest, report_digest, target_key
 from tracker_plugin.report.plot_skipped import skipped_plot
 from tracker_plugin.report.render import to_json
@@ -26,8 +27,11 @@ from tracker_plugin.trackers.base import Annotation, encode_report
 __all__ = ["build_annotation", "settings_hash", "settings_of"]
 
 
-def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | None) -> dict[str, Any]:
-    """Every setting that changes what gets written, as plain JSON values."""
+def settings_of(
+    config: AnalysisConfig, columns: Columns, batch_size: float | None, *, series: bool = True
+) -> dict[str, Any]:
+    """Every setting that changes what gets written, as plain JSON values. ``series``:
+    write the smoothed loss back as a series for the trackers' charts (:mod:`.series`)."""
     from tracker_plugin import __version__
 
     settings = asdict(config)
@@ -40,6 +44,7 @@ def settings_of(config: AnalysisConfig, columns: Columns, batch_size: float | No
         settings["calibration"] = {k: cal[k] for k in ("runs", "bias", "width", "left_out")}
     settings["columns"] = asdict(columns)
     settings["batch_size"] = batch_size
+    settings["series"] = series
     settings["version"] = __version__
     return settings
 
@@ -74,6 +79,7 @@ def build_annotation(
     # The plot's own inputs, in the keys (checked before a run is read) and the report.
     report["plot_sha256"] = plot_digest(run_name, plot)
     digest = report_digest(encode_report(report))
+    series = smoothed_series(analysis) if settings.get("series") else None
     provenance = {
         "version": str(settings.get("version", "")),
         "loss_key": analysis.loss_key,
@@ -83,6 +89,7 @@ def build_annotation(
         "settings_hash": fingerprint,
         "report_sha256": digest,
         "plot_sha256": report["plot_sha256"],
+        "series": None if series is None else series_provenance(series),
         "settings": settings,
     }
     calibration = calibration_provenance(analysis)
@@ -101,6 +108,7 @@ def build_annotation(
         settings_hash=fingerprint,
         step=int(analysis.observed_step),
         plot=(lambda: _plot_png(analysis, run_name, digest)) if plot else (lambda: skipped_plot({PNG_DIGEST: digest})),
+        series=series,
     )
 
 

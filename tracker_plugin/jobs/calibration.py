@@ -142,7 +142,7 @@ def calibration_on(specs: Sequence[str], options: SourceOptions, history: Histor
 def record_hash(settings: Mapping[str, Any]) -> str:
     """The fingerprint of what a record depends on: the settings but the targets (a
     sibling's targets are its own quantiles), the cuts and the quantiles."""
-    kept = {k: v for k, v in settings.items() if k not in ("targets", "calibration")}
+    kept = {k: v for k, v in settings.items() if k not in ("targets", "calibration", "series")}
     kept["sibling_backtest"] = {"cuts": SIBLING_CUTS, "quantiles": SIBLING_QUANTILES, "levels": LEVELS}
     text = json.dumps(kept, sort_keys=True, default=list, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

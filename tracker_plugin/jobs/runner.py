@@ -23,7 +23,9 @@ from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.history import History
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
 from tracker_plugin.jobs.calibration import SiblingBook, decode_record, encode_record, record_hash
+from tracker_plugin.jobs.dry_run import planned_changes, planned_lines
 from tracker_plugin.jobs.fanout import shares_memory
+from tracker_plugin.jobs.redone import why_redone
 from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.redact import redact
 from tracker_plugin.report.runs import RunRow, held_rows
@@ -60,6 +62,7 @@ class Outcome:
     note: str | None = None  # annotated, but another job's annotation is the one in place
     held: Any = None  # unchanged without an analysis: the stored report (its JSON), for its numbers
     record: SiblingRecord | None = None  # a finished run's backtest record, made or stored
+    changes: dict[str, Any] | None = None  # with --dry-run: each key's old and new value
 
     @property
     def failed(self) -> bool:
@@ -81,6 +84,7 @@ def process_runs(
     book: SiblingBook | None = None,
     records: bool = False,
     plot: bool = True,
+    series: bool = True,
 ) -> list[Outcome]:
     """Analyse each run and, with ``write``, annotate it; outcomes in the order of ``runs``.
 
@@ -99,12 +103,13 @@ def process_runs(
     a new finished run redoes the runs calibrated on the project); with ``records``, each
     run in state ``finished`` is backtested once for its record (kept in its annotation, a
     run holding a current one is not read for it) and the outcome carries it. Without
-    ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``).
+    ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``). ``series``:
+    the annotation carries the smoothed loss as a series (:mod:`tracker_plugin.jobs.series`).
     """
     collision = target_collision(config.targets) if write else None
     if collision is not None:
         raise ConfigError(collision)  # before anything is written
-    settings = settings_of(config, source.options.columns, source.options.batch_size)
+    settings = settings_of(config, source.options.columns, source.options.batch_size, series=series)
     recorded = record_hash(settings) if records else None
     if book is not None:
         settings["calibration"] = book.settings()
@@ -223,13 +228,18 @@ def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     if (not job.force and run.progress is None and annotation.is_current(previous)
             and (stored is not None or not recording) and source.intact(run)):
         return Outcome(run, Action.UNCHANGED, analysis, record=record)
-    if job.dry_run:
-        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(source.describe_write(run, annotation)), record=record)
     redone = None
     if previous is not None and not job.force:
-        redone = previous.why_redone(job.fingerprint, annotation.progress, annotation.plot_inputs)
+        redone = why_redone(previous, job.settings, job.fingerprint, annotation.progress, annotation.plot_inputs,
+                            analysis.loss_key)
         if redone is None and recording:
             redone = "redone: its backtest record for the project's calibration was not stored yet"
+    if job.dry_run:
+        changes, unchanged = planned_changes(source, run, annotation)
+        action = ("annotate: no annotation yet" if previous is None else
+                  "redo: --force" if redone is None else f"redo: {redone.removeprefix('redone: ')}")  # fmt: skip
+        planned = planned_lines(action, source.describe_write(run, annotation), changes, unchanged)
+        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(planned), record=record, changes=changes)
     if source.write(run, annotation):
         return Outcome(run, Action.ANNOTATED, analysis, note=redone, record=record)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.
@@ -295,7 +305,7 @@ def outcome_rows(outcomes: Sequence[Outcome]) -> list[RunRow]:
                 RunRow(
                     run.name, run.ref, outcome.action, result.target, result.status, tokens(result.tokens), result.step,
                     None if outcome.analysis.on_steps else result.tokens_interval, _note(outcome.note, result.note),
-                    left, None if when is None else when.eta_unix,
+                    left, None if when is None else when.eta_unix, outcome.changes,
                 )
             )
     return rows

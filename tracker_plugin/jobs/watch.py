@@ -52,6 +52,7 @@ def watch_runs(
     sleep: Callable[[float], None] | None = None,
     executor: Executor | None = None,
     plot: bool = True,
+    series: bool = True,
 ) -> Iterator[Pass]:
     """Annotate every ``every`` minutes; yield each pass as it ends.
 
@@ -69,10 +70,10 @@ def watch_runs(
     while True:
         number += 1
         if number == 1:
-            outcomes = annotate_runs(specs, options, config, executor=executor, plot=plot)
+            outcomes = annotate_runs(specs, options, config, executor=executor, plot=plot, series=series)
         else:
             outcomes = annotate_runs(specs, later, config, keep=watched, states=options.states, executor=executor,
-                                     plot=plot)
+                                     plot=plot, series=series)
         watched |= {o.run.ref for o in outcomes}
         done = Pass(number, tuple(outcomes))
         yield done

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKER, is_own
+from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKER, SERIES_LOSS, SERIES_TOKENS, is_own
 from tracker_plugin.live.stream import LiveResult
 from tracker_plugin.trackers.atomic import write_atomic
 
@@ -41,18 +41,29 @@ class TrackerSinks:
     def __init__(self) -> None:
         self.mlflow_run: tuple[str, str] | None = None  # (run id, tracking URI), seen while logging
         self.outcomes: list[str] = []  # what the end-of-training annotation did, per tracker
+        self._charted: set[str] = set()  # W&B runs told to draw the smoothed loss against tokens
 
     def log(self, metrics: Mapping[str, float], step: int, args: Any = None) -> None:
         """Log ``metrics`` at ``step`` to each tracker the run reports to."""
         reports = _report_to(args)
         wandb_run = _wandb_run() if reports is None or "wandb" in reports else None
         if wandb_run is not None:
+            self._chart_on_tokens(wandb_run, metrics)
             wandb_run.log({**metrics, "train/global_step": step})
         mlflow = sys.modules.get("mlflow") if reports is None or "mlflow" in reports else None
         active = mlflow.active_run() if mlflow is not None else None
         if mlflow is not None and active is not None:
             self.mlflow_run = (active.info.run_id, mlflow.get_tracking_uri())
             mlflow.log_metrics(dict(metrics), step=step)
+
+    def _chart_on_tokens(self, run: Any, metrics: Mapping[str, float]) -> None:
+        """Once per W&B run: the smoothed loss's step metric is its tokens (logged in the
+        same row), so a panel draws the runs' smoothed losses on a token axis."""
+        if SERIES_TOKENS not in metrics or run.id in self._charted:
+            return
+        run.define_metric(SERIES_TOKENS, hidden=True)
+        run.define_metric(SERIES_LOSS, step_metric=SERIES_TOKENS)
+        self._charted.add(run.id)
 
     def annotate(
         self, config: AnalysisConfig, args: Any = None, *, result: LiveResult | None = None,

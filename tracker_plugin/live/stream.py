@@ -36,6 +36,7 @@ from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.conventions import batch_from_tokens
 from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.jobs.annotation import annotation_metrics
+from tracker_plugin.keys import SERIES_LOSS, SERIES_TOKENS
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule
 from tracker_plugin.report.tables import interval
 from tracker_plugin.report.timing import duration
@@ -60,7 +61,8 @@ class LiveResult:
     """One live forecast: where the run stood, what the analysis said, and the keys to log.
 
     ``metrics`` holds the ``when_<target>_...`` numbers (every per-target key with a finite
-    value; see :mod:`tracker_plugin.keys`), ready for a tracker's ``log``.
+    value) and the smoothed loss and its tokens (see :mod:`tracker_plugin.keys`), ready
+    for a tracker's ``log``.
     """
 
     step: int
@@ -368,9 +370,18 @@ def plan_schedule(plan: PlanLike | None, total_steps: int | None) -> LrSchedule 
 
 
 def live_metrics(analysis: Analysis) -> dict[str, float]:
-    """The ``when_<target>_...`` numbers a live forecast logs: those of the annotation, finite only."""
+    """The numbers a live forecast logs: the annotation's ``when_<target>_...`` (finite
+    only), and the smoothed loss at the run's last step with its tokens
+    (:data:`~tracker_plugin.keys.SERIES`, rounded as ``annotate`` writes them), so the
+    trackers draw the smoothed curve as the run trains."""
     metrics = annotation_metrics(analysis)
-    return {key: float(value) for key, value in metrics.items() if value is not None and math.isfinite(value)}
+    found = {key: float(value) for key, value in metrics.items() if value is not None and math.isfinite(value)}
+    smoothed = float(analysis.smoothed[-1])
+    if math.isfinite(smoothed) and analysis.history.step[-1] >= analysis.fit_start_step:
+        found[SERIES_LOSS] = float(f"{smoothed:.6g}")
+        if not analysis.on_steps:
+            found[SERIES_TOKENS] = float(round(float(analysis.history.tokens[-1])))
+    return found
 
 
 def _warmup_end(schedule: LrSchedule | None) -> float | None:

@@ -578,8 +578,8 @@ class Plan:
 
 
 # What a forecast on an lr whose future nothing shows rests on (see plausible_schedules).
-_UNKNOWN_END = ("nothing says how the run ends, so the forecast is taken over the cooldowns it might end in "
-                "(a prior), beside the lr held as logged; pass lr_schedule for the run's own plan")
+_UNKNOWN_END = ("nothing says how the run ends, so the forecast is taken over the cooldowns it might end in, "
+                "beside the lr held as logged; pass lr_schedule for the run's own plan")
 
 
 def infer_lr_schedule(step: np.ndarray, lr: np.ndarray | None, planned: LrSchedule | None = None) -> Plan:
@@ -692,7 +692,7 @@ def _unknown_shape(planned: LrSchedule | None, s: np.ndarray, v: np.ndarray | No
         keep = np.unique(np.linspace(0, len(s) - 1, min(len(s), _DECAY_POINTS)).round().astype(np.int64))
         knots = (tuple(s[keep].tolist()) + (known,), tuple(v[keep].tolist()) + (float(v[-1]),))
     schedule = replace(planned, steps=knots[0], lr=knots[1], description=f"{planned.description}; the last logged lr held to it")
-    ending = f"the forecast is taken over the cooldowns that end at the planned step {known:,.0f} (a prior), beside the lr held to it"
+    ending = f"the forecast is taken over the cooldowns that end at the planned step {known:,.0f}, beside the lr kept to it"
     return Plan(schedule, f"{_STEPS_ONLY_NOTE}: {why}: {ending}")
 
 

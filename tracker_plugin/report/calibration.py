@@ -40,7 +40,7 @@ def calibration_table(records: Sequence[SiblingRecord], origin: str, read: int,
         for r in records
     ]
     header = ("run", "kind", "peak lr", "cases", *(f"error@{cut:.0%}" for cut in SHOWN_CUTS), "left out")
-    lines = [f"{origin}: {len(records)} finished run(s); {read} read and backtested now, the others' backtests stored",
+    lines = [f"{origin}: {len(records)} finished run(s); {_read_words(read, len(records))}",
              "", *text_table(header, runs, align=("<", "<", ">", ">", ">", ">", ">"))]
     fitted = [
         (kind or "any", f"{cut:.0%}", str(len(cal.runs)), str(cal.cases), _signed(cal.raw_bias), _signed(cal.bias if cal.active else None),
@@ -82,3 +82,12 @@ def _signed(value: float | None) -> str:
 
 def _g(value: float | None) -> str:
     return MISSING if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def _read_words(read: int, total: int) -> str:
+    """How the records were had: ``5 read and backtested now``, ``3 stored``, or both."""
+    stored = total - read
+    if not read:
+        return f"{stored} backtest{'s' if stored != 1 else ''} stored in their annotations"
+    now = f"{read} read and backtested now"
+    return now if not stored else f"{now}, {stored} stored in their annotations"

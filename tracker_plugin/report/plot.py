@@ -15,6 +15,7 @@ from tracker_plugin.report.plot_axis import XAxis, x_axis
 from tracker_plugin.report.plot_parts import (
     LOCK,
     PLOT_FORMATS,
+    SMALLEST,
     Curve,
     crossing_label,
     decimated,
@@ -83,12 +84,13 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     # Start a little before the fit: the first steps' loss says nothing about the forecast.
     x_min = max(tokens[0], 0.5 * fit_start)
     rows = decimated(tokens, history.loss, smoothed)  # on tokens: the same rows serve either axis
-    ax.plot(axis.x(tokens[rows]), history.loss[rows], color="0.72", lw=0.8, label="loss (raw)")
-    ax.plot(axis.x(tokens[rows]), smoothed[rows], color="tab:blue", lw=1.8, label=axis.smoothed)
+    raw = _raw_loss(ax, axis.x(tokens[rows]), history.loss[rows], sparse=int(np.sum(tokens >= x_min)) <= _SPARSE)
+    ax.plot(axis.x(tokens[rows]), smoothed[rows], color="tab:blue", lw=1.8, label=axis.smoothed, zorder=2)
     x_max = _fit_curve(ax, analysis, axis, tokens, fit_start)
-    curves = list(ax.lines)  # the labels keep clear of these
     set_x_limits(ax, axis.log, float(axis.x(x_min)), float(axis.x(max(x_max, tokens[-1]))), open_top(analysis))
     frame_loss(ax, [smoothed[history.step >= analysis.fit_start_step]], [t.target for t in analysis.targets])
+    _drop_unseen(ax, raw, smoothed[rows])
+    curves = list(ax.lines)  # the labels and their pointers keep clear of these
     _stages(ax, analysis, axis, x_min)
     plan_x = _plan_end(ax, analysis, axis)
     labels = _targets(ax, analysis, axis)
@@ -98,12 +100,65 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     ax.set_title(_title(analysis, name), fontsize=10)
     ax.grid(True, which="both", alpha=0.25)
     outside_legend(ax)
+    for text in ax.texts:
+        text.set_in_layout(False)  # inside the axes, placed after the layout: they must not move the axes
     lay_out(fig)
-    for label in labels:
-        label.set_in_layout(False)  # inside the axes: placing them must not move the axes again
+    # The labels on their own lines first: each has one place to be, at the left edge.
+    labels.sort(key=lambda label: label.arrow_patch is not None)
     place_labels(ax, labels, [t.xy for t in labels], plan_x, curves=curves)
     keep_layout(fig)  # the layout is done (the labels are out of it)
     return fig
+
+
+# A log with at most this many rows in view draws its raw loss as points: a line through
+# a hundred eval losses lies under the smoothed one, which is the same curve at that
+# density, and would be listed in the legend without being seen.
+_SPARSE = 200
+_SEEN = 8.0  # pixels: a line drawn shorter than this in the axes is not drawn at all
+_APART = 1.0  # pixels: a raw loss line never further than this from the smoothed one is hidden under it
+
+
+def _raw_loss(ax: Any, x: np.ndarray, loss: np.ndarray, sparse: bool) -> Any:
+    """The raw loss: points above the smoothed curve where the log is sparse, else a thin
+    grey line beneath it."""
+    if sparse:
+        (line,) = ax.plot(x, loss, ls="none", marker="o", ms=2.5, color="0.45", label="loss (raw)", zorder=3)
+    else:
+        (line,) = ax.plot(x, loss, color="0.72", lw=0.8, label="loss (raw)", zorder=1)
+    return line
+
+
+def _drop_unseen(ax: Any, raw: Any, smoothed: np.ndarray) -> None:
+    """Remove what would be listed in the legend without being seen: a line shorter than
+    :data:`_SEEN` pixels in the axes (a forecast from the run's last row to a planned end
+    just after it), and a raw loss line hidden under the smoothed one."""
+    for line in list(ax.lines):
+        if line.get_linestyle() in ("None", "none", "") or line.get_label().startswith("_"):
+            continue
+        if _seen_length(ax, line) < _SEEN:
+            line.remove()
+    if raw.axes is not None and raw.get_linestyle() not in ("None", "none", ""):
+        x = np.asarray(raw.get_xdata(), float)
+        low, high = sorted(ax.get_xlim())
+        view = (x >= low) & (x <= high)
+        gap = _pixels(ax, x[view], np.asarray(raw.get_ydata(), float)[view]) - _pixels(ax, x[view], smoothed[view])
+        if not view.any() or np.nanmax(np.abs(gap[:, 1])) <= _APART:
+            raw.remove()
+
+
+def _pixels(ax: Any, x: Any, y: Any) -> np.ndarray:
+    return np.asarray(ax.transData.transform(np.column_stack([np.asarray(x, float), np.asarray(y, float)])))
+
+
+def _seen_length(ax: Any, line: Any) -> float:
+    """How long ``line`` is inside the axes, in pixels (its points inside the limits)."""
+    x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+    (x0, x1), (y0, y1) = sorted(ax.get_xlim()), sorted(ax.get_ylim())
+    inside = (x >= x0) & (x <= x1) & (y >= y0) & (y <= y1)
+    if inside.sum() < 2:
+        return 0.0
+    points = _pixels(ax, x[inside], y[inside])
+    return float(np.sum(np.hypot(*np.diff(points, axis=0).T)))
 
 
 def _title(analysis: Analysis, name: str | None = None) -> str:
@@ -138,9 +193,9 @@ def _stages(ax: Any, analysis: Analysis, axis: XAxis, x_min: float) -> None:
             f"batch {stage.batch:,.0f}",
             xy=(float(axis.x(max(stage.first_tokens, x_min))), 1.0),
             xycoords=("data", "axes fraction"),
-            xytext=(3, -12),
+            xytext=(3, -13),
             textcoords="offset points",
-            fontsize=7,
+            fontsize=SMALLEST,
             color="0.4",
         )
 
@@ -158,7 +213,7 @@ def _fit_curve(ax: Any, analysis: Analysis, axis: XAxis, tokens: np.ndarray, sta
         # Up to the furthest point shown, and never past the plan's end: the run stops there.
         plan_end = plan_end_tokens(analysis)
         beyond, curve = forecast_curve(analysis, x_max if plan_end is None else min(x_max, plan_end))
-        label = "forecast (EMA of the fit)" if isinstance(fit, LawFit) else "extrapolation"
+        label = "forecast" if isinstance(fit, LawFit) else "extrapolation"
         ax.plot(axis.x(beyond), curve, color="tab:orange", lw=1.3, ls="--", label=label)
     return x_max
 
@@ -178,19 +233,19 @@ def _targets(ax: Any, analysis: Analysis, axis: XAxis) -> list[Any]:
 
 
 def _unlocated_label(ax: Any, analysis: Analysis, axis: XAxis, result: TargetResult, color: str) -> Any:
-    """The label of a target with no place on the axis, on its target line: at the run's end
-    for ``not_reached`` (the best smoothed loss, the end, the chance within the plan), else
-    at the left edge. No marker: nothing was reached or forecast."""
+    """The label of a target with no place on the axis, on its target line at the left
+    edge (for ``not_reached``: the best smoothed loss, the end, the chance within the plan
+    of a run still going). No marker: nothing was reached or forecast."""
     lines = [f"{result.target:g} {status_words(result.status)}"]
     if result.status == Status.NOT_REACHED and result.end_tokens is not None and result.best_loss is not None:
         ends = "ended" if result.run_finished else "ends"
-        lines.append(f"best {result.best_loss:.3f}; the run {ends} at {axis.short(result.end_tokens)}")
-        if result.p_reach_within_plan is not None:
-            lines.append(f"P(reached within plan) {result.p_reach_within_plan:.2f}")
-        x = min(float(axis.x(result.end_tokens)), ax.get_xlim()[1])
-    else:
-        x = ax.get_xlim()[0]
-    return crossing_label(ax, "\n".join(lines), (x, result.target), color, bold=False)
+        lines[0] += f", best {result.best_loss:.3f}"
+        chance = result.p_reach_within_plan
+        within = f", P(within plan) {chance:.2f}" if chance is not None and not result.run_finished else ""
+        lines.append(f"the run {ends} at {axis.short(result.end_tokens)}{within}")
+    # On its own target line, from the left, where the falling curves leave the low lines
+    # clear: no pointer, which would run across the curves to the run's end.
+    return crossing_label(ax, "\n".join(lines), (ax.get_xlim()[0], result.target), color, bold=False, pointer=False)
 
 
 def _target_mark(
@@ -201,7 +256,7 @@ def _target_mark(
     x, y, off = mark_crossing(ax, axis, analysis, result, color, curve)
     lines = [f"{result.target:g} {status_words(result.status)}", axis.text(result.tokens, result.step)]
     if off is not None:
-        lines.append(f"curve at {off:.3f} here (median crossing with noise)")
+        lines.append(f"the curve at {off:.3f} here")
     warning = warning_line(analysis, result)
     if warning is not None:
         lines.append(warning)

@@ -17,6 +17,7 @@ from tracker_plugin.core.analysis import Analysis
 from tracker_plugin.report.plot_axis import NoClock, XAxis, x_axis
 from tracker_plugin.report.plot_parts import (
     LOCK,
+    OVERLAY,
     crossing_label,
     decimated,
     figure,
@@ -90,7 +91,7 @@ def comparison_figure(
 
 
 def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind: str, left_out: Sequence[str]) -> Any:
-    fig = figure()
+    fig = figure(OVERLAY)
     ax = fig.add_subplot()
     targets = sorted({t.target for _, a in analyses for t in a.targets}, reverse=True)
     lows, highs, ends, losses, runs = [], [], [], [], []

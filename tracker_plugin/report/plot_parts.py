@@ -24,6 +24,9 @@ from tracker_plugin.report.plot_axis import XAxis
 __all__ = [
     "BAND_HEIGHT",
     "LOCK",
+    "OVERLAY",
+    "SINGLE",
+    "SMALLEST",
     "PLOT_FORMATS",
     "Curve",
     "crossing_label",
@@ -60,6 +63,13 @@ _BAND_GAP = 0.25
 # Columns of the log token axis the curves are binned into: about twice the figure's
 # pixel columns, so a bin's min and max draw what every row would have drawn.
 _BINS = 2048
+# One run's plot, in inches at ``_DPI``: 836 px wide, so that shown 580 px wide (MLflow's
+# compare view puts two side by side on a laptop) its smallest text (:data:`SMALLEST`
+# points) is still 9.5 px tall; the overlay of many runs keeps a larger canvas.
+SINGLE = (7.6, 4.75)
+OVERLAY = (10.0, 6.0)
+_DPI = 110
+SMALLEST = 9  # points: no text on a plot is smaller
 
 # matplotlib's text layout (mathtext, font cache) is not thread-safe: one plot at a time.
 LOCK = threading.Lock()
@@ -67,14 +77,14 @@ LOCK = threading.Lock()
 Curve = tuple[np.ndarray, np.ndarray]  # (tokens, loss)
 
 
-def figure() -> Any:
+def figure(size: tuple[float, float] = SINGLE) -> Any:
     """A figure with its own Agg canvas: no pyplot state, so threads can plot at once."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     # Constrained layout keeps the outside legend, the title and the axis labels in the
     # figure without squeezing the axes by hand.
-    fig = Figure(figsize=(10, 6), dpi=110, layout="constrained")
+    fig = Figure(figsize=size, dpi=_DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
@@ -241,16 +251,16 @@ def set_x_limits(ax: Any, log: bool, low: float, high: float, open_top: bool) ->
 
 
 def frame_loss(ax: Any, losses: Sequence[np.ndarray], targets: Sequence[float]) -> None:
-    """Frame the loss after the fit start, and the targets: the first steps' loss (or a
-    lagging EMA, or a loss still falling fast) would flatten the rest."""
+    """Frame the smoothed loss from the fit start whole, and the targets: the loss before
+    the fit start (the first steps', falling fast) would flatten the rest, and a frame
+    that cut the curve from the fit start left the axes' left part empty."""
+    losses = [loss[np.isfinite(loss)] for loss in losses]
     losses = [loss for loss in losses if len(loss) >= 2]
     if not losses:
         return
     low = min(min(float(loss.min()) for loss in losses), *targets)
-    top = max(targets)
-    high = min(max(float(np.percentile(loss, 99)) for loss in losses), top + 2.0 * max(top - low, 0.05 * abs(top)))
-    high = max(high, top)
-    pad = 0.08 * (high - low or 1.0)
+    high = max(max(float(loss.max()) for loss in losses), *targets)
+    pad = 0.06 * (high - low or 1.0)
     ax.set_ylim(low - pad, high + pad)
 
 
@@ -258,10 +268,7 @@ def warning_line(analysis: Analysis, result: TargetResult) -> str | None:
     """The label's WARNING line for a forecast past the warn factor; None otherwise."""
     if not result.beyond_warn_factor or result.extrapolation_factor is None:
         return None
-    return (
-        f"WARNING: {result.extrapolation_factor:.2f}x past the log "
-        f"(beyond the warn factor {analysis.config.extrapolation_warn_factor:g}x)"
-    )
+    return f"WARNING: {result.extrapolation_factor:.2f}x past the log, over {analysis.config.extrapolation_warn_factor:g}x"
 
 
 def mark_crossing(
@@ -295,14 +302,17 @@ def status_words(status: Status) -> str:
     return str(status).replace("_", " ")
 
 
-def crossing_label(ax: Any, text: str, xy: tuple[float, float], color: str, bold: bool) -> Any:
+def crossing_label(ax: Any, text: str, xy: tuple[float, float], color: str, bold: bool, pointer: bool = True) -> Any:
     """A crossing's label, placed later by :func:`place_labels`; a label moved away from its
-    marker keeps a thin line to it."""
+    marker keeps a thin line to it (``pointer``), one that crosses no curve."""
+    arrow = {"arrowstyle": "-", "color": color, "lw": 0.6, "alpha": 0.6, "shrinkA": 0, "shrinkB": _SHRINK}
     return ax.annotate(
-        text, xy=xy, xytext=(6, 6), textcoords="offset points", fontsize=8, color=color,
-        fontweight="bold" if bold else "normal", zorder=5,
-        arrowprops={"arrowstyle": "-", "color": color, "lw": 0.6, "alpha": 0.6, "shrinkA": 0, "shrinkB": 4},
+        text, xy=xy, xytext=(6, 6), textcoords="offset points", fontsize=SMALLEST, color=color,
+        fontweight="bold" if bold else "normal", zorder=5, arrowprops=arrow if pointer else None,
     )
+
+
+_SHRINK = 5  # points between a pointer's end and its marker (a marker is 3.5 points wide)
 
 
 def interval_band(
@@ -325,6 +335,13 @@ def interval_band(
     if axis.kind == "time" and timed is not None and timed.seconds_interval is not None:
         # The report's times: the forecast's interval widened by the throughput's spread.
         left, right = (axis.at_seconds(v) for v in timed.seconds_interval)
+    plan_end = plan_end_tokens(analysis)
+    if plan_end is not None and right > float(axis.x(plan_end)):
+        # Clipped at the planned end: the run stops there, and the share of the interval
+        # beyond it is the chance the text gives of not reaching the target within the plan.
+        right = float(axis.x(plan_end))
+        if right <= left:
+            return
     at = ax.transData
     low, high = ax.get_ylim()
     half = BAND_HEIGHT / 2 * (high - low)  # a filled band, as tall at any loss scale
@@ -351,13 +368,13 @@ def interval_band(
     ax.annotate("", xy=(along(0.995), y), xytext=(end, y), xycoords=at, textcoords=at,
                 arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1.5, "alpha": 0.6})
     if say_open and not np.isfinite(right):
-        ax.annotate("no upper bound", xy=(end, y), xycoords=at, xytext=(0, -11), textcoords="offset points",
-                    fontsize=7, color=color, ha="right")
+        ax.annotate("no upper bound", xy=(end, y), xycoords=at, xytext=(0, -12), textcoords="offset points",
+                    fontsize=SMALLEST, color=color, ha="right")
 
 
 def outside_legend(ax: Any, handles: Sequence[Any] | None = None) -> Any:
     """The legend right of the axes: inside, it hid the labels of targets drawn under it."""
-    kw: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": 8, "borderaxespad": 0.0}
+    kw: dict[str, Any] = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "fontsize": SMALLEST, "borderaxespad": 0.0}
     legend = ax.legend(**kw) if handles is None else ax.legend(handles=list(handles), **kw)
     for line in legend.get_lines():  # a thin line (the raw loss's grey) vanished at legend size
         line.set_linewidth(max(line.get_linewidth(), 2.0))
@@ -387,15 +404,31 @@ def place_labels(
 ) -> None:
     """Put each target's label where it stays in the axes, clear of the labels placed before
     it, of the markers, of the texts ``avoid``, of the lines ``curves`` and of the
-    planned-end line at ``avoid_x``: the first such place, else the first place clear of
-    all but the curves, else the first place inside the axes."""
+    planned-end line at ``avoid_x``, its pointer crossing no curve: the first such place,
+    else the first clear of all but the pointer (which is then not drawn), else the first
+    clear of all but the curves, else the first place inside the axes."""
+    from matplotlib.path import Path
     from matplotlib.text import Text
     from matplotlib.transforms import Bbox
 
     paths = [line.get_transform().transform_path(line.get_path()) for line in curves]
+    shrink = _SHRINK * ax.figure.dpi / 72.0
 
     def on_a_curve(box: Any) -> bool:
         return any(path.intersects_bbox(box, filled=False) for path in paths)
+
+    def pointer_crosses(text: Any, box: Any) -> bool:
+        """Would the label's pointer (from its box to its marker) cross a curve?"""
+        if text.arrow_patch is None:
+            return False
+        anchor = ax.transData.transform(text.xy)
+        centre = np.array([(box.x0 + box.x1) / 2, (box.y0 + box.y1) / 2])
+        length = float(np.hypot(*(centre - anchor)))
+        if length <= shrink:
+            return False
+        end = anchor + (centre - anchor) * shrink / length
+        segment = Path(np.array([centre, end]))
+        return any(path.intersects_path(segment, filled=False) for path in paths)
 
     renderer = ax.figure.canvas.get_renderer()
     frame = ax.get_window_extent(renderer)
@@ -418,7 +451,7 @@ def place_labels(
             if anchor > line_px:
                 shift = (line_px - 4 - anchor) * to_points
                 places += [(shift, dy, "right", va) for _, dy, _, va in _PLACES[1:22:2]]
-        inside, clear = None, None
+        inside, clear, off_curves = None, None, None
         for place in places:
             box = at(text, place)
             if not (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1):
@@ -428,9 +461,15 @@ def place_labels(
             if crosses or any(box.overlaps(other) for other in taken):
                 continue
             clear = clear or place
-            if not on_a_curve(box):
+            if on_a_curve(box):
+                continue
+            off_curves = off_curves or place
+            if not pointer_crosses(text, box):
                 break
-        else:
-            at(text, clear or inside or _PLACES[1])
+        else:  # the words clear of the curves first; their pointer, if it would cross one, goes
+            at(text, off_curves or clear or inside or _PLACES[1])
         text.update_positions(renderer)
-        taken.append(Text.get_window_extent(text, renderer))
+        box = Text.get_window_extent(text, renderer)
+        if pointer_crosses(text, box):  # no place kept it clear: the label stands without one
+            text.arrow_patch.set_visible(False)
+        taken.append(box)

@@ -228,10 +228,11 @@ def _reworded(analysis: Analysis, wording: Wording) -> Analysis:
 
 
 def _read_as(analysis: Analysis) -> str:
-    """``Hugging Face Trainer (step: train/global_step, loss: train/loss, ...)``."""
+    """``Hugging Face Trainer; step: train/global_step, loss: train/loss, ...`` (flat: the
+    columns' own words carry brackets)."""
     items = dict(analysis.history.read_as)
     name = items.pop("framework", "generic")
-    return f"{name} (" + ", ".join(f"{k}: {v}" for k, v in items.items()) + ")"
+    return f"{name}; " + ", ".join(f"{k}: {v}" for k, v in items.items())
 
 
 def _header(analysis: Analysis) -> str:
@@ -248,10 +249,10 @@ def _header(analysis: Analysis) -> str:
             f"batch: DYNAMIC, {len(analysis.stages)} stages ({first:,.0f} -> {last:,.0f} tokens/step, "
             f"from {analysis.batch_source})"
         )
-        span = f"~{max(spans):.1f}-{min(spans):.1f} steps across stages"
+        span = f"~{max(spans):,.0f}-{min(spans):,.0f} steps across stages"
     else:
         batch = f"batch size: {analysis.stages[0].batch:,.0f} tokens/step (from {analysis.batch_source})"
-        span = f"~{spans[0]:.1f} steps at this batch size"
+        span = f"~{spans[0]:,.0f} steps at this batch size"
     return (
         f"loss col: {analysis.loss_key} | ema token window: {window:,.0f} ({span}) | {batch} | "
         f"fit start step: {analysis.fit_start_step} ({analysis.fit_start_reason})"
@@ -264,7 +265,7 @@ def _model_line(analysis: Analysis) -> str:
     line = f"model: {selection.chosen}"
     if analysis.config.model == "auto":
         scores = ", ".join(f"{name} {score:.3f}" if score is not None else f"{name} -" for name, score in selection.scores)
-        line += f" ({selection.method}" + (f"; |ln| {scores})" if len(selection.scores) > 1 else ")")
+        line += f" ({selection.method}" + (f"; mean log error {scores})" if len(selection.scores) > 1 else ")")
     return line + f" | clock: {_clock(analysis)}"
 
 
@@ -304,7 +305,7 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
     on_steps = analysis.on_steps
     if result.status == Status.REACHED:
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
-        return [f"{head} (interpolated): step={result.step:,.1f}{tokens}"]
+        return [f"{head} (interpolated): step={result.step:,.0f}{tokens}"]
     lines = []
     chance = "" if result.p_reach_within_plan is None else f" P(reached within plan)={result.p_reach_within_plan:.2f}"
     if result.status.forecast:
@@ -316,16 +317,16 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             spread = f" {level} interval:" + ("" if on_steps else f" tokens={interval(result.tokens_interval, format_tokens)}")
             if result.step_interval is not None:
                 spread += f" steps={interval(result.step_interval, format_steps)}"
-        note = f" [{result.note}]" if result.note else ""
+        note = f"; {result.note}" if result.note else ""
         tokens = "" if on_steps else f" tokens={result.tokens:,.0f}"
         observed = "" if on_steps else f"T={analysis.observed_tokens:,.0f}, "
         lines.append(
-            f"{head} ({_fit_text(result.fit, on_steps)}): step={result.step:,.1f}"
+            f"{head} ({_fit_text(result.fit, on_steps)}): step={result.step:,.0f}"
             f"{tokens}{spread}{chance} ({result.extrapolation_factor:.2f}x past observed "
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
     elif result.status == Status.NOT_REACHED:
-        lines.append(f"{head}: {not_reached_text(result, on_steps)} [{result.note}]")
+        lines.append(f"{head}: {not_reached_text(result, on_steps)}; {result.note}")
     else:
         lines.append(f"{head}: {result.note}")
     if result.sweep is not None:

@@ -38,6 +38,7 @@ class RunRow:
     note: str | None = None
     hours_left: float | None = None  # wall-clock hours from the run's last row
     eta_unix: float | None = None
+    would_write: dict[str, Any] | None = None  # a dry run's changes to the run: {key: {"old", "new"}}
 
     @property
     def shown_status(self) -> str:

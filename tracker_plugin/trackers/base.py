@@ -32,6 +32,7 @@ from tracker_plugin.keys import (
     content_hash,
     is_legacy,
     is_own,
+    is_series,
     report_digest,
 )
 from tracker_plugin.redact import redact
@@ -44,6 +45,7 @@ __all__ = [
     "encode_report",
     "Previous",
     "RunInfo",
+    "Series",
     "Source",
     "SourceOptions",
     "previous_of",
@@ -81,6 +83,10 @@ class Previous:
     # A finished run's backtest record (``siblings`` in the provenance tag), as stored: the
     # jobs layer reads it (see tracker_plugin.jobs.calibration).
     siblings: Any = field(default=None, compare=False)
+    # What the last annotation was made with (its settings, as stored, and the loss key it
+    # read): the jobs layer says what changed when it redoes one.
+    settings: Any = field(default=None, compare=False)
+    loss_key: str | None = field(default=None, compare=False)
 
     @property
     def complete(self) -> bool:
@@ -128,6 +134,8 @@ def previous_of(held: Mapping[str, Any]) -> Previous | None:
         plot=text("plot_sha256"),
         legacy=any(is_legacy(k) for k in own),
         siblings=provenance.get("siblings"),
+        settings=provenance.get("settings"),
+        loss_key=text("loss_key"),
     )
 
 
@@ -146,6 +154,19 @@ def _provenance(value: Any) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Series:
+    """Metric histories to write at the run's own steps (the smoothed loss and its tokens,
+    :data:`~tracker_plugin.keys.SERIES`): each key's values at ``steps``, all finite."""
+
+    steps: tuple[int, ...]
+    values: dict[str, tuple[float, ...]]
+
+    def points(self) -> int:
+        """The rows the series are, one per key and step."""
+        return len(self.steps) * len(self.values)
+
+
+@dataclass(frozen=True)
 class Annotation:
     """Everything written back to one run: a finished document, built by the jobs layer."""
 
@@ -157,9 +178,11 @@ class Annotation:
     settings_hash: str
     step: int  # the last analysed step, where step-indexed trackers log the metrics
     plot: Callable[[], bytes] = field(repr=False, compare=False)  # ``loss_eta.png``, drawn on demand
+    series: Series | None = field(default=None, repr=False)  # for the trackers' own charts; None: none
 
     def keys(self) -> list[str]:
-        return sorted([*self.metrics, *self.labels])
+        """Every key this annotation writes: its numbers, its texts and its series."""
+        return sorted([*self.metrics, *self.labels, *(self.series.values if self.series is not None else ())])
 
     def marker(self) -> str:
         """The completion marker's value: the hash of every key this annotation writes."""
@@ -171,7 +194,7 @@ class Annotation:
         earlier layout's numbers cleared and its text removed."""
         metrics, labels = dict(self.metrics), dict(self.labels)
         for key, value in held.items():
-            if not is_own(key) or key == MARKER or key in metrics or key in labels or _cleared(value):
+            if not is_own(key) or key == MARKER or is_series(key) or key in metrics or key in labels or _cleared(value):
                 continue
             if isinstance(value, str):
                 labels[key] = None if is_legacy(key) else STALE
@@ -407,11 +430,9 @@ class Source(ABC):
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        """What :meth:`write` would do, one line per key or file, for ``--dry-run``."""
-        lines = [f"{key} = {_show(value)}" for key, value in sorted(annotation.metrics.items())]
-        lines += [f"{key} = {value!r}" for key, value in sorted(annotation.labels.items())]
-        lines.append(f"{MARKER} = {annotation.marker()!r} (last)")
-        return lines + [f"artifact {JSON_PATH}", f"artifact {PNG_PATH}"]
+        """Where :meth:`write` would put the annotation, for ``--dry-run`` (the jobs say
+        which keys would change)."""
+        return [f"to: keys, {JSON_PATH} and {PNG_PATH} of {run.ref}"]
 
     def portable_options(self) -> SourceOptions:
         """The options this source was opened with, with whatever it took from this
@@ -428,6 +449,3 @@ class Source(ABC):
     def close(self) -> None:  # noqa: B027 - a hook: most sources hold nothing to release
         """Release connections and background processes."""
 
-
-def _show(value: float | None) -> str:
-    return "(none)" if value is None else f"{value:.10g}"

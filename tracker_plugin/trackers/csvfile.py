@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -442,7 +443,7 @@ class CsvSource(Source):
     shared = False
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        return [f"write {path}" for path in _sidecars(Path(run.ref))]
+        return [f"to: {path}" for path in _sidecars(Path(run.ref))]
 
 
 def _sidecars(path: Path) -> tuple[Path, Path]:
@@ -491,7 +492,14 @@ def _previous(path: Path) -> Previous | None:
         drawn_for = png_text(png_path.read_bytes()).get(PNG_DIGEST) if png_path.is_file() else None
         return Previous(
             report.get("settings_hash"), report.get("progress"), marker=report_digest(data), holds=drawn_for,
-            report=report_digest(data), plot=report.get("plot_sha256"),
+            report=report_digest(data), plot=report.get("plot_sha256"), settings=_report_settings(report),
+            loss_key=report.get("loss_key"),
         )
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _report_settings(report: dict[str, Any]) -> dict[str, Any]:
+    """The settings a report itself records (a CSV run's annotation is its report)."""
+    targets = [t.get("target") for t in report.get("targets") or () if isinstance(t, dict)]
+    return {"targets": targets, "ema_token_window": report.get("ema_token_window")}

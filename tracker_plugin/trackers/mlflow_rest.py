@@ -1,4 +1,4 @@
-"""The two MLflow REST calls the plugin makes itself, over plain HTTP with ``requests``.
+"""The MLflow REST calls the plugin makes itself, over plain HTTP with ``requests``.
 
 - **Reachability:** one ``GET /api/2.0/mlflow/experiments/get`` before anything else, so
   that a server that is not there is reported in seconds (``MlflowClient`` retries a
@@ -7,6 +7,9 @@
   REST API), paged with ``max_results``/``page_token`` and parsed straight from JSON into
   arrays: going through ``MlflowClient`` and its protobuf objects costs more than the
   server does.
+- **Our artifacts, read back:** ``GET`` of the file under a run's proxied artifact URI
+  (MLflow's artifacts service, ``/api/2.0/mlflow-artifacts/artifacts/...``): MLflow's
+  own download draws a progress bar on stderr for every file, one per run per night.
 
 Every request has an explicit timeout and a bounded number of retries (a refused
 connection, a timeout, HTTP 429 or 5xx; waits of 1, 2, 4 ... s, or what the answer's
@@ -106,9 +109,22 @@ class RestTarget:
 
     def get(self, endpoint: str, params: dict[str, Any]) -> dict[str, Any]:
         """The JSON answer of ``GET endpoint``; raises :class:`RestError` or :class:`Unreachable`."""
+        return _answer(self._response(self.url + endpoint, params))
+
+    def file(self, path: str) -> bytes | None:
+        """The bytes of the file at ``path`` under :attr:`url` (an artifact repository's
+        URL); None when there is none (HTTP 404). Raises as :meth:`get` does."""
+        response = self._response(f"{self.url}/{path.lstrip('/')}", {})
+        if response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            _answer(response)  # raises: the server's error, said as MLflow says it
+        return bytes(response.content)
+
+    def _response(self, url: str, params: dict[str, Any]) -> Any:
+        """The answer to ``GET url``, retried as the module docstring says."""
         import requests
 
-        url = self.url + endpoint
         headers = {**self.headers, **_ONE_REQUEST_PER_CONNECTION}
         busy_retries = max(self.retries, _BUSY_RETRIES)
         for attempt in range(busy_retries + 1):
@@ -124,7 +140,7 @@ class RestTarget:
                 status = response.status_code
                 # A server that says it is busy (429, 503) is there: it gets more patience.
                 if status not in _TRANSIENT or (last and status not in _BUSY) or attempt == busy_retries:
-                    return _answer(response)
+                    return response
                 # A server that says when to come back is taken at its word.
                 wait = retry_after(response.headers.get("Retry-After"))
                 if wait is not None:

@@ -76,7 +76,15 @@ from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name
-from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, LEGACY_ARTIFACTS, MARKER, is_own
+from tracker_plugin.keys import (
+    ARTIFACT_JSON,
+    ARTIFACT_PNG,
+    LEGACY_ARTIFACTS,
+    MARKER,
+    PROVENANCE,
+    is_own,
+    is_series,
+)
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.redact import redact_uri
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
@@ -396,17 +404,30 @@ class MlflowSource(Source):
     reads_plot = True
 
     def stored_artifact(self, run: RunInfo, artifact: str) -> bytes | None:
+        """Read without MLflow's download, which draws a progress bar on stderr for each
+        file: a local store's file where it lies, a server's proxied artifact over HTTP
+        (:meth:`RestTarget.file`); only another store (S3, say) goes through MLflow's download."""
         from mlflow.exceptions import MlflowException
+        from mlflow.store.artifact.http_artifact_repo import HttpArtifactRepository
+        from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
         with self._errors(run.ref), tempfile.TemporaryDirectory(prefix="loss_eta-") as tmp:
             with self._artifacts(self._record(run).info.artifact_uri) as repository:
+                http = isinstance(repository, HttpArtifactRepository)
+                target = rest_target(repository.artifact_uri, timeout=self.mlflow.timeout,
+                                     retries=self.mlflow.retries) if http else None  # fmt: skip
+                if target is not None:
+                    return target.file(artifact)
                 try:
-                    path = repository.download_artifacts(artifact, tmp)
+                    if isinstance(repository, LocalArtifactRepository):
+                        path = repository.download_artifacts(artifact)  # no copy, no bar: where it lies
+                    else:
+                        path = repository.download_artifacts(artifact, tmp)
+                    return Path(path).read_bytes()
                 except (MlflowException, OSError) as exc:
                     if _network_failure(exc):
                         raise
                     return None  # not there (or not readable): the annotation is redone
-            return Path(path).read_bytes()
 
     @contextmanager
     def _artifacts(self, artifact_uri: str) -> Iterator[Any]:
@@ -435,17 +456,21 @@ class MlflowSource(Source):
         with self._errors(run.ref):
             current = client.get_run(run_id)  # fresh: what an earlier annotation left
             latest = _latest(current)
-            step, stamp = _write_point(latest, int(annotation.step))
+            step, stamp = _write_point(latest, _metric_step(run, annotation))
             # No value where the run holds none is left unwritten (the table shows "-"); a
-            # value the run holds and this annotation has none of is cleared to NaN.
+            # value the run holds and this annotation has none of is cleared to NaN; a value
+            # the run holds already is not logged again (its chart changes only where it does).
             metrics = [
                 Metric(key, math.nan if value is None else float(value), stamp, step)
                 for key, value in sorted(annotation.metrics.items())
-                if (value is not None or key in latest) and not _same(latest.get(key), value, step)
+                if (value is not None or key in latest) and not _same(latest.get(key), value)
             ]
+            metrics += self._series_rows(run, annotation, stamp)
+            # The run page lists tags in the order they were first set: the answers, then
+            # the provenance (a long JSON text).
             tags = [
                 RunTag(key, value)
-                for key, value in sorted(annotation.labels.items())
+                for key, value in sorted(annotation.labels.items(), key=lambda item: (item[0] == PROVENANCE, item[0]))
                 if key != MARKER and value is not None and current.data.tags.get(key) != value
             ]
             # One request where MLflow's limits allow (the client splits larger batches).
@@ -465,6 +490,26 @@ class MlflowSource(Source):
             if annotation.replaces_legacy:
                 self._remove_legacy_artifacts(current)
 
+    def _series_rows(self, run: RunInfo, annotation: Annotation, stamp: int) -> list[Any]:
+        """The series' points the run does not hold yet (its latest value at that step is
+        another, or there is none): a pass over a run that grew writes its new steps only."""
+        from mlflow.entities import Metric
+
+        series = annotation.series
+        if series is None:
+            return []
+        rows = []
+        for key, values in sorted(series.values.items()):
+            steps, held, stamps = self._history(run, _run_id(run), key)
+            order = np.lexsort((stamps, steps))  # the latest value at each step wins
+            holds = dict(zip(steps[order].tolist(), held[order].tolist()))
+            rows += [
+                Metric(key, value, stamp, step)
+                for step, value in zip(series.steps, values)
+                if holds.get(step) != value
+            ]
+        return rows
+
     def _remove_legacy_artifacts(self, record: Any) -> None:
         """Remove the earlier layout's ``loss_eta/`` files, where the artifact store can."""
         with self._artifacts(record.info.artifact_uri) as repository:
@@ -483,9 +528,14 @@ class MlflowSource(Source):
             self._client().log_batch(_run_id(run), tags=[RunTag(MARKER, annotation.marker())])
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        step = int(annotation.step)
-        lines = super().describe_write(run, annotation)
-        return [f"metrics at step {step}, tags and artifacts to {run.ref}", *lines]
+        with self._errors(run.ref):
+            step, _ = _write_point(_latest(self._client().get_run(_run_id(run))), _metric_step(run, annotation))
+            points = self._series_rows(run, annotation, 0)
+        lines = [f"to: metrics at step {step}, tags and artifacts {ARTIFACT_JSON}, {ARTIFACT_PNG} of {run.ref}"]
+        if annotation.series is not None:
+            keys = ", ".join(sorted(annotation.series.values))
+            lines.append(f"series: {len(points):,} new points of {keys}, at the run's own steps")
+        return lines
 
     def close(self) -> None:
         if self._pool is not None:
@@ -673,16 +723,24 @@ def _own(record: Any) -> dict[str, Any]:
     return own
 
 
+def _metric_step(run: RunInfo, annotation: Annotation) -> int:
+    """Where a run's numbers are logged: a finished run's at step 0, where MLflow draws a
+    metric whose values all sit at step 0 as a bar (one per run, its value written on it)
+    rather than a chart of one dot; a running run's at its last analysed step, so that a
+    nightly pass draws how its forecast moved as it trained."""
+    return 0 if run.finished else int(annotation.step)
+
+
 def _write_point(latest: Mapping[str, tuple[int, int, float]], step: int) -> tuple[int, int]:
     """The step and timestamp our metric rows are logged at.
 
-    The step is the last analysed one, or a later one our keys were logged at before (a
-    row at an earlier step would never become the latest). The timestamp is one past
-    the latest of any metric of the run: later than every earlier annotation's rows, and
-    the same for two jobs that read the same run, whose identical rows MLflow then keeps
-    once.
+    The step is the one asked for, or a later one our keys were logged at before (a row
+    at an earlier step would never become the latest; the series are not counted). The
+    timestamp is one past the latest of any metric of the run: later than every earlier
+    annotation's rows, and the same for two jobs that read the same run, whose identical
+    rows MLflow then keeps once.
     """
-    own_steps = [point[0] for key, point in latest.items() if is_own(key)]
+    own_steps = [point[0] for key, point in latest.items() if is_own(key) and not is_series(key)]
     stamps = [point[1] for point in latest.values()]
     return max([step, *own_steps]), max([0, *stamps]) + 1
 
@@ -711,9 +769,9 @@ def _first_present(candidates: Sequence[str], present: Mapping[str, Any]) -> str
     return next((c for c in candidates if c in present), None)
 
 
-def _same(latest: tuple[int, int, float] | None, value: float | None, step: int) -> bool:
-    """Is ``value`` at ``step`` already the key's latest value there?"""
-    if latest is None or latest[0] != step:
+def _same(latest: tuple[int, int, float] | None, value: float | None) -> bool:
+    """Is ``value`` already the key's latest value?"""
+    if latest is None:
         return False
     stored = latest[2]
     if value is None or math.isnan(value):

@@ -434,11 +434,9 @@ class WandbOfflineSource(Source):
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         wandb_file = _wandb_file(run.ref)
-        lines = [f"summary record {line}" for line in super().describe_write(run, annotation)[:-2]]
         return [
-            *lines,
-            f"files record {JSON_PATH}, {PNG_PATH} (in {wandb_file.parent / 'files'})",
-            f"insert these records before the exit record of {wandb_file}",
+            f"to: a summary record and a files record before the exit record of {wandb_file}",
+            f"to: {JSON_PATH} and {PNG_PATH} in {wandb_file.parent / 'files'}",
         ]
 
 

@@ -284,10 +284,7 @@ class WandbSource(Source):
             self._update_summary(run, {MARKER: annotation.marker()})
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
-        lines = super().describe_write(run, annotation)
-        return [
-            f"summary {line}" if not line.startswith("artifact ") else f"file {line[9:]}" for line in lines
-        ]
+        return [f"to: summary keys and files {ARTIFACT_JSON}, {ARTIFACT_PNG} of {run.ref}"]
 
     def _update_summary(self, run: RunInfo, values: Mapping[str, Any]) -> None:
         """Set ``values`` in the run's summary (None: remove the key).
