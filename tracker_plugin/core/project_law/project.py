@@ -1,0 +1,488 @@
+"""The project's law: which finished runs share one, fitted and confirmed, and what it says
+of a run.
+
+:func:`fit_project` takes the finished runs' evidence and the forecast run's descriptors:
+
+1. the runs of the run's configuration (:mod:`.configuration`; the run itself is never
+   its own sibling);
+2. the law: each law and origin-shift rule of :class:`LawRules` fitted on them all and
+   scored leave-one-sibling-out (:mod:`.loso`); the lowest error wins;
+3. narrowed by evidence: a sibling the pooled law (fitted without it) forecasts worse from
+   its log cut at :attr:`LawRules.gate_cuts` than its own log forecast itself there is
+   left out, the worst first, and the law fitted again, until every sibling left passes;
+   fewer than :attr:`LawRules.min_siblings` left and the runs share no law (the reason
+   says which did not pass and by how much). Where the runs' peak lrs differ, the law has
+   the peak lr in it (:class:`~.pooled.Units`); siblings at other peak lrs that do not
+   pass are the ones left out, and the report says the law was narrowed to the run's
+   peak lr.
+
+:func:`forecast_run` then forecasts a run from its log (or from its plan alone,
+:func:`forecast_plan`): the pooled law, fitted again with the run joining at a weight that
+grows with its share of its plan (:attr:`LawRules.join_weight`), at the run's level, beside
+the run's own law where it has one, each weighted by how well it forecast the siblings at
+the same stage; the interval and the chance within the plan from the siblings' errors
+there (a Student-t over their spread, shrunk toward a prior spread worth
+:attr:`LawRules.error_weight` cases); and the smoothed loss at the plan's end.
+
+Every rule's default is the one leave-one-family-out validation chooses
+(``benchmarks/bench_law.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from tracker_plugin.core.models import FitFailure
+from tracker_plugin.core.project_law.configuration import PEAK_LR, differs, same_peak
+from tracker_plugin.core.project_law.evidence import RunEvidence
+from tracker_plugin.core.project_law.join import LawCurve, RunLog, law_curve, log_of_plan
+from tracker_plugin.core.project_law.loso import CUTS, SiblingError, evidence_member, leave_one_out
+from tracker_plugin.core.project_law.pooled import PooledLaw, Units, common_timeline, fit_pooled, member
+from tracker_plugin.plan.schedule import LrSchedule
+
+__all__ = ["DEFAULT_RULES", "LawRules", "PlanEnd", "ProjectForecast", "ProjectLaw", "TargetLaw", "fit_project",
+           "forecast_on", "forecast_plan", "forecast_run", "run_curve"]
+
+
+@dataclass(frozen=True)
+class LawRules:
+    """The project law's rules, each chosen by leave-one-family-out validation
+    (``benchmarks/bench_law.py``; the defaults are the rule every visible family chose).
+
+    - ``laws`` and ``shifts``: the candidates a project's own leave-one-out picks among;
+    - ``level_floor``: the prior spread of a run's level (0: the configuration's level);
+    - ``join_weight``: the run's weight in the pooled fit per share of its plan logged;
+    - ``error_prior``, ``error_weight``: the prior spread of a forecast's ln error and its
+      worth in sibling cases; ``loss_prior``: the same for the smoothed loss at the end;
+    - ``min_siblings``, ``gate_cuts``, ``gate_margin``: how many siblings confirm a law,
+      the cuts they are scored at, and by how much the law may trail their own logs.
+    """
+
+    laws: tuple[str, ...] = ("multi-power", "lr-annealing")
+    shifts: tuple[bool, ...] = (False, True)
+    level_floor: float = 0.0
+    control: bool = False
+    join_weight: float = 6.0
+    error_prior: float = 0.1
+    error_weight: float = 4.0
+    loss_prior: float = 0.01
+    min_siblings: int = 2
+    gate_cuts: tuple[float, ...] = (0.1, 0.25, 0.5)
+    gate_margin: float = 0.0
+    own: bool = True  # weigh the run's own law beside the pooled one
+
+
+DEFAULT_RULES = LawRules()
+# An own-log error at or past this is a forecast of never (the backtest's miss).
+_MISS = 3.0
+
+
+@dataclass(frozen=True)
+class ProjectLaw:
+    """A project's law for one configuration, or why there is none.
+
+    ``pooled`` is the law fitted on ``siblings`` (None: no shared law, ``reason`` says
+    why); ``left_out`` the runs not counted, each with why; ``errors`` the leave-one-out
+    errors of the siblings; ``choice`` how the law was chosen; ``narrowed`` how the peak
+    lr narrowed the siblings, where it did.
+    """
+
+    pooled: PooledLaw | None
+    siblings: tuple[str, ...] = ()
+    left_out: tuple[tuple[str, str], ...] = ()
+    reason: str | None = None
+    choice: str = ""
+    narrowed: str | None = None
+    errors: tuple[SiblingError, ...] = field(default=(), repr=False)
+    evidence: tuple[RunEvidence, ...] = field(default=(), repr=False)
+    rules: LawRules = DEFAULT_RULES
+    shift: bool = False
+
+    @property
+    def shared(self) -> bool:
+        return self.pooled is not None
+
+    def own_errors(self, fraction: float) -> dict[tuple[str, float], float]:
+        """The siblings' own-log errors at the cut nearest ``fraction``, by ``(run, target
+        quantile)`` (a forecast of never scores the backtest's miss)."""
+        out = {}
+        for e in self.evidence:
+            if not e.own:
+                continue
+            cut = min({c for c, _, _ in e.own}, key=lambda c: (abs(c - fraction), c))
+            out.update({(e.run, q): max(min(err, _MISS), -_MISS) for c, q, err in e.own if c == cut})
+        return out
+
+    def errors_at(self, fraction: float) -> tuple[float, list[SiblingError]]:
+        """The leave-one-out errors at the cut of :data:`~.loso.CUTS` nearest ``fraction``."""
+        cut = min(CUTS, key=lambda c: (abs(c - fraction), c))
+        return cut, [e for e in self.errors if e.cut == cut]
+
+    def seconds_per_token(self) -> float | None:
+        """The siblings' median pace where they logged a clock (None: none did)."""
+        paces = [p for e in self.evidence if (p := e.seconds_per_token()) is not None]
+        return float(np.median(paces)) if paces else None
+
+    def describe(self) -> str:
+        """One line: the law, what it was fitted on, or why there is none."""
+        left = "; ".join(f"{run} left out: {why}" for run, why in self.left_out[:5])
+        more = f"; {len(self.left_out) - 5} more left out" if len(self.left_out) > 5 else ""
+        if self.pooled is None:
+            return f"no shared law: {self.reason}" + (f" ({left}{more})" if left else "")
+        text = (f"the project's law: {self.pooled.law}{' with an origin shift' if self.shift else ''} fitted on "
+                f"{len(self.siblings)} finished run(s) of this configuration ({self.choice})")
+        if self.narrowed:
+            text += f"; {self.narrowed}"
+        return text + (f"; {left}{more}" if left else "")
+
+
+def fit_project(
+    evidences: Sequence[RunEvidence],
+    *,
+    run: str | None = None,
+    descriptors: Mapping[str, str | float] | None = None,
+    peak_lr: float | None = None,
+    rules: LawRules = DEFAULT_RULES,
+    memo: dict[Any, Any] | None = None,
+) -> ProjectLaw:
+    """The law of ``run``'s configuration from the finished runs' ``evidences`` (see the
+    module's docstring). ``descriptors`` and ``peak_lr`` are the run's (None: unknown,
+    every run a candidate). ``memo`` keeps the leave-one-out fits for another call on the
+    same runs (other rules)."""
+    own = dict(descriptors or {})
+    if peak_lr is None and isinstance(own.get(PEAK_LR), float):
+        peak_lr = float(own[PEAK_LR])
+    left: list[tuple[str, str]] = []
+    kept: list[RunEvidence] = []
+    for e in evidences:
+        why = _not_a_sibling(e, run, own)
+        if why:
+            left.append((e.run, why))
+        else:
+            kept.append(e)
+    if len(kept) < rules.min_siblings:
+        return ProjectLaw(None, left_out=tuple(left), rules=rules,
+                          reason=f"{len(kept)} finished run(s) of this configuration; a shared law is confirmed on "
+                                 f"at least {rules.min_siblings} (each forecast from the others)")
+    units = _units(kept)
+    memo = {} if memo is None else memo
+    law, shift, choice = _choose(kept, units, rules, memo)
+    return _narrowed(kept, units, law, shift, choice, left, peak_lr, rules, memo)
+
+
+def _not_a_sibling(e: RunEvidence, run: str | None, own: Mapping[str, str | float]) -> str | None:
+    if run is not None and e.run == run:
+        return "the forecast run itself"
+    if not e.finished:
+        return "it has not finished its plan"
+    if e.lr_assumed:
+        return "it logged no lr and no plan says what it was"
+    return differs(own, e.described)
+
+
+def _units(evidences: Sequence[RunEvidence]) -> Units:
+    """The common clock: the median reference batch; the peak lr in it where every run's
+    absolute peak is known and they differ."""
+    batches = [float(np.array(e.batch)[0, 2]) for e in evidences]
+    peaks = [e.peak_lr for e in evidences]
+    known = [p for p in peaks if p is not None]
+    lr_aware = len(known) == len(peaks) and not all(same_peak(known[0], p) for p in known)
+    return Units(float(np.median(batches)), float(np.median(known)) if lr_aware else None)
+
+
+def _score(errors: Sequence[SiblingError]) -> float:
+    return float(np.mean([abs(e.error) for e in errors])) if errors else math.inf
+
+
+def _choose(evidences: Sequence[RunEvidence], units: Units, rules: LawRules,
+            memo: dict[Any, Any]) -> tuple[str, bool, str]:
+    """The law and shift rule whose leave-one-out forecasts (before each sibling's first
+    row and at the gate's cut) erred least."""
+    scored = []
+    members = [evidence_member(e, units) for e in evidences]
+    for law in rules.laws:
+        for shift in rules.shifts:
+            # Each sibling's fit without it starts from the fit on them all (one start, not the law's several).
+            full = fit_pooled(members, law, units, shift=shift)
+            if isinstance(full, FitFailure):
+                scored.append((math.inf, law, shift))
+                continue
+            errors, failed = leave_one_out(evidences, law, units, full=full, cuts=(0.0,), shift=shift,
+                                           floor=rules.level_floor, control=rules.control, memo=memo)
+            scored.append((_score(errors) + (math.inf if failed else 0.0), law, shift))
+    score, law, shift = min(scored, key=lambda x: x[0])
+    others = ", ".join(f"{name}{' shifted' if s else ''} {v:.3f}" for v, name, s in scored if (name, s) != (law, shift))
+    return law, shift, f"leave-one-out mean |ln| before each run {score:.3f}; {others}"
+
+
+def _narrowed(
+    kept: list[RunEvidence], units: Units, law: str, shift: bool, choice: str, left: list[tuple[str, str]],
+    peak_lr: float | None, rules: LawRules, memo: dict[Any, Any],
+) -> ProjectLaw:
+    """Fit, score leave-one-out, and leave out the worst sibling that trails its own log,
+    until every sibling passes (see the module's docstring)."""
+    narrowed_peak = False
+    while True:
+        members = [evidence_member(e, units) for e in kept]
+        pooled = fit_pooled(members, law, units, shift=shift)
+        if isinstance(pooled, FitFailure):
+            return ProjectLaw(None, left_out=tuple(left), rules=rules, reason=f"the pooled fit failed: {pooled.reason}")
+        errors, failed = leave_one_out(kept, law, units, full=pooled, cuts=CUTS, shift=shift,
+                                       floor=rules.level_floor, control=rules.control, memo=memo)
+        margins = _gate(kept, errors, rules)
+        margins.update({run: (math.inf, math.inf, None) for run, _ in failed})
+        failing = {r: m for r, m in margins.items() if m[0] > 0}
+        if not failing:
+            narrowed = None
+            if narrowed_peak:
+                narrowed = (f"narrowed to the run's peak lr ({peak_lr:g}): the law with the peak lr in it did not carry "
+                            "to the runs at other peak lrs")
+            return ProjectLaw(pooled, tuple(e.run for e in kept), tuple(left), None, choice, narrowed, tuple(errors),
+                              tuple(kept), rules, shift)
+        worst = max(failing, key=lambda r: (not same_peak(peak_lr, _peak(kept, r)), failing[r][0]))
+        _, mine, theirs = failing[worst]
+        narrowed_peak = narrowed_peak or not same_peak(peak_lr, _peak(kept, worst))
+        at = ", ".join(f"{c:.0%}" for c in rules.gate_cuts)
+        why = ("no law could be fitted without it" if math.isinf(mine) else
+               f"the law of the others forecast it from {at} of its tokens with mean |ln| {mine:.3f}, "
+               + (f"its own log {theirs:.3f}" if theirs is not None else "past the bound of 0.1"))
+        left.append((worst, why))
+        kept = [e for e in kept if e.run != worst]
+        if len(kept) < rules.min_siblings:
+            return ProjectLaw(None, left_out=tuple(left), rules=rules,
+                              reason=f"the runs of this configuration do not share a law: forecast from the others, "
+                                     f"{len(left)} of them erred more than their own early logs did")
+        if units.peak_lr is not None:
+            units = _units(kept)
+
+
+def _peak(evidences: Sequence[RunEvidence], run: str) -> float | None:
+    return next((e.peak_lr for e in evidences if e.run == run), None)
+
+
+def _gate(kept: Sequence[RunEvidence], errors: Sequence[SiblingError], rules: LawRules) -> dict[str, tuple[float, float, float | None]]:
+    """Per sibling: by how much the law trails its own log at the gate's cuts (> 0: fails),
+    the law's mean |ln| there and the own log's (None: not known; a bound of 0.1 then)."""
+    out = {}
+    for e in kept:
+        mine = [abs(x.error) for x in errors if x.run == e.run and x.cut in rules.gate_cuts]
+        if not mine:
+            continue
+        cuts = {c for c, _, _ in e.own}
+        theirs = None
+        if cuts:
+            near = {min(cuts, key=lambda c: (abs(c - g), c)) for g in rules.gate_cuts}
+            theirs = float(np.mean([min(abs(err), _MISS) for c, _, err in e.own if c in near]))
+        law = float(np.mean(mine))
+        bound = (theirs if theirs is not None else 0.1) + rules.gate_margin
+        out[e.run] = (law - bound, law, theirs)
+    return out
+
+
+@dataclass(frozen=True)
+class TargetLaw:
+    """One target by the project's law: tokens (None: not within the law's horizon), the
+    interval, the chance within the plan, the pooled law's own tokens and the share the
+    run's own law had in the point."""
+
+    target: float
+    tokens: float | None
+    interval: tuple[float, float] | None
+    p_within_plan: float | None
+    pooled_tokens: float | None = None
+    own_share: float = 0.0
+    spread: float | None = None  # the ln error's scale (a Student-t's)
+    dof: float | None = None
+    draws: tuple[float, ...] = field(default=(), repr=False)
+    # Seconds from the run's first step at the siblings' pace (None: none logged a clock).
+    seconds: float | None = None
+    seconds_interval: tuple[float, float] | None = None
+
+
+@dataclass(frozen=True)
+class PlanEnd:
+    """The run's planned end: its step and tokens, the smoothed loss forecast there and its
+    interval, and what forecast it (``project law`` or ``this run's law``)."""
+
+    step: float
+    tokens: float
+    loss: float
+    loss_interval: tuple[float, float] | None
+    source: str
+
+
+@dataclass(frozen=True)
+class ProjectForecast:
+    """What the project's law says of one run (see :func:`forecast_run`)."""
+
+    targets: tuple[TargetLaw, ...]
+    plan_end: PlanEnd | None
+    fraction: float
+    cut: float
+    level: float
+    steps: np.ndarray = field(repr=False, compare=False)
+    tokens: np.ndarray = field(repr=False, compare=False)
+    loss: np.ndarray = field(repr=False, compare=False)
+    seconds_per_token: float | None = None
+
+
+def _spread(errors: Sequence[float], prior: float, weight: float) -> tuple[float, float]:
+    """The spread of ``errors`` shrunk toward ``prior`` (worth ``weight`` cases), and the
+    Student-t's degrees of freedom."""
+    squares = float(np.sum(np.square(errors)))
+    return math.sqrt((weight * prior**2 + squares) / (weight + len(errors))), weight + len(errors)
+
+
+def forecast_run(
+    project: ProjectLaw,
+    log: RunLog,
+    targets: Sequence[float],
+    own: Mapping[float, float | None] | None = None,
+    *,
+    level: float = 0.8,
+) -> ProjectForecast:
+    """The run of ``log`` forecast by the project's law (which must be shared): each target
+    and the plan's end. ``own`` maps a target to the run's own law's tokens (None: it
+    forecast none), weighed beside the pooled law by the siblings' evidence at this stage."""
+    return forecast_on(project, log, run_curve(project, log), targets, own, level=level)
+
+
+def run_curve(project: ProjectLaw, log: RunLog) -> LawCurve:
+    """The pooled law on the run (fitted again with the run joining, at its level)."""
+    assert project.pooled is not None, "no shared law to forecast with"
+    return law_curve(_joined(project, log), log, floor=project.rules.level_floor, control=project.rules.control)
+
+
+def forecast_on(
+    project: ProjectLaw,
+    log: RunLog,
+    curve: LawCurve,
+    targets: Sequence[float],
+    own: Mapping[float, float | None] | None = None,
+    *,
+    level: float = 0.8,
+    rules: LawRules | None = None,
+) -> ProjectForecast:
+    """:func:`forecast_run` on a curve :func:`run_curve` made (``rules``: the project's,
+    or others for the interval and the weights)."""
+    from scipy.stats import t as student_t
+
+    rules = rules if rules is not None else project.rules
+    fraction = log.fraction
+    cut, errors = project.errors_at(fraction)
+    own_errors = project.own_errors(fraction) if log.started and rules.own else {}
+    end_tokens = log.plan_end_tokens
+    found = []
+    for target in targets:
+        pooled_tokens = curve.crossing(target)
+        mine = None if own is None else own.get(target)
+        share, spread, dof = _combined(errors, own_errors, rules, mine is not None and pooled_tokens is not None)
+        point = pooled_tokens
+        if pooled_tokens is not None and mine is not None and share > 0:
+            point = math.exp((1 - share) * math.log(pooled_tokens) + share * math.log(mine))
+        found.append(_target(target, point, pooled_tokens, share, spread, dof, end_tokens, curve, log, student_t,
+                             level, rules, _end_errors(errors)))
+    pace = project.seconds_per_token()
+    if pace is not None:
+        found = [replace(t, seconds=None if t.tokens is None else pace * t.tokens,
+                         seconds_interval=None if t.interval is None else (pace * t.interval[0], pace * t.interval[1]))
+                 for t in found]
+    steps = curve.steps
+    return ProjectForecast(tuple(found), _plan_end(curve, log, errors, rules, level, student_t), fraction, cut,
+                           curve.level, steps, curve.timeline.tokens_at(steps), curve.curve, pace)
+
+
+def forecast_plan(
+    project: ProjectLaw,
+    run: str,
+    plan: LrSchedule,
+    targets: Sequence[float],
+    *,
+    batch: float,
+    ema_window: float,
+    peak_lr: float | None = None,
+    unit: str = "tokens",
+    level: float = 0.8,
+) -> ProjectForecast:
+    """A run that has not started, forecast from its plan and batch by the project's law."""
+    log = log_of_plan(run, plan, batch=batch, ema_window=ema_window, peak_lr=peak_lr, unit=unit)
+    return forecast_run(project, log, targets, level=level)
+
+
+def _joined(project: ProjectLaw, log: RunLog) -> PooledLaw:
+    """The pooled law fitted again with the run's log joining at its weight (the law as it
+    is where the run has too few points or no weight)."""
+    assert project.pooled is not None
+    weight = project.rules.join_weight * log.fraction
+    if weight <= 0 or len(log.step) < 3:
+        return project.pooled
+    units = project.pooled.units
+    members = [evidence_member(e, units) for e in project.evidence]
+    mine = member(log.run, common_timeline(log.timeline, units, log.peak_lr), log.step, log.loss, log.rows, log.start)
+    refit = fit_pooled([*members, mine], project.pooled.law, units, area_ref=project.pooled.area_ref,
+                       shift=project.shift, start=project.pooled.theta, weights=[1.0] * len(members) + [weight])
+    if isinstance(refit, FitFailure):
+        return project.pooled
+    # The level spread and noise are the siblings' (the run's own residuals are not evidence of them).
+    return replace(refit, levels=project.pooled.levels, sigma=project.pooled.sigma,
+                   correlation=project.pooled.correlation, control=project.pooled.control)
+
+
+def _combined(errors: Sequence[SiblingError], own: Mapping[tuple[str, float], float], rules: LawRules,
+              both: bool) -> tuple[float, float, float]:
+    """The own law's share in the point, and the spread and degrees of freedom of the
+    point's ln error, from the siblings' errors at this stage."""
+    law = [e.error for e in errors]
+    if not both or not own:
+        spread, dof = _spread(law, rules.error_prior, rules.error_weight)
+        return 0.0, spread, dof
+    paired = [(e.error, own[(e.run, e.quantile)]) for e in errors if (e.run, e.quantile) in own]
+    if not paired:
+        spread, dof = _spread(law, rules.error_prior, rules.error_weight)
+        return 0.0, spread, dof
+    law_spread, _ = _spread([p for p, _ in paired], rules.error_prior, rules.error_weight)
+    own_spread, _ = _spread([o for _, o in paired], rules.error_prior, rules.error_weight)
+    share = law_spread**2 / (law_spread**2 + own_spread**2)
+    spread, dof = _spread([(1 - share) * p + share * o for p, o in paired], rules.error_prior, rules.error_weight)
+    return share, spread, dof
+
+
+def _target(target: float, point: float | None, pooled_tokens: float | None, share: float, spread: float, dof: float,
+            end_tokens: float | None, curve: LawCurve, log: RunLog, student_t: object, level: float, rules: LawRules,
+            end_errors: Sequence[float]) -> TargetLaw:
+    dist = student_t(dof)  # type: ignore[operator]
+    if point is None:
+        # Not within the law's horizon: the chance within the plan from the loss at its end.
+        p = None
+        if end_tokens is not None:
+            loss_spread, loss_dof = _spread(end_errors, rules.loss_prior, rules.error_weight)
+            end = curve.loss_at(float(log.plan_end))  # type: ignore[arg-type]
+            p = float(student_t(loss_dof).cdf((target - end) / loss_spread))  # type: ignore[operator]
+        return TargetLaw(target, None, None, p, pooled_tokens, share)
+    z = float(dist.ppf(0.5 + level / 2))
+    low = max(point * math.exp(-z * spread), log.last_tokens)
+    interval = (low, point * math.exp(z * spread))
+    p = None if end_tokens is None else float(dist.cdf(math.log(end_tokens / point) / spread))
+    draws = tuple(float(point * math.exp(spread * q)) for q in dist.ppf(np.linspace(0.005, 0.995, 199)))
+    return TargetLaw(target, point, interval, p, pooled_tokens, share, spread, dof, draws)
+
+
+def _end_errors(errors: Sequence[SiblingError]) -> list[float]:
+    """Each sibling's error in its smoothed loss at its end (once per sibling)."""
+    return list({e.run: e.end_error for e in errors}.values())
+
+
+def _plan_end(curve: LawCurve, log: RunLog, errors: Sequence[SiblingError], rules: LawRules, level: float,
+              student_t: object) -> PlanEnd | None:
+    end = log.plan_end
+    if end is None:
+        return None
+    loss = curve.loss_at(end)
+    spread, dof = _spread(_end_errors(errors), rules.loss_prior, rules.error_weight)
+    z = float(student_t(dof).ppf(0.5 + level / 2))  # type: ignore[operator]
+    return PlanEnd(float(end), curve.tokens_at(end), loss, (loss - z * spread, loss + z * spread), "project law")
