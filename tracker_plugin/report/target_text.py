@@ -36,7 +36,7 @@ def target_text(analysis: Analysis, k: int) -> str:
     with using_glyphs(UNICODE):
         if result.status.located:
             parts = _located(analysis, k, result)
-        elif result.status == Status.NOT_REACHED:
+        elif result.status in (Status.NOT_REACHED, Status.UNLIKELY):
             parts = _not_reached(analysis, result)
         else:
             parts = [result.note] if result.note else []
