@@ -24,6 +24,7 @@ from tracker_plugin.core.project_law import (
     fit_pooled,
     fit_project,
     forecast_plan,
+    forecast_run,
     law_curve,
     log_of_evidence,
     log_of_history,
@@ -169,6 +170,16 @@ def test_runs_of_different_recipes_share_no_law_and_the_report_says_why(siblings
     assert not project.shared
     assert "do not share a law" in (project.reason or "")
     assert any("own log 0.010" in why for _, why in project.left_out)
+
+
+def test_a_project_round_trips_as_json(siblings):
+    project = fit_project(siblings, rules=FAST)
+    back = type(project).from_dict(json.loads(json.dumps(project.to_dict())))
+    assert back.siblings == project.siblings and back.rules == project.rules and back.errors == project.errors
+    history, plan = _run("wsd-4000")
+    log = log_of_history(history.head(len(history) // 4), plan, ema_window=WINDOW)
+    a, b = forecast_run(project, log, [3.0]), forecast_run(back, log, [3.0])
+    assert a.targets[0].tokens == pytest.approx(b.targets[0].tokens, rel=1e-6)
 
 
 def test_a_run_is_never_its_own_sibling(siblings):

@@ -21,7 +21,14 @@ import numpy as np
 from tracker_plugin.core.models import FitFailure
 from tracker_plugin.core.project_law.evidence import RunEvidence
 from tracker_plugin.core.project_law.join import CONTROL, LEVEL_FLOOR, law_curve, log_of_evidence
-from tracker_plugin.core.project_law.pooled import Member, PooledLaw, Units, common_timeline, fit_pooled, member
+from tracker_plugin.core.project_law.pooled import (
+    Member,
+    PooledLaw,
+    Units,
+    common_timeline,
+    fit_pooled,
+    member,
+)
 
 __all__ = ["CUTS", "QUANTILES", "SiblingError", "evidence_member", "leave_one_out", "sibling_errors"]
 

@@ -9,9 +9,9 @@ of a run.
    scored leave-one-sibling-out (:mod:`.loso`); the lowest error wins;
 3. narrowed by evidence: a sibling the pooled law (fitted without it) forecasts worse from
    its log cut at :attr:`LawRules.gate_cuts` than its own log forecast itself there is
-   left out, the worst first, and the law fitted again, until every sibling left passes;
-   fewer than :attr:`LawRules.min_siblings` left and the runs share no law (the reason
-   says which did not pass and by how much). Where the runs' peak lrs differ, the law has
+   left out, and the law fitted again, until every sibling left passes; where most of
+   them fail, or fewer than :attr:`LawRules.min_siblings` are left, the runs share no law
+   (the report says which did not pass and by how much). Where the runs' peak lrs differ, the law has
    the peak lr in it (:class:`~.pooled.Units`); siblings at other peak lrs that do not
    pass are the ones left out, and the report says the law was narrowed to the run's
    peak lr.
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -127,6 +127,29 @@ class ProjectLaw:
         """The siblings' median pace where they logged a clock (None: none did)."""
         paces = [p for e in self.evidence if (p := e.seconds_per_token()) is not None]
         return float(np.median(paces)) if paces else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe form (the siblings' evidence included): a project's fit, cached."""
+        return {
+            "pooled": None if self.pooled is None else self.pooled.to_dict(), "siblings": list(self.siblings),
+            "left_out": [list(x) for x in self.left_out], "reason": self.reason, "choice": self.choice,
+            "narrowed": self.narrowed, "shift": self.shift, "rules": asdict(self.rules),
+            "errors": [[e.run, e.cut, e.quantile, e.error, e.end_error] for e in self.errors],
+            "evidence": [e.to_dict() for e in self.evidence],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProjectLaw:
+        """The project :meth:`to_dict` wrote."""
+        rules = dict(data["rules"])
+        rules = {k: tuple(v) if isinstance(v, list) else v for k, v in rules.items()}
+        return cls(
+            None if data["pooled"] is None else PooledLaw.from_dict(data["pooled"]), tuple(data["siblings"]),
+            tuple((str(r), str(w)) for r, w in data["left_out"]), data["reason"], str(data["choice"]),
+            data["narrowed"], tuple(SiblingError(str(r), float(c), float(q), float(e), float(x))
+                                    for r, c, q, e, x in data["errors"]),
+            tuple(RunEvidence.from_dict(e) for e in data["evidence"]), LawRules(**rules), bool(data["shift"]),
+        )
 
     def describe(self) -> str:
         """One line: the law, what it was fitted on, or why there is none."""
@@ -244,21 +267,33 @@ def _narrowed(
                             "to the runs at other peak lrs")
             return ProjectLaw(pooled, tuple(e.run for e in kept), tuple(left), None, choice, narrowed, tuple(errors),
                               tuple(kept), rules, shift)
-        worst = max(failing, key=lambda r: (not same_peak(peak_lr, _peak(kept, r)), failing[r][0]))
-        _, mine, theirs = failing[worst]
-        narrowed_peak = narrowed_peak or not same_peak(peak_lr, _peak(kept, worst))
-        at = ", ".join(f"{c:.0%}" for c in rules.gate_cuts)
-        why = ("no law could be fitted without it" if math.isinf(mine) else
-               f"the law of the others forecast it from {at} of its tokens with mean |ln| {mine:.3f}, "
-               + (f"its own log {theirs:.3f}" if theirs is not None else "past the bound of 0.1"))
-        left.append((worst, why))
-        kept = [e for e in kept if e.run != worst]
-        if len(kept) < rules.min_siblings:
+        if 2 * len(failing) > len(kept):
+            left += [(r, _why(failing[r], rules)) for r in sorted(failing)]
             return ProjectLaw(None, left_out=tuple(left), rules=rules,
                               reason=f"the runs of this configuration do not share a law: forecast from the others, "
-                                     f"{len(left)} of them erred more than their own early logs did")
+                                     f"{len(failing)} of {len(kept)} erred more than their own logs did")
+        # The siblings at another peak lr that fail go first (the law did not carry across
+        # peak lrs); else every sibling that fails, at once.
+        other_peak = [r for r in failing if not same_peak(peak_lr, _peak(kept, r))]
+        drop = sorted(other_peak or failing)
+        narrowed_peak = narrowed_peak or bool(other_peak)
+        left += [(r, _why(failing[r], rules)) for r in drop]
+        kept = [e for e in kept if e.run not in drop]
+        if len(kept) < rules.min_siblings:
+            return ProjectLaw(None, left_out=tuple(left), rules=rules,
+                              reason=f"the runs of this configuration do not share a law: {len(kept)} left when those "
+                                     f"the others' law forecast worse than their own logs did are left out")
         if units.peak_lr is not None:
             units = _units(kept)
+
+
+def _why(margin: tuple[float, float, float | None], rules: LawRules) -> str:
+    _, mine, theirs = margin
+    if math.isinf(mine):
+        return "no law could be fitted without it"
+    at = ", ".join(f"{c:.0%}" for c in rules.gate_cuts)
+    return (f"the law of the others forecast it from {at} of its tokens with mean |ln| {mine:.3f}, "
+            + (f"its own log {theirs:.3f}" if theirs is not None else "past the bound of 0.1"))
 
 
 def _peak(evidences: Sequence[RunEvidence], run: str) -> float | None:
