@@ -618,6 +618,9 @@ def _joined(
 
 def _by_project(result: TargetResult, found: TargetLaw, history: History, config: AnalysisConfig) -> TargetResult:
     """A target as the project's law forecasts it (beside the run's own law, by the evidence)."""
+    if found.own_share >= 1.0:
+        why = "the run's own law: its own log forecast the project's runs better at this stage than their law did"
+        return replace(result, note="; ".join(n for n in (result.note, why) if n))
     if found.tokens is None:
         return replace(result, status=Status.UNREACHABLE, tokens=None, step=None, tokens_interval=None,
                        step_interval=None, extrapolation_factor=None, p_reach_within_plan=found.p_within_plan,

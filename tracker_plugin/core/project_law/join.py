@@ -36,6 +36,8 @@ __all__ = ["LEVEL_FLOOR", "LawCurve", "RunLog", "law_curve", "log_of_evidence", 
 # (benchmarks/bench_law.py).
 LEVEL_FLOOR = 0.0
 CONTROL = False
+# The law's shifted relative lr area is at least this where its curve starts.
+_MIN_RELATIVE = 1e-3
 
 
 @dataclass(frozen=True, eq=False)
@@ -200,7 +202,14 @@ def law_curve(law: PooledLaw, log: RunLog, *, floor: float = LEVEL_FLOOR, contro
     """The pooled law on ``log``'s plan at the run's level (:func:`run_level`, or ``level``)."""
     level = run_level(law, log, floor, control) if level is None else level
     timeline = common_timeline(log.timeline, law.units, log.peak_lr)
-    fit = law.on(timeline, level=level, start_step=log.start, ema_window=log.ema_window,
-                 smoothed_start=log.smoothed_start, cadence=log.cadence)
+    start, smoothed_start = log.start, log.smoothed_start
+    # The law with a negative origin shift is defined from an lr area on: a run whose warmup
+    # ends short of it starts its curve there.
+    defined = (_MIN_RELATIVE - law.theta[-1]) * law.area_ref
+    if float(timeline.area_at(start)) < defined:
+        start = float(np.interp(defined, timeline.area, timeline.step))
+        smoothed_start = None
+    fit = law.on(timeline, level=level, start_step=start, ema_window=log.ema_window,
+                 smoothed_start=smoothed_start, cadence=log.cadence)
     (smoothed,) = smooth_all([fit])
     return LawCurve(log, level, smoothed.steps, smoothed.curve, timeline)

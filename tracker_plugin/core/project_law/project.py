@@ -60,7 +60,8 @@ class LawRules:
     - ``error_prior``, ``error_weight``: the prior spread of a forecast's ln error and its
       worth in sibling cases; ``loss_prior``: the same for the smoothed loss at the end;
     - ``min_siblings``, ``gate_cuts``, ``gate_margin``: how many siblings confirm a law,
-      the cuts they are scored at, and by how much the law may trail their own logs.
+      the cuts they are scored at, and by how much the law may trail their own logs;
+    - ``own``: how the run's own law counts beside the pooled one (see the field).
     """
 
     laws: tuple[str, ...] = ("multi-power", "lr-annealing")
@@ -74,7 +75,10 @@ class LawRules:
     min_siblings: int = 2
     gate_cuts: tuple[float, ...] = (0.1, 0.25, 0.5)
     gate_margin: float = 0.0
-    own: bool = True  # weigh the run's own law beside the pooled one
+    # The run's own law beside the pooled one: "off", "blend" (weighed by the inverse of
+    # each one's error variance on the siblings at this stage) or "switch" (the run's own
+    # forecast wholly where its own log forecast the siblings better at this stage).
+    own: str = "switch"
 
 
 DEFAULT_RULES = LawRules()
@@ -323,7 +327,8 @@ def _gate(kept: Sequence[RunEvidence], errors: Sequence[SiblingError], rules: La
 class TargetLaw:
     """One target by the project's law: tokens (None: not within the law's horizon), the
     interval, the chance within the plan, the pooled law's own tokens and the share the
-    run's own law had in the point."""
+    run's own law had in the point (1: the run's own forecast stands, interval and chance
+    included, where its own log forecast the siblings better at this stage)."""
 
     target: float
     tokens: float | None
@@ -410,13 +415,16 @@ def forecast_on(
     rules = rules if rules is not None else project.rules
     fraction = log.fraction
     cut, errors = project.errors_at(fraction)
-    own_errors = project.own_errors(fraction) if log.started and rules.own else {}
+    own_errors = project.own_errors(fraction) if log.started and rules.own != "off" else {}
     end_tokens = log.plan_end_tokens
     found = []
     for target in targets:
         pooled_tokens = curve.crossing(target)
         mine = None if own is None else own.get(target)
         share, spread, dof = _combined(errors, own_errors, rules, mine is not None and pooled_tokens is not None)
+        if share >= 1.0:  # the run's own forecast stands (its interval and chance are its own)
+            found.append(TargetLaw(target, mine, None, None, pooled_tokens, 1.0))
+            continue
         point = pooled_tokens
         if pooled_tokens is not None and mine is not None and share > 0:
             point = math.exp((1 - share) * math.log(pooled_tokens) + share * math.log(mine))
@@ -478,6 +486,11 @@ def _combined(errors: Sequence[SiblingError], own: Mapping[tuple[str, float], fl
         return 0.0, spread, dof
     paired = [(e.error, own[(e.run, e.quantile)]) for e in errors if (e.run, e.quantile) in own]
     if not paired:
+        spread, dof = _spread(law, rules.error_prior, rules.error_weight)
+        return 0.0, spread, dof
+    if rules.own == "switch":
+        if np.mean([abs(o) for _, o in paired]) < np.mean([abs(p) for p, _ in paired]):
+            return 1.0, math.nan, math.nan  # the run's own forecast, as it is
         spread, dof = _spread(law, rules.error_prior, rules.error_weight)
         return 0.0, spread, dof
     law_spread, _ = _spread([p for p, _ in paired], rules.error_prior, rules.error_weight)
