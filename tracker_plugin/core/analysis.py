@@ -42,15 +42,10 @@ from tracker_plugin.core.models.power_sweep import fit_power_law_windows
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
+from tracker_plugin.core.project_law.forecast import PlanEnd, ProjectForecast, TargetLaw, forecast_run
 from tracker_plugin.core.project_law.join import log_of_history
 from tracker_plugin.core.project_law.plan_end import own_plan_end
-from tracker_plugin.core.project_law.project import (
-    PlanEnd,
-    ProjectForecast,
-    ProjectLaw,
-    TargetLaw,
-    forecast_run,
-)
+from tracker_plugin.core.project_law.project import ProjectLaw
 from tracker_plugin.core.siblings import NONE, Calibration
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
@@ -348,8 +343,8 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         else:
             open_targets.append(target)
     forecasts = _Forecasts()
-    if open_targets or (not power_law and (len(window) >= min_rows or shared)):
-        # With every target reached the law is still fitted: the plan's end is forecast too.
+    if open_targets or (not power_law and (len(window) >= min_rows or shared) and _short_of_plan(history, config)):
+        # With every target reached a run short of its planned end is still forecast: its plan's end.
         forecast = _power_law_forecasts if power_law else _schedule_forecasts if len(window) >= min_rows else _project_forecasts
         forecasts = forecast(_Prepared(history, config, stages, smoothed, fit_start, window, replays), open_targets)
         results.update(forecasts.results)
@@ -377,6 +372,14 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         plan_end=_plan_end(end, forecasts, smoothed),
         project=forecasts.project,
     )
+
+
+def _short_of_plan(history: History, config: AnalysisConfig) -> bool:
+    """Whether a plan given (or read from the run's params) ends past the log by more than
+    the finished run's slack."""
+    given = config.lr_schedule if config.lr_schedule is not None else history.lr_plan
+    total = None if given is None else given.total_steps
+    return total is not None and float(history.step[-1]) < (1.0 - _FINISHED_SHARE) * float(total)
 
 
 def _plan_end(end: _PlanEnd | None, forecasts: _Forecasts, smoothed: np.ndarray) -> PlanEnd | None:

@@ -17,7 +17,7 @@ import numpy as np
 from tracker_plugin.core.forecast import ERROR_PRIOR_SCALE, Selection
 from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.models.schedule_law import smooth_all
-from tracker_plugin.core.project_law.project import PlanEnd
+from tracker_plugin.core.project_law.forecast import PlanEnd
 
 __all__ = ["END_INFLATION", "own_plan_end"]
 

@@ -99,7 +99,8 @@ def member(run: str, timeline: Timeline, step: np.ndarray, loss: np.ndarray, row
         step, loss, rows = binned.step, binned.loss, binned.weight
     step, loss, rows = _merged(step, loss, np.asarray(rows, float), FIT_BINS)
     obs = Observations(step, loss, rows, timeline.area_at(step), timeline.clock_at(step))
-    return Member(run, timeline, obs, timeline.drops(), float(step[0]) if len(step) and start is None else (start or 0.0))
+    first = start if start is not None else (float(step[0]) if len(step) else 0.0)
+    return Member(run, timeline, obs, timeline.drops(), first)
 
 
 def _merged(step: np.ndarray, loss: np.ndarray, rows: np.ndarray, at_most: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
