@@ -30,8 +30,9 @@ import tracker_plugin
 from tracker_plugin.core.analysis import AnalysisConfig, _crossing
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.core.project_law.evidence import RunEvidence, run_evidence
+from tracker_plugin.core.project_law.forecast import forecast_on, run_curve
 from tracker_plugin.core.project_law.join import RunLog, log_of_history, log_of_plan
-from tracker_plugin.core.project_law.project import LawRules, ProjectLaw, fit_project, forecast_on, run_curve
+from tracker_plugin.core.project_law.project import LawRules, ProjectLaw, fit_project
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
 from tracker_plugin.plan.schedule import LrSchedule
@@ -42,12 +43,33 @@ QUANTILES = (0.6, 0.8)
 BEYOND = 1.0  # the target quantile of a target the run never reached
 # The rule grid: narrowing margins, joining weights, the own law beside the pooled one,
 # the interval's prior spread and its weight, the end loss's prior spread.
-MARGINS = (0.0, 0.1, math.inf)
+MARGINS = (0.0, 0.1)
 JOINS = (0.0, 6.0, 12.0)
 OWNS = ("off", "blend", "switch")
 ERROR_PRIORS = (0.05, 0.1, 0.2)
 ERROR_WEIGHTS = (2.0, 4.0, 8.0)
 LOSS_PRIORS = (0.005, 0.01, 0.02)
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The rules a run's cases are computed under."""
+
+    margins: tuple[float, ...] = MARGINS
+    joins: tuple[float, ...] = JOINS
+    owns: tuple[str, ...] = OWNS
+    priors: tuple[float, ...] = ERROR_PRIORS
+    weights: tuple[float, ...] = ERROR_WEIGHTS
+    loss_priors: tuple[float, ...] = LOSS_PRIORS
+
+    @classmethod
+    def of(cls, rule: tuple) -> Grid:
+        """The grid of one rule, ``((margin, join, own, prior, weight), loss prior)``."""
+        (margin, join, own, prior, weight), loss_prior = rule
+        return cls((margin,), (join,), (own,), (prior,), (weight,), (loss_prior,))
+
+
+QUICK = Grid((0.1,), (6.0,), OWNS, (0.1,), (4.0,), (0.01,))
 
 
 @dataclass(frozen=True)
@@ -160,29 +182,28 @@ def log_at(run: Run, cut: float) -> RunLog:
     return log_of_history(history.head(rows), run.plan, ema_window=run.window)
 
 
-def project_cases(job: tuple[Run, list[RunEvidence], list[BacktestCase], Sequence[float], Sequence[float],
-                             Sequence[bool], bool]) -> tuple[list[Case], list[EndCase], dict[float, ProjectLaw]]:
+def project_cases(job: tuple[Run, list[RunEvidence], list[BacktestCase], Grid]
+                  ) -> tuple[list[Case], list[EndCase], dict[float, ProjectLaw]]:
     """Every rule's forecasts of one run by its project's law (see the module's docstring)."""
-    run, sibling_evidence, own, margins, joins, owns, full_grid = job
+    run, sibling_evidence, own, grid = job
     targets, end_loss = targets_of(run.history, run.window)
     memo: dict = {}
     cases, ends, projects = [], [], {}
-    for margin in margins:
+    for margin in grid.margins:
         rules = LawRules(gate_margin=margin)
         project = fit_project(sibling_evidence, run=run.history.run, rules=rules, memo=memo)
         projects[margin] = project
         for cut in CUTS:
             log = log_at(run, cut)
             mine = {t: c.tokens for (q, t, _), c in _own_at(own, cut, targets)}
-            for join in joins:
+            for join in grid.joins:
                 curve = run_curve(replace(project, rules=replace(rules, join_weight=join)), log) if project.shared else None
-                grid = itertools.product(owns, ERROR_PRIORS if full_grid else (0.1,), ERROR_WEIGHTS if full_grid else (4.0,))
-                for use_own, prior, weight in grid:
+                for use_own, prior, weight in itertools.product(grid.owns, grid.priors, grid.weights):
                     variant = replace(rules, join_weight=join, own=use_own, error_prior=prior, error_weight=weight)
                     key = (margin, join, use_own, prior, weight)
                     cases += _cases(run, project, log, curve, variant, key, targets, mine, cut, own)
-                    if curve is not None and use_own == owns[0] and prior == 0.1:
-                        for loss_prior in LOSS_PRIORS if full_grid else (0.01,):
+                    if curve is not None and use_own == grid.owns[0] and prior == grid.priors[0]:
+                        for loss_prior in grid.loss_priors:
                             found = forecast_on(project, log, curve, (), rules=replace(variant, loss_prior=loss_prior))
                             if found.plan_end is not None and found.plan_end.loss_interval is not None:
                                 ends.append(EndCase(run.name, run.family, cut, (margin, join, loss_prior, weight),
@@ -267,9 +288,11 @@ def per_run(pool: ProcessPoolExecutor, folder: Path | None, keys: Sequence[str],
     return [out[i] for i in range(len(keys))]
 
 
-def all_cases(runs: Sequence[Run], workers: int, quick: bool, folder: Path | None = None):  # type: ignore[no-untyped-def]
-    """Today's cases per run, then every rule's cases of the project's law (each run's kept
-    in ``folder``, keyed by its content and the code)."""
+def all_cases(runs: Sequence[Run], workers: int, grid: Grid, folder: Path | None = None,  # type: ignore[no-untyped-def]
+              scored: Sequence[Run] | None = None):
+    """Today's cases per run, then the cases of the project's law of the ``scored`` runs
+    (default: all) under each rule of ``grid`` (each run's kept in ``folder``, keyed by its
+    content, its siblings, the grid and the code)."""
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
     today, law = code_key(law=False), code_key(law=True)
@@ -277,10 +300,11 @@ def all_cases(runs: Sequence[Run], workers: int, quick: bool, folder: Path | Non
         own = dict(zip([r.name for r in runs], per_run(pool, folder, [f"own-{run_key(r, today)}" for r in runs],
                                                        baseline, runs)))
         evidences = dict(zip([r.name for r in runs], pool.map(evidence, runs, [own[r.name] for r in runs])))
-        jobs = [(run, [evidences[s.name] for s in siblings_of(run, runs)], own[run.name],
-                 (0.1,) if quick else MARGINS, (6.0,) if quick else JOINS, OWNS, not quick) for run in runs]
-        keys = [f"law-{run_key(run, law, quick, [e.run for e in job[1]])}" for run, job in zip(runs, jobs)]
+        scored = list(runs if scored is None else scored)
+        jobs = [(run, [evidences[s.name] for s in siblings_of(run, runs)], own[run.name], grid) for run in scored]
+        keys = [f"law-{run_key(run, law, grid, [e.run for e in job[1]])}" for run, job in zip(scored, jobs)]
         results = per_run(pool, folder, keys, project_cases, jobs)
+        runs = scored
     cases = [c for r in results for c in r[0]]
     ends = [e for r in results for e in r[1]]
     projects = {run.name: r[2] for run, r in zip(runs, results)}
