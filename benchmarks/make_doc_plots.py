@@ -61,7 +61,7 @@ def _round_up(value: float, to: float) -> float:
 def synthetic(rows: int) -> Analysis:
     """A synthetic run of ``rows`` logged rows, 60% through its planned cosine run, with a
     clock; targets as a person picks them, round: one it reached, one forecast within the
-    plan, one the plan ends before (``not_reached``)."""
+    plan, one the plan ends before (``unlikely``, the run not having reached its end)."""
     every = STEPS_PER_ROW[rows]
     steps = rows * every
     total = steps * 10 // 6
@@ -77,11 +77,11 @@ def synthetic(rows: int) -> Analysis:
     mid = float(np.quantile(after, 0.5))
     reached = next(r for r in (_round_up(mid, 0.5), _round_up(mid, 0.1)) if r < float(np.max(after)))
     # The round values below the last smoothed loss: the highest the plan reaches (forecast)
-    # and the highest it does not (not_reached).
+    # and the highest it does not (unlikely).
     below = [round(_round_down(float(after[-1]), 0.05) - 0.05 * k, 2) for k in range(1, 30)]
     probe = tp.analyze(frame, below, run=run, lr_schedule=spec)
     within = next(t.target for t in probe.targets if t.status == tp.Status.FORECAST)
-    missed = next(t.target for t in probe.targets if t.status == tp.Status.NOT_REACHED)
+    missed = next(t.target for t in probe.targets if t.status == tp.Status.UNLIKELY)
     # A tenth (3.2 rather than 3.25): lower still, so the plan ends before it too.
     return tp.analyze(frame, [reached, within, _round_down(missed, 0.1)], run=run, lr_schedule=spec)
 

@@ -39,6 +39,10 @@ from tracker_plugin.core.models.power_sweep import fit_power_law_windows
 from tracker_plugin.core.models.prefixes import fit_prefixes
 from tracker_plugin.core.models.schedule_law import MIN_POINTS_NO_DECAY, smooth_all
 from tracker_plugin.core.plan_spread import over_plans
+from tracker_plugin.core.project_law.forecast import PlanEnd, ProjectForecast, TargetLaw, forecast_run
+from tracker_plugin.core.project_law.join import log_of_history
+from tracker_plugin.core.project_law.plan_end import own_plan_end
+from tracker_plugin.core.project_law.project import ProjectLaw
 from tracker_plugin.core.siblings import NONE, Calibration
 from tracker_plugin.core.smoothing import fine_ema
 from tracker_plugin.core.status import Status, Verdict
@@ -116,6 +120,9 @@ class AnalysisConfig:
     # What the finished runs of the project say (core.siblings): the schedule-aware laws'
     # forecasts are calibrated with it; NONE, the default, leaves them as they are.
     calibration: Calibration = NONE
+    # The project's law (core.project_law): the finished runs of the run's configuration,
+    # fitted together; its forecast joins the run's own. None, the default: the run alone.
+    project_law: ProjectLaw | None = None
 
     def __post_init__(self) -> None:
         targets = tuple(self.targets)
@@ -151,6 +158,8 @@ class AnalysisConfig:
             raise ConfigError(f"anneal_gain is a share of the loss in [0, 1), got {self.anneal_gain!r}")
         if not isinstance(self.calibration, Calibration):
             raise ConfigError(f"calibration must be a Calibration (tracker_plugin.core.siblings), got {self.calibration!r}")
+        if self.project_law is not None and not isinstance(self.project_law, ProjectLaw):
+            raise ConfigError(f"project_law must be a ProjectLaw (tracker_plugin.core.project_law), got {self.project_law!r}")
 
 
 def _positive(name: str, value: float) -> None:
@@ -243,6 +252,10 @@ class Analysis:
     plan: Plan | None = None
     # The wall-clock side: throughput, and each target's seconds (in ``targets`` order).
     timing: Timing | None = None
+    # The smoothed loss forecast at the planned end (None: no planned end, or the power law),
+    # and the project's law's forecast of the run where one was given and shared.
+    plan_end: PlanEnd | None = None
+    project: ProjectForecast | None = field(default=None, repr=False, compare=False)
 
     @property
     def dynamic_batch(self) -> bool:
@@ -309,6 +322,8 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         )
     power_law = config.model == "power-law"
     min_rows = MIN_FIT_ROWS if power_law else MIN_LAW_ROWS
+    # The project's law forecasts a run from its plan alone: no row is too few for it.
+    shared = not power_law and config.project_law is not None and config.project_law.shared
     results: dict[float, TargetResult] = {}
     open_targets = []
     for target in config.targets:
@@ -321,17 +336,18 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
             results[target] = TargetResult(
                 target, Status.REACHED, tokens=crossing[1], step=crossing[0], p_reach_within_plan=reached, note=first
             )
-        elif len(window) < min_rows:
+        elif len(window) < min_rows and not shared:
             note = f"only {len(window)} logged rows at or after the fit start step {fit_start}; need {min_rows}"
             results[target] = TargetResult(target, Status.NOT_ENOUGH_DATA, note=note)
         else:
             open_targets.append(target)
     forecasts = _Forecasts()
-    if open_targets:  # a law is fitted only for targets whose answer reads it
+    if open_targets or (not power_law and (len(window) >= min_rows or shared) and _short_of_plan(history, config)):
+        # With every target reached a run short of its planned end is still forecast: its plan's end.
         prepared = _Prepared(history, config, stages, smoothed, fit_start, window, replays)
         if not power_law:
             prepared = replace(prepared, plan=resolve_plan(history, config.lr_schedule))
-        forecast = _power_law_forecasts if power_law else _schedule_forecasts
+        forecast = _power_law_forecasts if power_law else _schedule_forecasts if len(window) >= min_rows else _project_forecasts
         forecasts = _run_ended(prepared, open_targets) or forecast(prepared, open_targets)
         results.update(forecasts.results)
     end = _PlanEnd.of(history, config, forecasts)
@@ -355,7 +371,26 @@ def _run_analysis(history: History, config: AnalysisConfig, replays: bool = Fals
         selection=forecasts.selection,
         plan=forecasts.plan,
         timing=_timing(history, ordered, config),
+        plan_end=_plan_end(end, forecasts, smoothed),
+        project=forecasts.project,
     )
+
+
+def _short_of_plan(history: History, config: AnalysisConfig) -> bool:
+    """Whether a plan given (or read from the run's params) ends past the log by more than
+    the finished run's slack."""
+    given = config.lr_schedule if config.lr_schedule is not None else history.lr_plan
+    total = None if given is None else given.total_steps
+    return total is not None and float(history.step[-1]) < (1.0 - _FINISHED_SHARE) * float(total)
+
+
+def _plan_end(end: _PlanEnd | None, forecasts: _Forecasts, smoothed: np.ndarray) -> PlanEnd | None:
+    """The smoothed loss at the plan's end: logged where the run reached it, else forecast."""
+    if end is None:
+        return None
+    if end.finished:
+        return PlanEnd(end.step, end.tokens, float(smoothed[-1]), None, "logged")
+    return forecasts.plan_end
 
 
 def _timing(history: History, results: Sequence[TargetResult], config: AnalysisConfig, law: bool = False) -> Timing:
@@ -419,27 +454,29 @@ def _count(value: float) -> str:
 
 
 def _within_plan(result: TargetResult, history: History, smoothed: np.ndarray, end: _PlanEnd | None) -> TargetResult:
-    """The result told against the plan's end: a forecast within it stays a ``forecast``; a
-    target the run finished short of, or one the plan ends before, is ``not_reached``; a
+    """The result told against the plan's end: a forecast within it stays a ``forecast``; in a
+    run short of its end, one the plan ends before (or the law never gets to) is
+    ``unlikely``, a chance; a target the run finished short of is ``not_reached``; a
     forecast with no planned end stays ``forecast_beyond_plan``."""
     if result.status == Status.REACHED or end is None:
         return result
     if result.status == Status.FORECAST_BEYOND_PLAN and result.step is not None and result.step <= end.step:
         return replace(result, status=Status.FORECAST)
-    if not end.finished and result.status != Status.FORECAST_BEYOND_PLAN:
-        return result  # unreachable, or no forecast, in a run still going: that is the news
+    if not end.finished and result.status not in (Status.FORECAST_BEYOND_PLAN, Status.UNREACHABLE):
+        return result  # no forecast, in a run still going: that is the news
     best = int(np.nanargmin(smoothed))
     if end.finished:
         why = f"the run ended its plan at step {history.step[-1]:,.0f} of {end.step:,.0f}"
         p_reach: float | None = 0.0
     else:
+        # Before its end a run is told a chance, never a verdict: an early "no" stops good runs.
         where = f"step {end.step:,.0f}" + ("" if history.on_steps else f" ({_count(end.tokens)} {history.unit})")
-        why = f"the plan ends at {where}, before the fitted law gets there"
+        why = f"the plan ends at {where}, before the forecast gets there"
         p_reach = result.p_reach_within_plan
     if result.status != Status.FORECAST_BEYOND_PLAN and result.note:
         why += f"; {result.note}"  # and the law would not get there, or could not be fitted
     return replace(
-        result, status=Status.NOT_REACHED, tokens=None, step=None, tokens_interval=None, step_interval=None,
+        result, status=Status.NOT_REACHED if end.finished else Status.UNLIKELY, tokens=None, step=None, tokens_interval=None, step_interval=None,
         extrapolation_factor=None, beyond_warn_factor=False, p_reach_within_plan=p_reach, note=why,
         best_loss=float(smoothed[best]), best_step=float(history.step[best]),
         end_step=float(history.step[-1]) if end.finished else end.step,
@@ -492,6 +529,8 @@ class _Forecasts:
     selection: Selection | None = None
     plan: Plan | None = None
     notes: tuple[str, ...] = ()
+    plan_end: PlanEnd | None = None
+    project: ProjectForecast | None = None
 
 
 def _power_law_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
@@ -558,12 +597,64 @@ def _schedule_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
         )
     results = _law_forecasts(
         fit, selection, targets, history, first, run.stages, config, sweeps, plan_inflation(plan), spread
-    )
+    ) if targets else {}
     gain = _prior_gain_note(fit, config.anneal_gain)
     calibrated = config.calibration.describe() if config.calibration.asked else None
     unsettled = selection.note()
     notes = (plan.note, *([gain] if gain else []), *([calibrated] if calibrated else []), *([unsettled] if unsettled else []))
-    return _Forecasts(results, fit, selection, plan, notes=notes)
+    results, project, plan_end, said = _joined(run, plan, timeline, results, targets)
+    if plan_end is None and isinstance(fit, LawFit):
+        plan_end = own_plan_end(fit, selection, history.last_tokens, config.interval)
+    return _Forecasts(results, fit, selection, plan, notes=(*notes, *said), plan_end=plan_end, project=project)
+
+
+def _project_forecasts(run: _Prepared, targets: list[float]) -> _Forecasts:
+    """A run too short for a law of its own, forecast by its project's law alone."""
+    plan = run.plan if run.plan is not None else resolve_plan(run.history, run.config.lr_schedule)
+    timeline = TimelineBuilder(run.history, clock=run.config.clock, batch_schedule=run.config.batch_schedule)(plan.schedule)
+    note = f"only {len(run.window)} logged rows at or after the fit start step {run.fit_start}: too few for a law of its own"
+    alone = {t: TargetResult(t, Status.NOT_ENOUGH_DATA, note=note) for t in targets}
+    results, project, plan_end, said = _joined(run, plan, timeline, alone, targets)
+    return _Forecasts(results, None, None, plan, notes=(plan.note, *said), plan_end=plan_end, project=project)
+
+
+def _joined(
+    run: _Prepared, plan: Plan, timeline: Timeline, results: dict[float, TargetResult], targets: list[float]
+) -> tuple[dict[float, TargetResult], ProjectForecast | None, PlanEnd | None, tuple[str, ...]]:
+    """The targets as the project's law forecasts them, where one is given and shared (the
+    run's own forecasts weighed beside it); its forecast, the plan's end, and what it says."""
+    config, history = run.config, run.history
+    if config.project_law is None:
+        return results, None, None, ()
+    said = (config.project_law.describe(),)
+    if not config.project_law.shared:
+        return results, None, None, said
+    log = log_of_history(history, plan.schedule, ema_window=config.ema_token_window, timeline=timeline,
+                         smoothed=run.smoothed)
+    project = forecast_run(config.project_law, log, targets, {t: r.tokens for t, r in results.items()},
+                           level=config.interval)
+    joined = {t: _by_project(results[t], found, history, config) for t, found in zip(targets, project.targets)}
+    return joined, project, project.plan_end, said
+
+
+def _by_project(result: TargetResult, found: TargetLaw, history: History, config: AnalysisConfig) -> TargetResult:
+    """A target as the project's law forecasts it (beside the run's own law, by the evidence)."""
+    if found.own_share >= 1.0:
+        why = "the run's own law: its own log forecast the project's runs better at this stage than their law did"
+        return replace(result, note="; ".join(n for n in (result.note, why) if n))
+    if found.tokens is None:
+        return replace(result, status=Status.UNREACHABLE, tokens=None, step=None, tokens_interval=None,
+                       step_interval=None, extrapolation_factor=None, p_reach_within_plan=found.p_within_plan,
+                       note="the project's law does not reach it within 20x the plan", tokens_draws=())
+    interval = found.interval
+    step_interval = None if interval is None else (_step_at(interval[0], history, config), _step_at(interval[1], history, config))
+    share = f"; the run's own law weighs {found.own_share:.0%}" if found.own_share > 0 else ""
+    return replace(result, status=Status.FORECAST_BEYOND_PLAN, tokens=found.tokens,
+                   step=tokens_to_step(found.tokens, history, config.batch_schedule), tokens_interval=interval,
+                   step_interval=step_interval, extrapolation_factor=found.tokens / history.last_tokens,
+                   beyond_warn_factor=False, p_reach_within_plan=found.p_within_plan,
+                   note=f"the project's law{share}", tokens_draws=found.draws, tokens_raw_draws=(),
+                   tokens_plan_draws=(), tokens_plan_ends=(), tokens_central=None)
 
 
 def _prior_gain_note(fit: LawFit | FitFailure, share: float) -> str | None:

@@ -115,8 +115,8 @@ class BacktestCase:
     @property
     def forecast(self) -> bool:
         """Whether the cut produced a forecast (a crossing or an extrapolation)."""
-        # A law's crossing past the plan's end (not_reached) is scored too: the law is what is tested.
-        return self.tokens is not None and (self.status.located or self.status == Status.NOT_REACHED)
+        # A law's crossing past the plan's end (not_reached, unlikely) is scored too: the law is what is tested.
+        return self.tokens is not None and (self.status.located or self.status in (Status.NOT_REACHED, Status.UNLIKELY))
 
     @property
     def error(self) -> float | None:
@@ -304,7 +304,7 @@ def _scored(
     return BacktestCase(
         run, model, fraction, q, target, truth, result.status,
         chosen=chosen, note=result.note,
-        # Past the plan's end the report says not_reached; the backtest scores the law's crossing.
+        # Past the plan's end the report says not_reached or unlikely; the backtest scores the law's crossing.
         tokens=result.tokens if result.law_tokens is None else result.law_tokens,
         interval=result.tokens_interval if result.law_tokens is None else result.law_interval,
         p_reach=result.p_reach_within_plan, draws=result.tokens_draws,

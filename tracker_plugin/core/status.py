@@ -11,13 +11,18 @@ One vocabulary of outcomes for a target:
 - ``forecast_beyond_plan``: a fitted law reaches it, and no planned end bounds the run
   (the plan is unknown, or its lr goes on with no end): the forecast assumes the run
   continues until then.
-- ``not_reached``: not in this run. The log has reached the plan's end (the run
-  finished), or the plan ends before the law gets there. Then the report says the best
-  smoothed loss, where the run ended (or ends) and the chance of reaching it within the
-  plan; no crossing is reported as a number.
+- ``unlikely``: the run has not reached its planned end, and the forecast puts the target
+  past it (or never gets there): a chance, not a verdict. The report says the chance of
+  reaching it within the plan (``unlikely within the plan: P 0.42``) and the smoothed loss
+  forecast at the plan's end; a run stopped on an early "no" is the costliest error, so no
+  running run is told ``not_reached`` or ``unreachable`` before its end.
+- ``not_reached``: not in this run, which has reached (or passed) its planned end. Then the
+  report says the best smoothed loss and where the run ended; no crossing is reported as a
+  number.
 - ``unreachable``: on the evidence the law levels off above it (even far past the plan):
   the fitted law and most of its bootstrap refits (one the law misses by less than its own
-  uncertainty is a forecast, at the refits' median, with an open-ended interval).
+  uncertainty is a forecast, at the refits' median, with an open-ended interval); said of a
+  run with no planned end, or one past it.
 - ``not_enough_data``: no forecast: too few rows after the fit start, or no law could be
   fitted to them (the note says which).
 
@@ -42,6 +47,7 @@ class Status(str, Enum):
     REACHED = "reached"
     FORECAST = "forecast"
     FORECAST_BEYOND_PLAN = "forecast_beyond_plan"
+    UNLIKELY = "unlikely"
     NOT_REACHED = "not_reached"
     UNREACHABLE = "unreachable"
     NOT_ENOUGH_DATA = "not_enough_data"

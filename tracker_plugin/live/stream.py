@@ -327,7 +327,7 @@ _COLUMNS = Columns().with_overrides(step="step", loss="loss", batch=("batch", *C
 def _line(analysis: Analysis, k: int) -> str:
     result = analysis.targets[k]
     head = f"{result.target:.2f} {result.status}"
-    if result.status == Status.NOT_REACHED and result.best_loss is not None and result.end_step is not None:
+    if result.status in (Status.NOT_REACHED, Status.UNLIKELY) and result.best_loss is not None and result.end_step is not None:
         # No crossing to say: the best smoothed loss so far, where the run ends, the chance.
         ends = "ended" if result.run_finished else "ends"
         chance = "" if result.p_reach_within_plan is None else f", P(within plan) {result.p_reach_within_plan:.2f}"

@@ -233,11 +233,12 @@ def _targets(ax: Any, analysis: Analysis, axis: XAxis) -> list[Any]:
 
 
 def _unlocated_label(ax: Any, analysis: Analysis, axis: XAxis, result: TargetResult, color: str) -> Any:
-    """The label of a target with no place on the axis, on its target line at the left
-    edge (for ``not_reached``: the best smoothed loss, the end, the chance within the plan
-    of a run still going). No marker: nothing was reached or forecast."""
+    """The label of a target with no place on the axis, on its target line: at the run's end
+    for ``not_reached`` and ``unlikely`` (the best smoothed loss, the end, the chance within
+    the plan), else at the left edge. No marker: nothing was reached or forecast."""
     lines = [f"{result.target:g} {status_words(result.status)}"]
-    if result.status == Status.NOT_REACHED and result.end_tokens is not None and result.best_loss is not None:
+    if (result.status in (Status.NOT_REACHED, Status.UNLIKELY) and result.end_tokens is not None
+            and result.best_loss is not None):
         ends = "ended" if result.run_finished else "ends"
         lines[0] += f", best {result.best_loss:.3f}"
         chance = result.p_reach_within_plan

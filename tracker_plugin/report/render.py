@@ -10,6 +10,7 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, Sweep, TargetResult
 from tracker_plugin.core.models import TOKEN_UNIT, FitStatus, Model
 from tracker_plugin.core.status import Status, Verdict
+from tracker_plugin.report.law_json import plan_end_json, project_law_json
 from tracker_plugin.report.tables import MISSING, interval, printable
 from tracker_plugin.report.timing import (
     deadline_json,
@@ -19,7 +20,8 @@ from tracker_plugin.report.timing import (
     throughput_line,
 )
 
-__all__ = ["Wording", "as_written", "format_steps", "format_tokens", "not_reached_text", "status_head", "to_json", "to_text"]
+__all__ = ["Wording", "as_written", "format_steps", "format_tokens", "not_reached_text", "status_head", "to_json", "to_text",
+           "unlikely_text"]
 
 # Rewords a message for its reader: see ``tracker_plugin.cli.words``.
 Wording = Callable[[str], str]
@@ -37,6 +39,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "targets": [
             {**_target_json(t, analysis.on_steps), **target_time_json(analysis, k, t)} for k, t in enumerate(analysis.targets)
         ],
+        "plan_end": plan_end_json(analysis),
         "loss_key": analysis.loss_key,
         "ema_token_window": tokens(config.ema_token_window),
         "fit_start_step": analysis.fit_start_step,
@@ -73,6 +76,7 @@ def to_json(analysis: Analysis) -> dict[str, Any]:
         "throughput": throughput_json(analysis),
         "deadline": deadline_json(analysis),
         "calibration": _calibration_json(analysis),
+        "project_law": project_law_json(analysis),
     }
 
 
@@ -289,6 +293,7 @@ _HEADS = {
     Status.REACHED: "REACHED",
     Status.FORECAST: "FORECAST within the plan",
     Status.FORECAST_BEYOND_PLAN: "FORECAST BEYOND THE PLAN",
+    Status.UNLIKELY: "UNLIKELY within the plan",
     Status.NOT_REACHED: "NOT REACHED in this run",
     Status.UNREACHABLE: "UNREACHABLE",
     Status.NOT_ENOUGH_DATA: "NOT ENOUGH DATA",
@@ -326,7 +331,9 @@ def _target_lines(analysis: Analysis, result: TargetResult) -> list[str]:
             f"{observed}S={analysis.observed_step:,}){flag}{note}"
         )
     elif result.status == Status.NOT_REACHED:
-        lines.append(f"{head}: {not_reached_text(result, on_steps)}; {result.note}")
+        lines.append(f"{head}: {not_reached_text(result, on_steps)}{_then(result.note)}")
+    elif result.status == Status.UNLIKELY:
+        lines.append(f"{head}: {unlikely_text(result, on_steps)}{_then(result.note)}")
     else:
         lines.append(f"{head}: {result.note}")
     if result.sweep is not None:
@@ -343,6 +350,18 @@ def not_reached_text(result: TargetResult, on_steps: bool) -> str:
     chance = "unknown" if result.p_reach_within_plan is None else f"{result.p_reach_within_plan:.2f}"
     return (f"best smoothed loss={result.best_loss:.4f} (step {result.best_step:,.0f}); the run {ends} at "
             f"step={result.end_step:,.0f}{at}; P(reached within plan)={chance}")
+
+
+def _then(note: str | None) -> str:
+    return f"; {note}" if note else ""
+
+
+def unlikely_text(result: TargetResult, on_steps: bool) -> str:
+    """What an ``unlikely`` target's line says: a chance within the plan, and where it ends."""
+    chance = "unknown" if result.p_reach_within_plan is None else f"{result.p_reach_within_plan:.2f}"
+    at = "" if on_steps or result.end_tokens is None else f", tokens={result.end_tokens:,.0f}"
+    end = "" if result.end_step is None else f"; the plan ends at step={result.end_step:,.0f}{at}"
+    return f"P(reached within plan)={chance}{end}"
 
 
 def format_steps(value: float) -> str:

@@ -47,6 +47,7 @@ MARKS = {
     Status.FORECAST_BEYOND_PLAN: "→",
     Status.NOT_REACHED: "✗",
     Status.UNREACHABLE: "✗",
+    Status.UNLIKELY: "?",
     Status.NOT_ENOUGH_DATA: "–",
 }
 _OTHER = "•"  # a status this table does not know yet
@@ -104,7 +105,9 @@ def _unlocated(analysis: Analysis, result: TargetResult) -> tuple[str, list[str]
     one's, the loss its law levels off at; a status this table does not know, its chance
     within the plan."""
     floor = getattr(result.fit, "asymptote", None) if result.status == Status.UNREACHABLE else None
-    if result.best_loss is not None:
+    if result.status == Status.UNLIKELY and result.p_reach_within_plan is not None:
+        lead = f"P {result.p_reach_within_plan:.2f} in plan"
+    elif result.best_loss is not None:
         lead = f"{result.best_loss:.4g} best"
     elif floor is not None and math.isfinite(floor) and floor >= result.target:
         lead = f"{floor:.4g} floor"
@@ -113,11 +116,13 @@ def _unlocated(analysis: Analysis, result: TargetResult) -> tuple[str, list[str]
     else:
         lead = "no crossing" if result.status == Status.UNREACHABLE else "no forecast"
     parts = []
-    if result.status == Status.NOT_REACHED and result.end_step is not None:
+    if result.status in (Status.NOT_REACHED, Status.UNLIKELY) and result.end_step is not None:
         ends = "the run ended" if result.run_finished else "the plan ends"
         tokens = "" if analysis.on_steps or result.end_tokens is None else f"{format_tokens(result.end_tokens)} tok, "
         parts.append(f"{ends} at {tokens}step {format_steps(result.end_step)}")
-        if not result.run_finished and result.p_reach_within_plan is not None:
+        if result.status == Status.UNLIKELY and result.best_loss is not None:
+            parts.insert(0, f"best {result.best_loss:.4g}")
+        elif not result.run_finished and result.p_reach_within_plan is not None:
             parts.append(f"P(within plan) {result.p_reach_within_plan:.2f}")
     elif result.note:
         parts.append(result.note)
