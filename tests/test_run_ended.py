@@ -48,7 +48,7 @@ def test_a_finished_run_fits_no_law_and_answers_as_the_fitted_law_did(olmo, monk
     assert ended.fit is None and ended.selection is None
     assert answers(ended) == answers(fitted)
     assert ended.plan == fitted.plan  # the report still says which plan the run ended on
-    assert [t.note for t in ended.targets][1].startswith("the run reached its planned end")
+    assert [t.note for t in ended.targets][1].startswith("the run ended its plan at step")
 
 
 def test_a_run_still_going_is_forecast(olmo):
