@@ -93,12 +93,6 @@ SETUPS = (
     IntervalSetup("Lightning on_epoch -> MLflow", _mlflow("lightning.db.gz", "lightning-epoch"), "lightning-epoch", 40),
     IntervalSetup("Lightning on_epoch -> W&B", _wandb("lightning-epoch"), "lightning-epoch", 40),
 )
-# nanoGPT at faster learning rates (0.001 is shakespeare_char's): more of the loss's fall lies
-# before the first eval, which the log holds nothing of.
-FAST_SETUPS = tuple(
-    IntervalSetup(f"nanoGPT lr {lr} eval_interval {n} -> W&B", _wandb(f"nanogpt-lr{lr}-{n}"), f"nanogpt-lr{lr}-{n}", n)
-    for lr in ("0.0003", "0.001") for n in (100, 250, 500)
-)
 
 
 def crossings(history: History, targets: tuple[float, ...], window: float | None) -> tuple[list[float | None], float]:
@@ -152,12 +146,11 @@ def _percent(values: list[float | None]) -> str:
 
 
 def interval_table(window_steps: float | None) -> tuple[int, int]:
-    """The table at one window (steps; None: the default): (the first eight setups WRONG,
-    at the floor); the faster nanoGPT runs are counted apart."""
+    """The table at one window (steps; None: the default): (setups WRONG, at the floor)."""
     rows = [("setup", "every", "read as", "window", "truth steps", "errors", "floor", "verdict")]
     verdicts = []
     with tempfile.TemporaryDirectory() as tmp:
-        for setup in (*SETUPS, *FAST_SETUPS):
+        for setup in SETUPS:
             history = setup.read(Path(tmp))
             per_step = 1.0 if history.on_steps else float(np.median(history.batch))
             frame, truth, targets = truth_and_targets(setup.truth, per_step)
@@ -176,10 +169,8 @@ def interval_table(window_steps: float | None) -> tuple[int, int]:
     print(f"\nInterval-mean setups at {title} (window in steps; errors and floor against the per-step loss)")
     for row in rows:
         print(" | ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-    first, fast = verdicts[: len(SETUPS)], verdicts[len(SETUPS) :]
-    wrong, floor = first.count("WRONG"), first.count("at the floor")
+    wrong, floor = verdicts.count("WRONG"), verdicts.count("at the floor")
     print(f"{len(SETUPS)} setups, {len(SETUPS) * len(SHARES)} crossings; {wrong} WRONG, {floor} at the floor")
-    print(f"{len(FAST_SETUPS)} faster nanoGPT runs: {fast.count('WRONG')} WRONG, {fast.count('at the floor')} at the floor")
     return wrong, floor
 
 

@@ -17,18 +17,13 @@ compares crossings with):
   500) of 5,000 iters, ``eval_iters`` 200 (its default), into W&B offline
   (``wandb/nanogpt-N``); its truth is each iter's training loss, the mean over its four
   micro-batches (``train.py`` prints the last one's, ``lossf``, at ``log_interval``).
-- ``nanogpt-lrR-N``: the same at learning rate R, 0.0003 and 0.001 (shakespeare_char's), eval
-  every 100, 250 and 500 iters: the loss falls more of its way before the first eval, as a
-  real run's does (at 0.001, 60% of its fall in the first 250 iters).
 - ``lightning-epoch``: Lightning's ``Trainer`` with ``self.log("train_loss", loss,
   on_step=False, on_epoch=True)`` (the epoch's mean, logged at its end), 40 steps an epoch
   for 4,000 steps, ``LearningRateMonitor``, ``MLFlowLogger`` and ``WandbLogger``.
 
-Run from the worktree (about three minutes on two cores, and three more a nanoGPT run;
-a comma-separated list of jobs, ``hf``, ``nanogpt``, ``nanogpt@0.0003``, ``nanogpt@0.001``,
-``lightning``, writes only those)::
+Run from the worktree (about three minutes on two cores)::
 
-    python benchmarks/make_interval_runs.py benchmarks/data/interval [JOBS]
+    python benchmarks/make_interval_runs.py benchmarks/data/interval
 """
 
 from __future__ import annotations
@@ -48,7 +43,6 @@ HF_STEPS = 5000
 HF_LOGGING = (10, 50, 500)
 NANOGPT_ITERS = 5000
 NANOGPT_EVALS = (100, 250, 500)
-NANOGPT_FAST = (3e-4, 1e-3)  # faster learning rates: more of the fall before the first eval
 LIGHTNING_STEPS, LIGHTNING_EPOCH = 4000, 40
 SEED = 0
 # Slow enough that the tiny model's loss falls over the whole run, as a real run's does.
@@ -82,11 +76,7 @@ def _hf(out: Path, logging_steps: int) -> None:
         _write_truth(out / "hf.truth.csv.gz", [int(e["step"]) for e in entries], [float(e["loss"]) for e in entries])
 
 
-def _nanogpt_name(eval_interval: int, lr: float = LR) -> str:
-    return f"nanogpt-{eval_interval}" if lr == LR else f"nanogpt-lr{lr:g}-{eval_interval}"
-
-
-def _nanogpt(out: Path, eval_interval: int, lr: float = LR) -> None:
+def _nanogpt(out: Path, eval_interval: int) -> None:
     """nanoGPT's train.py loop and W&B logging, on the tiny GPT-2 and its data."""
     import torch
     import wandb
@@ -94,7 +84,7 @@ def _nanogpt(out: Path, eval_interval: int, lr: float = LR) -> None:
     from tests.doubles.tiny_trainers import SEQ_LEN, _data, _model
 
     batch_size, gradient_accumulation_steps, block_size = 8, 4, SEQ_LEN
-    learning_rate, max_iters, warmup_iters, min_lr, eval_iters = lr, NANOGPT_ITERS, 100, lr / 10, 200
+    learning_rate, max_iters, warmup_iters, min_lr, eval_iters = LR, NANOGPT_ITERS, 100, LR / 10, 200
     lr_decay_iters, decay_lr, log_interval = NANOGPT_ITERS, True, 10
     config = {k: v for k, v in locals().items() if k in (
         "batch_size", "gradient_accumulation_steps", "block_size", "learning_rate", "max_iters", "warmup_iters",
@@ -135,7 +125,7 @@ def _nanogpt(out: Path, eval_interval: int, lr: float = LR) -> None:
         decay_ratio = (it - warmup_iters) / (lr_decay_iters - warmup_iters)
         return min_lr + 0.5 * (1.0 + math.cos(math.pi * decay_ratio)) * (learning_rate - min_lr)
 
-    run = wandb.init(project="interval", name=_nanogpt_name(eval_interval, lr), config=config)
+    run = wandb.init(project="interval", name=f"nanogpt-{eval_interval}", config=config)
     steps, losses = [], []
     ids = get_batch("train")
     iter_num = 0
@@ -161,7 +151,7 @@ def _nanogpt(out: Path, eval_interval: int, lr: float = LR) -> None:
         if iter_num > max_iters:
             break
     run.finish()
-    _write_truth(out / f"{_nanogpt_name(eval_interval, lr)}.truth.csv.gz", steps, losses)
+    _write_truth(out / f"nanogpt-{eval_interval}.truth.csv.gz", steps, losses)
 
 
 def _lightning(out: Path) -> None:
@@ -242,23 +232,18 @@ def main(argv: list[str]) -> int:
         import torch
 
         torch.set_num_threads(1)  # a tiny model: threads cost more than they give
-        kind, _, lr = kind.partition("@")  # nanogpt@LR=N: at another learning rate
-        {"hf": lambda: _hf(out, int(n)), "nanogpt": lambda: _nanogpt(out, int(n), float(lr or LR)),
-         "lightning": lambda: _lightning(out)}[kind]()
+        {"hf": lambda: _hf(out, int(n)), "nanogpt": lambda: _nanogpt(out, int(n)), "lightning": lambda: _lightning(out)}[kind]()
         return 0
     out = Path(argv[1]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     jobs = [("hf=1", "hf.db"), *((f"hf={n}", "hf.db") for n in HF_LOGGING),
-            *((f"nanogpt={n}", "none.db") for n in NANOGPT_EVALS), ("lightning=0", "lightning.db"),
-            *((f"nanogpt@{lr:g}={n}", "none.db") for lr in NANOGPT_FAST for n in NANOGPT_EVALS)]
+            *((f"nanogpt={n}", "none.db") for n in NANOGPT_EVALS), ("lightning=0", "lightning.db")]
     only = set(argv[2].split(",")) if len(argv) > 2 else None
     for job, store in jobs:
-        kind, _, n = job.partition("=")
-        if only is not None and kind not in only:
+        if only is not None and job.partition("=")[0] not in only:
             continue
-        name = {"hf": f"hf-{n}", "lightning": "lightning-epoch"}.get(kind) or _nanogpt_name(
-            int(n), float(kind.partition("@")[2] or LR))
-        env = {**_env(out, store, name), "INTERVAL_OUT": str(out)}
+        name = {"hf": "hf-{}", "nanogpt": "nanogpt-{}", "lightning": "lightning-epoch"}[job.partition("=")[0]]
+        env = {**_env(out, store, name.format(job.partition("=")[2])), "INTERVAL_OUT": str(out)}
         subprocess.run([sys.executable, __file__, "--one", job], env=env, check=True)
     _keep(out)
     return 0
