@@ -109,6 +109,34 @@ FAULTS: dict[str, int] = dict.fromkeys(
 )
 
 
+_COUNTS = "tracker_plugin_counts"
+
+
+def pytest_sessionfinish(session):
+    """Under ``-n`` each worker hands its counts to the controller, which reports them all."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output[_COUNTS] = json.dumps({"CASES": CASES, "SHAPES": SHAPES, "FILES": FILES, "FAULTS": FAULTS})
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    raw = getattr(node, "workeroutput", {}).get(_COUNTS)
+    if raw:
+        counts = json.loads(raw)
+        for mine, theirs in ((CASES, counts["CASES"]), (SHAPES, counts["SHAPES"]), (FILES, counts["FILES"]),
+                             (FAULTS, counts["FAULTS"])):
+            _add_counts(mine, theirs)
+
+
+def _add_counts(mine: dict, theirs: dict) -> None:
+    for key, value in theirs.items():
+        if isinstance(value, dict):
+            _add_counts(mine.setdefault(key, {}), value)
+        else:
+            mine[key] = mine.get(key, 0) + value
+
+
 def pytest_terminal_summary(terminalreporter):
     if FAULTS["runs"]:
         f = FAULTS

@@ -74,6 +74,12 @@ def test_readme_is_a_front_door():
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the manual's pages are in docs/"
 
 
+def test_ci_runs_the_readme_test_command():
+    """CI calls the test command the README gives, word for word."""
+    (ci,) = [line for line in (ROOT / ".ci" / "run").read_text().splitlines() if "-m pytest" in line]
+    assert f"\n{ci}\n" in README, f"the README does not give CI's test command {ci!r}"
+
+
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _CODE = re.compile(r"`[^`\n]*`")
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
