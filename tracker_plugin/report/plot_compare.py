@@ -25,6 +25,7 @@ from tracker_plugin.report.plot_parts import (
     forecast_curve,
     frame_loss,
     furthest,
+    grid,
     interval_band,
     keep_layout,
     lay_out,
@@ -126,7 +127,7 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
     ax.set_xlabel(_x_label(axes, kind))
     ax.set_ylabel(_common(axes, "smoothed", "loss (EMA)"))
     ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
-    ax.grid(True, which="both", alpha=0.25)
+    grid(ax)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
     lay_out(fig)
     for label in labels:
