@@ -98,7 +98,7 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     axis.format(ax)
     ax.set_xlabel(axis.label)
     ax.set_ylabel(analysis.loss_key)  # its unit is the logger's: nothing here knows it
-    ax.set_title(_title(analysis, name), fontsize=10)
+    ax.set_title(_title(analysis, name), fontsize=10, y=1.0)  # at its place: matplotlib would look for top ticks to move it over
     grid(ax)
     outside_legend(ax)
     for text in ax.texts:

@@ -126,7 +126,7 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
         axes[0].format(ax)
     ax.set_xlabel(_x_label(axes, kind))
     ax.set_ylabel(_common(axes, "smoothed", "loss (EMA)"))
-    ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
+    ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10, y=1.0)  # at its place: no top ticks to move it over
     grid(ax)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
     lay_out(fig)

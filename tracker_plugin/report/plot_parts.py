@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -174,6 +174,7 @@ def grid(ax: Any) -> None:
     """The grid: at the major ticks, and on a log x axis at 2 to 9 of each decade too, as
     one collection of lines. matplotlib draws a minor grid line as a minor tick, each an
     artist of three lines and two texts: on a log axis eighteen of them were a tenth of a plot."""
+    import matplotlib as mpl
     from matplotlib.collections import LineCollection
     from matplotlib.ticker import LogLocator, NullLocator
 
@@ -183,16 +184,13 @@ def grid(ax: Any) -> None:
     low, high = sorted(ax.get_xlim())
     minor = [x for x in LogLocator(base=10, subs=np.arange(2, 10)).tick_values(low, high) if low <= x <= high]
     ax.xaxis.set_minor_locator(NullLocator())
-    line = ax.xaxis.get_gridlines()[0] if ax.xaxis.get_gridlines() else None
-    style = {"colors": _GRID_COLOR, "linewidths": 0.6} if line is None else {
-        "colors": line.get_color(), "linewidths": line.get_linewidth()}
-    ax.add_collection(LineCollection([[(x, 0.0), (x, 1.0)] for x in minor], transform=ax.get_xaxis_transform(),
-                                     alpha=_GRID_ALPHA, zorder=line.get_zorder() if line else 0.5, **style),
-                      autolim=False)
+    lines = LineCollection([[(x, 0.0), (x, 1.0)] for x in minor], transform=ax.get_xaxis_transform(),
+                           colors=mpl.rcParams["grid.color"], linewidths=mpl.rcParams["grid.linewidth"],
+                           linestyles=mpl.rcParams["grid.linestyle"], alpha=_GRID_ALPHA, zorder=ax.xaxis.get_zorder())
+    ax.add_collection(lines, autolim=False)
 
 
 _GRID_ALPHA = 0.25
-_GRID_COLOR = "#b0b0b0"
 
 
 def plot_format(path: str | os.PathLike[str] | BinaryIO) -> str:
@@ -533,16 +531,34 @@ def place_labels(
         text.update_positions(renderer)
         return Text.get_window_extent(text, renderer)  # the words, not the line to the marker
 
+    def boxes(text: Any) -> Callable[[tuple[float, float, str, str]], Any]:
+        """The label's box at each place, from its box at one: its size does not change
+        with its place (laying the words out at each place cost most of a plot's labels)."""
+        first = at(text, _PLACES[0])
+        dx, dy, _, _ = _PLACES[0]
+        anchor = (first.x0 - dx / to_points, first.y0 - dy / to_points)  # the first place is left, bottom
+        width, height = first.width, first.height
+
+        def box(place: tuple[float, float, str, str]) -> Any:
+            x = anchor[0] + place[0] / to_points
+            y = anchor[1] + place[1] / to_points
+            x0 = x if place[2] == "left" else x - width if place[2] == "right" else x - width / 2
+            y0 = y if place[3] == "bottom" else y - height if place[3] == "top" else y - height / 2
+            return Bbox.from_bounds(x0, y0, width, height)
+
+        return box
+
     for text in labels:
+        box_at = boxes(text)
         places = list(_PLACES)
         if line_px is not None:  # last resort: the whole label left of the line
             anchor = float(ax.transData.transform(text.xy)[0])
             if anchor > line_px:
                 shift = (line_px - 4 - anchor) * to_points
                 places += [(shift, dy, "right", va) for _, dy, _, va in _PLACES[1:22:2]]
-        inside, clear, off_curves = None, None, None
+        chosen, inside, clear, off_curves = None, None, None, None
         for place in places:
-            box = at(text, place)
+            box = box_at(place)
             if not (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1):
                 continue
             inside = inside or place
@@ -554,11 +570,10 @@ def place_labels(
                 continue
             off_curves = off_curves or place
             if not pointer_crosses(text, box):
+                chosen = place
                 break
-        else:  # the words clear of the curves first; their pointer, if it would cross one, goes
-            at(text, off_curves or clear or inside or _PLACES[1])
-        text.update_positions(renderer)
-        box = Text.get_window_extent(text, renderer)
+        # else the words clear of the curves first; their pointer, if it would cross one, goes
+        box = at(text, chosen or off_curves or clear or inside or _PLACES[1])
         if pointer_crosses(text, box):  # no place kept it clear: the label stands without one
             text.arrow_patch.set_visible(False)
         taken.append(box)
