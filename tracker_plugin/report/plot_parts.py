@@ -133,13 +133,19 @@ def lay_out(fig: Any) -> None:
         title = ax.title.get_window_extent(renderer).height if ax.get_title() else 0.0
         top = title + mpl.rcParams["axes.titlepad"] * points + _EDGE
         xlabel, ylabel = (axis.label.get_window_extent(renderer) for axis in (ax.xaxis, ax.yaxis))
-        bottom = _tick_room(ax.xaxis, renderer, "height") + xlabel.height + _EDGE
+        below = _tick_room(ax.xaxis, renderer, "height")
+        bottom = below + xlabel.height + _EDGE
         right = _EDGE + (legend.get_window_extent(renderer).width if legend else 0.0)
         # The y tick labels are those of the axes' final height (the locator picks as many as fit).
         ax.set_position(Bbox.from_extents(0.1, bottom / height, 1 - right / width, 1 - top / height))
-        left = _tick_room(ax.yaxis, renderer, "width") + ylabel.width + _EDGE
+        aside = _tick_room(ax.yaxis, renderer, "width")
+        left = aside + ylabel.width + _EDGE
         right += 0.01 * (width - left - right)  # the legend's anchor: 1.01 of the axes' width
         ax.set_position(Bbox.from_extents(left / width, bottom / height, 1 - right / width, 1 - top / height))
+        # The axis labels where matplotlib would put them, past the tick labels: placed, it
+        # does not measure every tick label again to find that place when it draws.
+        ax.xaxis.set_label_coords(0.5, -below / (height - bottom - top))
+        ax.yaxis.set_label_coords(-aside / (width - left - right), 0.5)
 
 
 def _tick_room(axis: Any, renderer: Any, side: str) -> float:
@@ -152,7 +158,8 @@ def _tick_room(axis: Any, renderer: Any, side: str) -> float:
     major = axis.majorTicks[0]
     points = axis.figure.dpi / 72.0
     size = 0.0
-    for text in texts:
+    # matplotlib's line of text is as tall as "lp" at least (a descender and an ascender)
+    for text in texts + (["lp"] if side == "height" else []):
         w, h, _ = renderer.get_text_width_height_descent(text, major.label1.get_fontproperties(), ismath=False)
         size = max(size, w if side == "width" else h)
     return size + (major.get_tick_padding() + major.get_pad() + axis.labelpad) * points
@@ -182,11 +189,14 @@ def grid(ax: Any) -> None:
     if ax.get_xscale() != "log":
         return
     low, high = sorted(ax.get_xlim())
-    minor = [x for x in LogLocator(base=10, subs=np.arange(2, 10)).tick_values(low, high) if low <= x <= high]
+    major = np.asarray(ax.xaxis.get_major_locator()(), float)
+    minor = [x for x in LogLocator(base=10, subs=tuple(range(2, 10))).tick_values(low, high)
+             if low <= x <= high and not np.any(np.isclose(major, x, rtol=1e-9))]  # not twice where a major line is
     ax.xaxis.set_minor_locator(NullLocator())
     lines = LineCollection([[(x, 0.0), (x, 1.0)] for x in minor], transform=ax.get_xaxis_transform(),
                            colors=mpl.rcParams["grid.color"], linewidths=mpl.rcParams["grid.linewidth"],
-                           linestyles=mpl.rcParams["grid.linestyle"], alpha=_GRID_ALPHA, zorder=ax.xaxis.get_zorder())
+                           linestyles=mpl.rcParams["grid.linestyle"], alpha=_GRID_ALPHA, zorder=ax.xaxis.get_zorder(),
+                           snap=True)  # on whole pixels, as the major grid's lines are
     ax.add_collection(lines, autolim=False)
 
 
