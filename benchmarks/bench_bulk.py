@@ -1,7 +1,7 @@
 """A night's bulk annotation on a real ``mlflow server``: cost per run, reruns, fan-out.
 
     python benchmarks/bench_bulk.py [--quick] [--runs 1000] [--server-workers 2] [--workers 1 2 4]
-                                    [--executors threads processes dask] [--data-dir DIR]
+                                    [--executors threads processes dask] [--data-dir DIR] [--only olmo]
 
 Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished runs of
 2,000 to 20,000 steps (loss, tokens, lr; a seeded draw) into one experiment, then prints:
@@ -9,8 +9,8 @@ Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished r
      is measured whole; history cache off): the client's CPU per run (target: <= 120 ms),
      split into reading, the analysis, the plot and the write-back, the wall time per run,
      and the failures (target: 0), each failure's reason; beside them, MLflow's own client
-     fetching the same histories, and the floor of the plot (a bare matplotlib figure with
-     the plot's parts); the smoothed series' share of the write-back (building it, reading
+     fetching the same histories, and the floor of the plot (plot_floor.py: a bare
+     matplotlib figure of the plot's size, axes and lines, saved to PNG); the smoothed series' share of the write-back (building it, reading
      what the run holds, its rows) and the metric rows per run with and without it;
   2. an unchanged rerun, one run at a time too: its wall time as a share of the first's
      (target: <= 5%), how many runs it left unchanged and how many history reads it sent
@@ -26,7 +26,8 @@ Starts a local ``mlflow server`` (sqlite, 127.0.0.1), logs ``--runs`` finished r
      ``--workers``: wall time and the speed-up over the same executor at the first count
      (and over threads at 1, the baseline, measured in the same run);
   5. the arithmetic for 10,000 runs on a 2-core machine, from the figures above.
-The server's CPU is printed beside the client's: on 2 cores they share the machine.
+``--only olmo`` runs part 3 alone (it logs its own runs). The server's CPU is printed
+beside the client's: on 2 cores they share the machine.
 ``--data-dir`` keeps the server's store, so the runs are logged once.
 """
 
@@ -204,40 +205,32 @@ def baselines(uri: str, spec: str, sample: int) -> None:
     read = (time.process_time() - start) / len(runs)
     print(f"     reading's baseline: MLflow's get_metric_history of the {len(KEYS)} keys, {1000 * read:.0f} ms per run "
           f"(the first {len(runs)} runs)")  # fmt: skip
-    print(f"     floor of the plot: a bare figure of its size and parts, {1000 * plot_floor():.0f} ms")
+    print(f"     floor of the plot: a bare figure of its size, axes and lines, {1000 * plot_floor(synthetic_analysis()):.0f} ms")
 
 
-def plot_floor(count: int = 10) -> float:
-    """CPU seconds of one bare figure (:func:`bare_plot`), the mean of ``count`` after one."""
-    bare_plot()
-    start = time.process_time()
-    for _ in range(count):
-        bare_plot()
-    return (time.process_time() - start) / count
+def plot_floor(analysis, count: int = 10) -> float:
+    """CPU seconds of the bare figure of ``analysis``'s plot (plot_floor.py: its size,
+    dpi, axes and lines on the same scales, saved to PNG by Agg), the median of ``count``."""
+    from plot_floor import bare_png, in_turns_cpu
+
+    from tracker_plugin.report.plot import analysis_figure
+
+    return in_turns_cpu({"floor": bare_png(analysis_figure(analysis))}, count)["floor"]
 
 
-def bare_plot() -> bytes:
-    import io
+def synthetic_analysis():
+    """The analysis of a run like the benchmark's own (10,000 steps), for its plot's floor."""
+    import tracker_plugin as tp
 
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    return tp.analyze(synthetic_run(10_000, seed=0, log_every=1), CONFIG.targets, run="run")
 
-    from tracker_plugin.report.plot_parts import SINGLE
 
-    x = np.geomspace(3e7, 5e10, 2048)
-    fig = Figure(figsize=SINGLE, dpi=110, layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.plot(x, 3 + 3 * (x / 1e9) ** -0.3, label="loss")
-    ax.set_xscale("log")
-    ax.set_title("run\nfit from step 100")
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("train_loss")
-    ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    return buffer.getvalue()
+def olmo_analysis():
+    """The analysis of the OLMo ladder's 370M 5xC log, for its plot's floor."""
+    import tracker_plugin as tp
+
+    path = next(p for p in OLMO if "370M-5xC" in p.name)
+    return tp.analyze(pd.read_csv(path), OLMO_CONFIG.targets, run=path.stem, columns=OLMO_COLUMNS)
 
 
 def without_series(server: MlflowServer, spec: str, n: int, first: dict[str, float], server_first: float,
@@ -281,6 +274,7 @@ def main() -> None:
                          help="none given: no fan-out passes (measure them on fewer runs) [default: threads processes "
                               "dask; none with --quick]")
     options.add_argument("--data-dir", type=Path, help="keep the server's store here (default: a temporary dir)")
+    options.add_argument("--only", choices=["olmo"], help="only this part: olmo, the OLMo ladder's finished runs (3.)")
     args = options.parse_args()
     if args.executors is None:
         args.executors = [] if args.quick else ["threads", "processes", "dask"]
@@ -293,10 +287,13 @@ def main() -> None:
         with MlflowServer(root, workers=args.server_workers) as server:
             print(f"mlflow server at {server.uri}, {args.server_workers} workers; {os.cpu_count()} CPUs, "
                   f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
-            spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs, root / 'mlflow.db')}"
             n = args.runs
+            if args.only == "olmo":
+                olmo_passes(server, n, plot_floor(olmo_analysis()))
+                return
+            spec = f"mlflow:experiment/{ensure_runs(server.uri, args.runs, root / 'mlflow.db')}"
             figures = first_and_rerun(server, spec, n)
-            olmo_passes(server, n, plot_floor())
+            olmo_passes(server, n, plot_floor(olmo_analysis()))
             walls = fan_out(server.uri, spec, n, args.executors, args.workers) if args.executors else {}
             arithmetic(figures, walls, n)
             print(f"load average {os.getloadavg()[0]:.1f} after the figures")

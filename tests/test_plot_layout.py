@@ -309,3 +309,22 @@ def test_every_text_reads_at_the_compare_views_width(name: str, x: str) -> None:
     for text in shown:
         height = text.get_fontsize() * fig.dpi / 72.0 * scale
         assert height >= LEGIBLE, (text.get_text()[:40], round(height, 1))
+
+
+@pytest.mark.parametrize(("name", "x"), CASES)
+def test_every_text_and_the_legend_lie_inside_the_figure_clear_of_the_axes(name: str, x: str) -> None:
+    """The axes are placed from the sizes of the texts around them (no layout engine):
+    the tick labels, axis labels, title and legend all lie inside the figure, and the
+    legend right of the axes."""
+    fig, ax = drawn(name, x)
+    renderer = fig.canvas.get_renderer()
+    page = fig.bbox
+    # An axis's box: the tick labels it draws (those in view) and its label.
+    boxes = [ax.xaxis.get_tightbbox(renderer), ax.yaxis.get_tightbbox(renderer), ax.title.get_window_extent(renderer)]
+    legend = ax.get_legend().get_window_extent(renderer)
+    for box in [*boxes, legend]:
+        assert page.x0 - 0.5 <= box.x0 and box.x1 <= page.x1 + 0.5, (name, box)
+        assert page.y0 - 0.5 <= box.y0 and box.y1 <= page.y1 + 0.5, (name, box)
+    frame = ax.get_window_extent(renderer)
+    assert legend.x0 >= frame.x1
+    assert frame.width >= 0.6 * page.width and frame.height >= 0.6 * page.height  # the axes keep most of the page

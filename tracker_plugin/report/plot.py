@@ -24,6 +24,7 @@ from tracker_plugin.report.plot_parts import (
     forecast_curve,
     frame_loss,
     furthest,
+    grid,
     interval_band,
     keep_layout,
     lay_out,
@@ -97,8 +98,8 @@ def _draw(analysis: Analysis, axis: XAxis, name: str | None) -> Any:
     axis.format(ax)
     ax.set_xlabel(axis.label)
     ax.set_ylabel(analysis.loss_key)  # its unit is the logger's: nothing here knows it
-    ax.set_title(_title(analysis, name), fontsize=10)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title(_title(analysis, name), fontsize=10, y=1.0)  # at its place: matplotlib would look for top ticks to move it over
+    grid(ax)
     outside_legend(ax)
     for text in ax.texts:
         text.set_in_layout(False)  # inside the axes, placed after the layout: they must not move the axes

@@ -25,6 +25,7 @@ from tracker_plugin.report.plot_parts import (
     forecast_curve,
     frame_loss,
     furthest,
+    grid,
     interval_band,
     keep_layout,
     lay_out,
@@ -125,8 +126,8 @@ def _draw(analyses: Sequence[tuple[str, Analysis]], axes: Sequence[XAxis], kind:
         axes[0].format(ax)
     ax.set_xlabel(_x_label(axes, kind))
     ax.set_ylabel(_common(axes, "smoothed", "loss (EMA)"))
-    ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title(_title(analyses, axes, kind, left_out), fontsize=10, y=1.0)  # at its place: no top ticks to move it over
+    grid(ax)
     outside_legend(ax, [*runs, *_key_handles(analyses)])
     lay_out(fig)
     for label in labels:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO
 
 import numpy as np
@@ -36,6 +36,7 @@ __all__ = [
     "forecast_curve",
     "frame_loss",
     "furthest",
+    "grid",
     "interval_band",
     "mark_crossing",
     "open_top",
@@ -78,22 +79,90 @@ Curve = tuple[np.ndarray, np.ndarray]  # (tokens, loss)
 
 
 def figure(size: tuple[float, float] = SINGLE) -> Any:
-    """A figure with its own Agg canvas: no pyplot state, so threads can plot at once."""
+    """A figure with its own Agg canvas: no pyplot state, so threads can plot at once. No
+    layout engine: :func:`lay_out` places the axes once."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    # Constrained layout keeps the outside legend, the title and the axis labels in the
-    # figure without squeezing the axes by hand.
-    fig = Figure(figsize=size, dpi=_DPI, layout="constrained")
-    FigureCanvasAgg(fig)
+    fig = Figure(figsize=size, dpi=_DPI)
+    canvas = FigureCanvasAgg(fig)
+    _share_renderer(canvas)
     return fig
 
 
+# One Agg renderer per thread and canvas size, shared by the figures drawn there in turn:
+# matplotlib keeps the sizes of texts it has laid out per renderer, so a renderer of
+# each figure's own laid out every tick label and title afresh.
+_RENDERERS = threading.local()
+
+
+def _share_renderer(canvas: Any) -> None:
+    from matplotlib.backends.backend_agg import RendererAgg
+
+    width, height = canvas.get_width_height(physical=True)
+    key = (width, height, canvas.figure.dpi)
+    shared = getattr(_RENDERERS, "by_size", None)
+    if shared is None:
+        shared = _RENDERERS.by_size = {}
+    if key not in shared:
+        shared[key] = RendererAgg(width, height, canvas.figure.dpi)
+    canvas.renderer, canvas._lastKey = shared[key], key  # what get_renderer checks before making one
+
+
+# Pixels between the figure's edge and the outermost text (a tick label, the title, the legend).
+_EDGE = 5.0
+
+
 def lay_out(fig: Any) -> None:
-    """Work out the constrained layout, so that labels are placed in the final axes. Only
-    the layout: drawing every artist for it (``draw_without_rendering``) cost a sixth of a
-    plot and changes no pixel."""
-    fig.get_layout_engine().execute(fig)
+    """Place each axes so that its tick labels, axis labels, title and legend (outside the
+    axes, on the right) fit in the figure, from the sizes of their texts.
+
+    A layout engine found these by drawing the axes' decorations twice over, and savefig
+    drew them once more (constrained layout was about 40% of a plot's CPU); the sizes
+    of a few texts are all it needs. The labels inside the axes are left out (they are
+    placed afterwards, in the axes placed here).
+    """
+    import matplotlib as mpl
+    from matplotlib.transforms import Bbox
+
+    renderer = fig.canvas.get_renderer()
+    width, height = fig.bbox.width, fig.bbox.height
+    points = fig.dpi / 72.0
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        title = ax.title.get_window_extent(renderer).height if ax.get_title() else 0.0
+        top = title + mpl.rcParams["axes.titlepad"] * points + _EDGE
+        xlabel, ylabel = (axis.label.get_window_extent(renderer) for axis in (ax.xaxis, ax.yaxis))
+        below = _tick_room(ax.xaxis, renderer, "height")
+        bottom = below + xlabel.height + _EDGE
+        right = _EDGE + (legend.get_window_extent(renderer).width if legend else 0.0)
+        # The y tick labels are those of the axes' final height (the locator picks as many as fit).
+        ax.set_position(Bbox.from_extents(0.1, bottom / height, 1 - right / width, 1 - top / height))
+        aside = _tick_room(ax.yaxis, renderer, "width")
+        left = aside + ylabel.width + _EDGE
+        right += 0.01 * (width - left - right)  # the legend's anchor: 1.01 of the axes' width
+        ax.set_position(Bbox.from_extents(left / width, bottom / height, 1 - right / width, 1 - top / height))
+        # The axis labels where matplotlib would put them, past the tick labels: placed, it
+        # does not measure every tick label again to find that place when it draws.
+        ax.xaxis.set_label_coords(0.5, -below / (height - bottom - top))
+        ax.yaxis.set_label_coords(-aside / (width - left - right), 0.5)
+
+
+def _tick_room(axis: Any, renderer: Any, side: str) -> float:
+    """Pixels from the axes' edge to the far side of ``axis``'s tick labels and the axis
+    label's pad: the tick, its pad, the widest (or tallest) label in view."""
+    low, high = sorted(axis.get_view_interval())
+    ticks = [t for t in axis.get_major_locator()() if low <= t <= high]
+    formatter = axis.get_major_formatter()
+    texts = [text for text in formatter.format_ticks(ticks) if text]
+    major = axis.majorTicks[0]
+    points = axis.figure.dpi / 72.0
+    size = 0.0
+    # matplotlib's line of text is as tall as "lp" at least (a descender and an ascender)
+    for text in texts + (["lp"] if side == "height" else []):
+        w, h, _ = renderer.get_text_width_height_descent(text, major.label1.get_fontproperties(), ismath=False)
+        size = max(size, w if side == "width" else h)
+    return size + (major.get_tick_padding() + major.get_pad() + axis.labelpad) * points
 
 
 def keep_layout(fig: Any) -> None:
@@ -106,6 +175,32 @@ def keep_layout(fig: Any) -> None:
         fig.set_layout_engine("none")  # None would bring the user's rc engine back
     else:
         fig.set_layout_engine(None)
+
+
+def grid(ax: Any) -> None:
+    """The grid: at the major ticks, and on a log x axis at 2 to 9 of each decade too, as
+    one collection of lines. matplotlib draws a minor grid line as a minor tick, each an
+    artist of three lines and two texts: on a log axis eighteen of them were a tenth of a plot."""
+    import matplotlib as mpl
+    from matplotlib.collections import LineCollection
+    from matplotlib.ticker import LogLocator, NullLocator
+
+    ax.grid(True, which="major", alpha=_GRID_ALPHA)
+    if ax.get_xscale() != "log":
+        return
+    low, high = sorted(ax.get_xlim())
+    major = np.asarray(ax.xaxis.get_major_locator()(), float)
+    minor = [x for x in LogLocator(base=10, subs=tuple(range(2, 10))).tick_values(low, high)
+             if low <= x <= high and not np.any(np.isclose(major, x, rtol=1e-9))]  # not twice where a major line is
+    ax.xaxis.set_minor_locator(NullLocator())
+    lines = LineCollection([[(x, 0.0), (x, 1.0)] for x in minor], transform=ax.get_xaxis_transform(),
+                           colors=mpl.rcParams["grid.color"], linewidths=mpl.rcParams["grid.linewidth"],
+                           linestyles=mpl.rcParams["grid.linestyle"], alpha=_GRID_ALPHA, zorder=ax.xaxis.get_zorder(),
+                           snap=True)  # on whole pixels, as the major grid's lines are
+    ax.add_collection(lines, autolim=False)
+
+
+_GRID_ALPHA = 0.25
 
 
 def plot_format(path: str | os.PathLike[str] | BinaryIO) -> str:
@@ -127,8 +222,10 @@ def save(fig: Any, path: str | os.PathLike[str] | BinaryIO, metadata: dict[str, 
     """Write ``fig`` in the format the path names, its title in the file's own metadata
     (a tracker's artifact viewer lists it), with ``metadata`` beside it."""
     title = fig.axes[0].get_title().replace("\n", " | ")
-    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=plot_format(path),
-                metadata={"Title": title, **(metadata or {})})
+    kind = plot_format(path)
+    # zlib's fastest level: a third of the time of its default, for a file a third larger.
+    fig.savefig(path if hasattr(path, "write") else os.fspath(path), format=kind,
+                metadata={"Title": title, **(metadata or {})}, **({"pil_kwargs": {"compress_level": 1}} if kind == "png" else {}))
 
 
 def decimated(x: np.ndarray, *ys: np.ndarray, bins: int = _BINS) -> np.ndarray:
@@ -444,16 +541,34 @@ def place_labels(
         text.update_positions(renderer)
         return Text.get_window_extent(text, renderer)  # the words, not the line to the marker
 
+    def boxes(text: Any) -> Callable[[tuple[float, float, str, str]], Any]:
+        """The label's box at each place, from its box at one: its size does not change
+        with its place (laying the words out at each place cost most of a plot's labels)."""
+        first = at(text, _PLACES[0])
+        dx, dy, _, _ = _PLACES[0]
+        anchor = (first.x0 - dx / to_points, first.y0 - dy / to_points)  # the first place is left, bottom
+        width, height = first.width, first.height
+
+        def box(place: tuple[float, float, str, str]) -> Any:
+            x = anchor[0] + place[0] / to_points
+            y = anchor[1] + place[1] / to_points
+            x0 = x if place[2] == "left" else x - width if place[2] == "right" else x - width / 2
+            y0 = y if place[3] == "bottom" else y - height if place[3] == "top" else y - height / 2
+            return Bbox.from_bounds(x0, y0, width, height)
+
+        return box
+
     for text in labels:
+        box_at = boxes(text)
         places = list(_PLACES)
         if line_px is not None:  # last resort: the whole label left of the line
             anchor = float(ax.transData.transform(text.xy)[0])
             if anchor > line_px:
                 shift = (line_px - 4 - anchor) * to_points
                 places += [(shift, dy, "right", va) for _, dy, _, va in _PLACES[1:22:2]]
-        inside, clear, off_curves = None, None, None
+        chosen, inside, clear, off_curves = None, None, None, None
         for place in places:
-            box = at(text, place)
+            box = box_at(place)
             if not (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1):
                 continue
             inside = inside or place
@@ -465,11 +580,10 @@ def place_labels(
                 continue
             off_curves = off_curves or place
             if not pointer_crosses(text, box):
+                chosen = place
                 break
-        else:  # the words clear of the curves first; their pointer, if it would cross one, goes
-            at(text, off_curves or clear or inside or _PLACES[1])
-        text.update_positions(renderer)
-        box = Text.get_window_extent(text, renderer)
+        # else the words clear of the curves first; their pointer, if it would cross one, goes
+        box = at(text, chosen or off_curves or clear or inside or _PLACES[1])
         if pointer_crosses(text, box):  # no place kept it clear: the label stands without one
             text.arrow_patch.set_visible(False)
         taken.append(box)

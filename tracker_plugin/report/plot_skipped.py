@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import io
 from collections.abc import Mapping
+from functools import cache
+from typing import Any
 
 __all__ = ["LINES", "skipped_plot"]
 
@@ -23,16 +25,24 @@ LINES = (
 
 def skipped_plot(metadata: Mapping[str, str]) -> bytes:
     """A PNG that says no plot was drawn, with ``metadata`` in its text chunks."""
-    from PIL import Image, ImageDraw
     from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    for key, value in metadata.items():
+        info.add_text(key, value)
+    buffer = io.BytesIO()
+    _words().copy().save(buffer, format="png", pnginfo=info)  # a copy: threads may save at once
+    return buffer.getvalue()
+
+
+@cache
+def _words() -> Any:
+    """The picture's pixels, the same for every run: drawn once (the words' rendering was
+    most of a picture's cost)."""
+    from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (480, 24 + 24 * len(LINES)), "white")
     draw = ImageDraw.Draw(image)
     for k, line in enumerate(LINES):
         draw.text((12, 12 + 24 * k), line, fill="black")
-    info = PngInfo()
-    for key, value in metadata.items():
-        info.add_text(key, value)
-    buffer = io.BytesIO()
-    image.save(buffer, format="png", pnginfo=info)
-    return buffer.getvalue()
+    return image
