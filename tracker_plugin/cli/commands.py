@@ -542,3 +542,8 @@ def watch(
     say(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
     say_failures([(o.run.name, o.run.ref, o.error) for o in last.failed], len(last.outcomes))
     return 1 if last.failed else 0
+
+
+from tracker_plugin.cli.plan_command import plan  # noqa: E402  (a command of its own module, on this group)
+
+cli.add_command(plan)
