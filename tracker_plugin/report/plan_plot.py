@@ -108,8 +108,10 @@ def _curve(ax: Any, plan: PlannedRun, color: str, named: bool) -> np.ndarray:
     x_all = steps if plan.on_steps else tokens
     keep = x_all <= (end.step if plan.on_steps else end.tokens) * 1.0001
     label = f"{short(printable(plan.run), 48)}: predicted" if named else "predicted smoothed loss"
-    ax.plot(x_all[keep], loss[keep], color=color, linewidth=1.8, label=label, gid=f"plan:{plan.run}")
     x_end = end.step if plan.on_steps else end.tokens
+    # To the plan's end itself (the curve's points fall between steps).
+    ax.plot(np.r_[x_all[keep], x_end], np.r_[loss[keep], end.loss], color=color, linewidth=1.8, label=label,
+            gid=f"plan:{plan.run}")
     low, high = end.loss_interval if end.loss_interval is not None else (end.loss, end.loss)
     ax.errorbar([x_end], [end.loss], yerr=[[end.loss - low], [high - end.loss]], fmt="s", color=color, markersize=5,
                 capsize=4, label=f"plan end {end.loss:.4f} ({plan.interval:.0%}: {low:.4f}-{high:.4f})",
