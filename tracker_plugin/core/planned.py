@@ -144,7 +144,7 @@ def _target(law: TargetLaw, end_tokens: float, to_step: Callable[[float], float]
     interval = law.interval
     steps = None if interval is None else (to_step(interval[0]), to_step(interval[1]))
     within = law.tokens <= end_tokens
-    note = None if within else "the project's law puts it past the plan's end"
+    past = None if within else "the project's law puts it past the plan's end"
     return PlannedTarget(law.target, Status.FORECAST if within else Status.UNLIKELY, law.tokens,
                          to_step(law.tokens), interval, steps, law.p_within_plan,
-                         law.seconds, law.seconds_interval, note)
+                         law.seconds, law.seconds_interval, past)

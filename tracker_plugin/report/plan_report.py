@@ -16,7 +16,7 @@ from tracker_plugin.core.planned import PlannedRun, PlannedTarget
 from tracker_plugin.core.status import Status
 from tracker_plugin.report.law_json import project_doc
 from tracker_plugin.report.render import format_steps, format_tokens, status_head
-from tracker_plugin.report.tables import interval, printable, text_table
+from tracker_plugin.report.tables import Align, interval, printable, text_table
 from tracker_plugin.report.timing import duration
 
 __all__ = ["compare_json", "compare_text", "plan_json", "plan_text"]
@@ -160,7 +160,7 @@ def compare_text(plans: Sequence[PlannedRun], wording: Callable[[str], str] = la
     lowest marked)."""
     on_steps = plans[0].on_steps
     lines = [f"siblings: {wording(plans[0].project.describe())}"]
-    totals = {p.schedule.total_steps for p in plans}
+    totals = {p.plan_end.step for p in plans}
     if len(totals) > 1:
         lines.append("note: the plans end at different steps (" + ", ".join(f"{t:,.0f}" for t in sorted(totals)) +
                      "): they are not one budget")
@@ -175,15 +175,15 @@ def compare_text(plans: Sequence[PlannedRun], wording: Callable[[str], str] = la
                          *([] if on_steps else [format_tokens(t.tokens)]), spread,
                          "-" if t.p_reach_within_plan is None else f"{t.p_reach_within_plan:.2f}",
                          duration(t.seconds) if t.seconds is not None else "-", "first" if p is first else ""])
-    lines += text_table(header, rows, align=("right", "left", "left", "right", *([] if on_steps else ["right"]),
-                                             "right", "right", "right", "left"))
+    numbers: list[Align] = [">"] * (4 if on_steps else 5)  # step, tokens, interval, chance, hours
+    lines += text_table(header, rows, align=["<", "<", "<", *numbers, "<"])
     lines.append("")
     lowest = _lowest(plans)
     end_rows = [[printable(p.run), format_steps(p.plan_end.step), f"{p.plan_end.loss:.4f}",
                  interval(p.plan_end.loss_interval, _loss), "lowest" if p is lowest else ""]
                 for p in sorted(plans, key=lambda p: p.plan_end.loss)]
     lines += text_table(["plan", "end step", "end loss", f"{plans[0].interval:.0%} interval", ""], end_rows,
-                        align=("left", "right", "right", "right", "left"))
+                        align=("<", ">", ">", ">", "<"))
     return "\n".join(lines)
 
 
