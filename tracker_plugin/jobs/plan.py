@@ -19,7 +19,7 @@ from tracker_plugin.jobs.siblings_read import SiblingsRead, read_siblings
 from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 from tracker_plugin.trackers import SourceOptions
 
-__all__ = ["Siblings", "plan_run", "plan_runs"]
+__all__ = ["Siblings", "plan_run", "plan_runs", "siblings_evidence"]
 
 # What a plan's siblings may be given as: run strings, or evidence already read.
 Siblings = str | Sequence[str] | Sequence[RunEvidence] | SiblingsRead
@@ -84,7 +84,8 @@ def plan_runs(
     names = list(runs) if runs is not None else [s if isinstance(s, str) else s.description for s in schedules]
     if len(names) != len(plans):
         raise ConfigError(f"{len(names)} names for {len(plans)} plans")
-    evidence, left_out = _evidence(siblings, config, options)
+    read = siblings_evidence(siblings, config, options)
+    evidence, left_out = list(read.evidence), read.left_out
     unit = "steps" if evidence and all(e.on_steps for e in evidence) else "tokens"
     window = config.ema_steps if unit == "steps" else config.ema_token_window
     projects: dict[float | None, ProjectLaw] = {}
@@ -101,18 +102,18 @@ def plan_runs(
     return out
 
 
-def _evidence(siblings: Siblings, config: AnalysisConfig,
-              options: SourceOptions | None) -> tuple[list[RunEvidence], tuple[tuple[str, str], ...]]:
+def siblings_evidence(siblings: Siblings, config: AnalysisConfig, options: SourceOptions | None = None) -> SiblingsRead:
+    """The siblings' evidence: read where they are run strings (with ``options``), as given
+    where they are evidence already."""
     if isinstance(siblings, SiblingsRead):
-        return list(siblings.evidence), siblings.left_out
+        return siblings
     if isinstance(siblings, str):
         siblings = [siblings]
     if all(isinstance(s, RunEvidence) for s in siblings):
-        return [s for s in siblings if isinstance(s, RunEvidence)], ()
+        return SiblingsRead(tuple(s for s in siblings if isinstance(s, RunEvidence)), (), "the evidence given")
     if not all(isinstance(s, str) for s in siblings):
         raise ConfigError("siblings are run strings or RunEvidence, not a mix of them")
-    read = read_siblings([s for s in siblings if isinstance(s, str)], options or SourceOptions(), config)
-    return list(read.evidence), read.left_out
+    return read_siblings([s for s in siblings if isinstance(s, str)], options or SourceOptions(), config)
 
 
 def _peak_lr(plan: LrSchedule) -> float | None:
