@@ -259,9 +259,9 @@ class LiveForecast:
     def _siblings(self, siblings: Any) -> None:
         """Fit the siblings' law off the training thread, ahead of the first forecast (which
         is skipped, not queued, while it runs)."""
-        from tracker_plugin.live.siblings import before_the_run
-
         def fit() -> None:
+            from tracker_plugin.live.siblings import before_the_run  # the law's modules load here too
+
             self.before = before_the_run(self, siblings)
 
         if self._pool is None:

@@ -10,7 +10,7 @@ __all__ = ["plan_end_line", "plan_end_text"]
 
 
 def _loss(value: float) -> str:
-    return f"{value:.4g}"
+    return f"{value:#.4g}"  # 3.300, not 3.3: the ends of an interval read alike
 
 
 def plan_end_text(analysis: Analysis) -> str | None:

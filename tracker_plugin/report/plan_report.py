@@ -164,8 +164,9 @@ def compare_text(plans: Sequence[PlannedRun], wording: Callable[[str], str] = la
     if len(totals) > 1:
         lines.append("note: the plans end at different steps (" + ", ".join(f"{t:,.0f}" for t in sorted(totals)) +
                      "): they are not one budget")
+    hours = any(p.seconds_per_token is not None for p in plans)  # a column only where a sibling logged a clock
     header = ["target", "plan", "status", "step", *([] if on_steps else ["tokens"]),
-              f"{plans[0].interval:.0%} interval", "P(within plan)", "hours", ""]
+              f"{plans[0].interval:.0%} interval", "P(within plan)", *(["hours"] if hours else []), ""]
     rows = []
     for target, first in _firsts(plans):
         for p in sorted(plans, key=lambda p: _tokens_key(p, target)):
@@ -174,8 +175,9 @@ def compare_text(plans: Sequence[PlannedRun], wording: Callable[[str], str] = la
             rows.append([f"{target:g}", printable(p.run), str(t.status), "-" if t.step is None else format_steps(t.step),
                          *([] if on_steps else [format_tokens(t.tokens)]), spread,
                          "-" if t.p_reach_within_plan is None else f"{t.p_reach_within_plan:.2f}",
-                         duration(t.seconds) if t.seconds is not None else "-", "first" if p is first else ""])
-    numbers: list[Align] = [">"] * (4 if on_steps else 5)  # step, tokens, interval, chance, hours
+                         *([duration(t.seconds) if t.seconds is not None else "-"] if hours else []),
+                         "first" if p is first else ""])
+    numbers: list[Align] = [">"] * (2 + (not on_steps) + hours + 1)  # step, tokens, interval, chance, hours
     lines += text_table(header, rows, align=["<", "<", "<", *numbers, "<"])
     lines.append("")
     lowest = _lowest(plans)
