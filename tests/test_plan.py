@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from functools import cache
 from pathlib import Path
@@ -201,3 +202,64 @@ def test_plan_reads_its_siblings_from_an_mlflow_experiment(mlflow_server, capsys
     assert doc["plan_end"]["loss"] == pytest.approx(wsd.plan_end.loss, abs=1e-4)
     assert [t["step"] for t in doc["targets"]] == pytest.approx([t.step for t in wsd.targets], rel=1e-3)
     assert all(t["status"] == str(Status.FORECAST) for t in doc["targets"])
+
+
+def test_hours_come_from_the_siblings_clock():
+    """Siblings that logged a clock give each target its hours at their median pace (here
+    their logs given a clock of 0.25 s a step, the first ``time`` a trainer would log)."""
+    from dataclasses import replace
+
+    from tracker_plugin.jobs.plan import siblings_evidence
+    from tracker_plugin.report.plan_report import plan_json, plan_text
+
+    read = siblings_evidence(str(SIBLINGS), tp.AnalysisConfig(targets=TARGETS, ema_token_window=WINDOW),
+                             SourceOptions(read=ReadOptions(batch_size=1)))
+    clocked = [replace(e, seconds=tuple((s, 0.25 * (s - e.curve[0][0])) for s, _ in e.curve)) for e in read.evidence]
+    plan = tp.plan_run(clocked, WSD, TARGETS, batch=1, config=tp.AnalysisConfig(targets=TARGETS, ema_token_window=WINDOW))
+    assert plan.seconds_per_token == pytest.approx(0.25, rel=1e-6)
+    for t in plan.targets:
+        assert t.seconds == pytest.approx(0.25 * t.tokens, rel=1e-6)
+        assert t.seconds_interval == pytest.approx((0.25 * t.tokens_interval[0], 0.25 * t.tokens_interval[1]), rel=1e-6)
+    assert plan.plan_end_seconds == pytest.approx(0.25 * 24000, rel=1e-6)
+    doc = plan_json(plan)
+    assert doc["throughput"]["seconds_per_token"] == pytest.approx(0.25, rel=1e-6)
+    assert [t["seconds"] for t in doc["targets"]] == pytest.approx([t.seconds for t in plan.targets], rel=1e-9)
+    text = plan_text(plan)
+    assert text.count("hours from the start: ") == 3 and "1.7 h from the start" in text  # 6,000 s to step 24,000
+
+
+def test_plot_written_by_the_command(capsys, tmp_path):
+    path = tmp_path / "plans.png"
+    code, _, err = _cli(capsys, "plan", "--siblings", SIBLINGS, "--compare", "--lr-spec", COSINE, "--lr-spec", WSD,
+                        *COMMON, "--plot", path)
+    assert code == 0, err
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = _cli(capsys, "plan", "--siblings", SIBLINGS, "--lr-spec", WSD, *COMMON, "--plot", tmp_path / "x.gif")
+    assert code == 2 and "cannot write a .gif plot" in err
+
+
+def test_annotate_writes_the_loss_at_the_plan_end_to_a_running_run(mlflow_server, capsys):
+    """A run halfway through its plan on a real server: ``loss_eta_end`` holds the smoothed
+    loss its own law forecasts at step 24,000 (a number to sort on), and its text the interval."""
+    from mlflow import MlflowClient
+
+    from tests.doubles.mlflow_runs import log_run
+    from tracker_plugin.keys import PLAN_END, PLAN_END_TEXT
+
+    client = MlflowClient(mlflow_server.uri)
+    experiment_id = client.create_experiment(f"plan-end-{uuid.uuid4().hex[:8]}")
+    log = pd.read_csv(TRUTH)
+    run_id = log_run(client, experiment_id, log[log.step <= 12000], name="wsdld-half", status="RUNNING")
+    code, _, err = _cli(capsys, "annotate", f"mlflow:{run_id}", "--tracking-uri", mlflow_server.uri, "--lr-spec", WSD,
+                        *COMMON, "--no-plot", "--no-series")
+    assert code == 0, err
+    data = client.get_run(run_id).data
+    alone = tp.analyze(log[log.step <= 12000], TARGETS, batch_size=1, ema_token_window=WINDOW,
+                       lr_schedule=tp.LrSchedule.parse_spec(WSD))
+    assert data.metrics[PLAN_END] == pytest.approx(alone.plan_end.loss, rel=1e-3)
+    text = data.tags[PLAN_END_TEXT]
+    assert text.startswith(f"{data.metrics[PLAN_END]:#.4g} · 80%: ") and text.endswith("· step 24,000 · this run's law")
+    # The run alone, halfway, before its decay: a wide interval, which holds where the run really ended.
+    low, high = (float(v) for v in re.search(r"80%: ([\d.]+)–([\d.]+)", text).groups())
+    _, end = truth()
+    assert low < end < high
