@@ -263,3 +263,22 @@ def test_annotate_writes_the_loss_at_the_plan_end_to_a_running_run(mlflow_server
     low, high = (float(v) for v in re.search(r"80%: ([\d.]+)–([\d.]+)", text).groups())
     _, end = truth()
     assert low < end < high
+
+
+def test_the_plan_document_is_the_analyze_document_with_no_observed_rows():
+    """The same keys as ``analyze --json`` at the top, in each target and in ``plan_end``
+    (which adds its hours), so a tool reading one reads the other."""
+    from tracker_plugin.report.plan_report import plan_json
+    from tracker_plugin.report.render import to_json
+
+    log = pd.read_csv(TRUTH)
+    analysis = tp.analyze(log[log.step <= 12000], TARGETS, batch_size=1, ema_token_window=WINDOW,
+                          lr_schedule=tp.LrSchedule.parse_spec(WSD))
+    theirs, mine = to_json(analysis), plan_json(planned()[0])
+    assert set(mine) == set(theirs) and mine["observed"] is None
+    for ours, analyzed in zip(mine["targets"], theirs["targets"], strict=True):
+        assert set(ours) == set(analyzed)
+    assert set(mine["plan_end"]) == set(theirs["plan_end"]) | {"seconds"}
+    assert set(mine["project_law"]) >= {"shared", "reason", "siblings", "left_out", "narrowed", "choice", "law", "run"}
+    assert mine["project_law"]["run"]["share_of_plan"] == 0.0
+    json.dumps(mine, allow_nan=False)  # strict JSON: no NaN or inf

@@ -68,7 +68,7 @@ _CONFIG = "tracker_plugin.config_file"  # ctx.meta key: the config file in force
 
 
 @cli.command("config", cls=click.Command)
-@click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "watch"]))
+@click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "plan", "watch"]))
 @click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
 @click.pass_context
 def config_command(ctx: click.Context, command: str, as_json: bool) -> None:
