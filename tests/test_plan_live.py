@@ -98,3 +98,26 @@ def test_a_run_with_no_known_plan_or_on_another_rank_says_nothing_made_up(capfd)
     other = _live(background=False, siblings=evidence(), rank=1)
     assert other.before == [] and other.config.project_law is None
     assert capfd.readouterr().err.count("loss_eta before the run") == 1
+
+
+def test_the_hugging_face_callback_takes_siblings_and_says_its_plan_before_training(capfd):
+    """The callback's session, started as ``on_train_begin`` starts it, with the plan read
+    from a real PyTorch scheduler (constant after a warmup, then a linear decay to 0.1)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tracker_plugin.live.hf import LossEtaCallback
+
+    def wsd(step: int) -> float:
+        if step < 2160:
+            return step / 2160
+        return 1.0 if step < 20000 else 1.0 - 0.9 * (step - 20000) / 4000
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=3e-4)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, wsd)
+    callback = LossEtaCallback(TARGETS, config=CONFIG, background=False, siblings=evidence())
+    live = callback.session.start(rank_zero=True, scheduler=scheduler, total_steps=24000, tokens_per_step=1.0,
+                                  name="hf-run")
+    said = [line for line in capfd.readouterr().err.splitlines() if line.startswith("loss_eta before the run: ")]
+    assert said == live.before and len(said) == 1 + len(TARGETS) + 1, said
+    assert said[-1].endswith("at step 24,000")
+    assert live.config.project_law is not None and live.config.project_law.shared
