@@ -77,7 +77,6 @@ class PlannedRun:
     project: ProjectLaw
     forecast: ProjectForecast = field(repr=False)
     plan_end_seconds: float | None = None
-    notes: tuple[str, ...] = ()
 
     @property
     def on_steps(self) -> bool:

@@ -53,7 +53,7 @@ def plan_json(plan: PlannedRun) -> dict[str, Any]:
         "observed": None,
         "batch": _batch_json(plan, tokens),
         "fit_start_reason": "the end of the planned lr warmup",
-        "notes": list(plan.notes),
+        "notes": [plan.project.describe()],  # as analyze notes the project's law it joined
         "model_selection": None,
         "lr_plan": {"source": plan.schedule.source, "description": plan.schedule.description,
                     "total_steps": _num(plan.schedule.total_steps), "params": None, "note": None},
@@ -105,7 +105,6 @@ def plan_text(plan: PlannedRun, wording: Callable[[str], str] = lambda s: s) -> 
     """The human report of a run not started: the plan, the siblings' law, each target and
     the plan's end."""
     lines = [f"planned run: {printable(plan.run)}", _header(plan), f"siblings: {wording(plan.project.describe())}"]
-    lines += [f"note: {wording(note)}" for note in plan.notes]
     if plan.seconds_per_token is not None:
         lines.append(f"hours: at the siblings' median pace, {plan.seconds_per_token * 1e6:.4g} s per million "
                      f"{'steps' if plan.on_steps else 'tokens'}")
