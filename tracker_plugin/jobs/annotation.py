@@ -109,7 +109,9 @@ def build_annotation(
         provenance["siblings"] = record
     labels: dict[str, str | None] = {PROVENANCE: json.dumps(provenance, default=list)}
     labels.update((target_key(result.target), target_text(analysis, k)) for k, result in enumerate(analysis.targets))
-    labels[PLAN_END_TEXT] = plan_end_text(analysis)
+    end = plan_end_text(analysis)
+    if end is not None:  # none known: not written (one held from before is cleared as a dropped target's is)
+        labels[PLAN_END_TEXT] = end
     return Annotation(
         run=analysis.run,
         metrics=annotation_metrics(analysis),
