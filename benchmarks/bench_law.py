@@ -42,8 +42,10 @@ import numpy as np
 from scipy.stats import t as student_t
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_calibration import HELD_OUT, SHARED, csvs, speedrun_plans  # noqa: E402
+from bench_calibration import HELD_OUT, speedrun_plans  # noqa: E402
 from bench_forecast import load  # noqa: E402
+from harness import SHARED  # noqa: E402
+from harness import csv_logs as csvs  # noqa: E402
 from law_cases import BEYOND, CUTS, QUICK, Case, EndCase, Grid, Run, all_cases  # noqa: E402
 from law_extra import cost_lines, count_lines, end_to_end_lines, peak_lr_lines, today_calibrated  # noqa: E402
 

@@ -20,6 +20,8 @@ from tracker_plugin.jobs.annotation import build_annotation, settings_hash, sett
 from tracker_plugin.keys import (
     KEY_PATTERN,
     MARKER,
+    PLAN_END,
+    PLAN_END_TEXT,
     PROVENANCE,
     SERIES,
     SERIES_LOSS,
@@ -54,18 +56,20 @@ def test_every_key_is_valid_in_both_trackers(data_dir):
     annotation = build_annotation(analysis, settings_of(config, tp.Columns(), None))
     keys = annotation.keys()
     # Per target its text and 3 numbers (billions of tokens, step, hours left); for the
-    # run one provenance tag (the marker is written apart) and the two series.
+    # run one provenance tag (the marker is written apart), the two series, and the loss at
+    # the plan's end: a number (none here: the power law has no plan) and no text.
     assert TARGET_METRICS == ("Btok", "step", "hours")
-    assert len(keys) == 4 * (1 + 3) + 1 + 2 and PROVENANCE in keys and set(SERIES) <= set(keys)
+    assert len(keys) == 4 * (1 + 3) + 1 + 2 + 1 and PROVENANCE in keys and set(SERIES) <= set(keys)
+    assert PLAN_END in keys and annotation.metrics[PLAN_END] is None and PLAN_END_TEXT not in keys
     for key in keys:
         assert KEY_PATTERN.match(key), key  # W&B: [_a-zA-Z0-9] names
         assert MLFLOW_KEY.match(key), key
-        assert key in (PROVENANCE, *SERIES) or key.startswith("when_")
+        assert key in (PROVENANCE, PLAN_END, PLAN_END_TEXT, *SERIES) or key.startswith("when_")
     keys = [key for key in keys if key not in SERIES]
     # MLflow's runs table shows about 13 characters: the target comes first, and the
     # columns of targets of up to 2 decimals differ within them
     short = [key for key in keys if "3p14159" not in key]
-    assert len({key[:13] for key in short}) == len(short) == 13
+    assert len({key[:13] for key in short}) == len(short) == 14
     # every target writes every field, None where there is nothing to say
     assert annotation.metrics[target_key(2.1, "Btok")] is None
     assert target_status(annotation.labels[target_key(2.1)]) == "unreachable"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -204,7 +205,10 @@ def test_progress_lines_show_each_targets_eta_above_the_bar(tmp_path, capfd):
     live = LossEtaCallback([2.0], every_logs=10, every_seconds=0, min_rows=10, progress=True, annotate_at_end=False)
     hf_trainer(tmp_path, live).train()
     lines = [line for line in capfd.readouterr().err.splitlines() if line.startswith("loss_eta step ")]
-    assert lines and all(": 2.00 " in line for line in lines), lines
+    targets = [line for line in lines if ": end " not in line]  # each forecast's plan end follows its targets
+    assert targets and all(": 2.00 " in line for line in targets), lines
+    ends = [line for line in lines if ": end " in line]
+    assert all(re.search(r": end \d+\.\d+ \(80%: [\d.]+–[\d.]+\) at step [\d,]+$", line) for line in ends), ends
 
 
 def test_a_lightning_run_planned_in_epochs_reads_its_plan_to_the_estimated_steps(tmp_path):

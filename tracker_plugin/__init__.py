@@ -42,6 +42,10 @@ _EXPORTS = {
     "build_history": "tracker_plugin.frame.history",
     "BatchSchedule": "tracker_plugin.plan.schedule",
     "LrSchedule": "tracker_plugin.plan.schedule",
+    "NoSharedLaw": "tracker_plugin.core.planned",
+    "PlannedRun": "tracker_plugin.core.planned",
+    "PlannedTarget": "tracker_plugin.core.planned",
+    "plan_run": "tracker_plugin.jobs.plan",
     "to_json": "tracker_plugin.report.render",
     "to_text": "tracker_plugin.report.render",
     "load_csv": "tracker_plugin.trackers.csvfile",
@@ -62,6 +66,9 @@ __all__ = [
     "History",
     "LrSchedule",
     "MissingDependency",
+    "NoSharedLaw",
+    "PlannedRun",
+    "PlannedTarget",
     "PowerLaw",
     "RunNotFound",
     "SourceError",
@@ -76,6 +83,7 @@ __all__ = [
     "analyze",
     "build_history",
     "load_csv",
+    "plan_run",
     "to_json",
     "to_text",
 ]
@@ -83,6 +91,7 @@ __all__ = [
 if TYPE_CHECKING:
     from tracker_plugin.core.analysis import Analysis, AnalysisConfig, Sweep, SweepRow, TargetResult, analyze
     from tracker_plugin.core.models import FitFailure, PowerLaw
+    from tracker_plugin.core.planned import NoSharedLaw, PlannedRun, PlannedTarget
     from tracker_plugin.core.status import Status, Verdict
     from tracker_plugin.errors import (
         AuthError,
@@ -95,6 +104,7 @@ if TYPE_CHECKING:
         TrackerUnavailable,
     )
     from tracker_plugin.frame.history import BatchStage, Columns, History, build_history
+    from tracker_plugin.jobs.plan import plan_run
     from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
     from tracker_plugin.report.render import to_json, to_text
     from tracker_plugin.trackers.csvfile import read_csv as load_csv

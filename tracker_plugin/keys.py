@@ -24,6 +24,13 @@ For a target of 3.3::
     when_3p3_Btok     billions of tokens where the smoothed loss reaches 3.3 (none on the step axis)
     when_3p3_step     the step there
     when_3p3_hours    hours from the run's last logged row until then (0 once reached)
+
+Every run, targets or not, where its planned end is known::
+
+    loss_eta_end      the smoothed loss forecast at the plan's end (as logged there, once
+                      the run has reached it): the number a sweep is sorted on
+    loss_eta_end_text the same with its interval, where and by what, for instance
+                      "3.289 · 80%: 3.277–3.300 · step 24,000 · project law"
     loss_eta          one JSON text: version, loss key, settings and their hash, the source's
                       progress, the last analysed step and tokens, the report's and the plot's
                       digests, the smoothed series' digest
@@ -63,6 +70,8 @@ __all__ = [
     "KEY_PATTERN",
     "LEGACY_ARTIFACTS",
     "MARKER",
+    "PLAN_END",
+    "PLAN_END_TEXT",
     "PNG_DIGEST",
     "PNG_PATH",
     "PROVENANCE",
@@ -104,6 +113,9 @@ SERIES_LOSS = f"{NAMESPACE}_smoothed"
 SERIES_TOKENS = f"{NAMESPACE}_tokens"
 SERIES = (SERIES_LOSS, SERIES_TOKENS)
 SERIES_POINTS = 1000  # about this many points per series: what a chart draws
+# The smoothed loss at the plan's end: a number to sort on, and its text (see the docstring).
+PLAN_END = f"{NAMESPACE}_end"
+PLAN_END_TEXT = f"{NAMESPACE}_end_text"
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9_]+$")
 _TARGET_KEY = re.compile(rf"^{TARGET_PREFIX}_m?\d+(p\d+)?(e\d+)?(_({'|'.join(TARGET_METRICS)}))?$")
 _DECIMALS = 8  # targets are told apart to this many decimals
@@ -112,7 +124,7 @@ _FIXED_BELOW = 1e6  # larger targets are written in scientific notation
 
 def is_own(key: str) -> bool:
     """A key this tool writes (today's layout or the earlier one), never a user's."""
-    return key in (PROVENANCE, MARKER) or is_series(key) or bool(_TARGET_KEY.match(key)) or is_legacy(key)
+    return key in (PROVENANCE, MARKER, PLAN_END, PLAN_END_TEXT) or is_series(key) or bool(_TARGET_KEY.match(key)) or is_legacy(key)
 
 
 def is_series(key: str) -> bool:

@@ -68,7 +68,7 @@ _CONFIG = "tracker_plugin.config_file"  # ctx.meta key: the config file in force
 
 
 @cli.command("config", cls=click.Command)
-@click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "watch"]))
+@click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "plan", "watch"]))
 @click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
 @click.pass_context
 def config_command(ctx: click.Context, command: str, as_json: bool) -> None:
@@ -542,3 +542,8 @@ def watch(
     say(json.dumps(runs_json(rows), indent=2) if as_json else runs_table(rows, in_flags))
     say_failures([(o.run.name, o.run.ref, o.error) for o in last.failed], len(last.outcomes))
     return 1 if last.failed else 0
+
+
+from tracker_plugin.cli.plan_command import plan  # noqa: E402  (a command of its own module, on this group)
+
+cli.add_command(plan)

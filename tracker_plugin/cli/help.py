@@ -94,6 +94,8 @@ PLACES: dict[str, tuple[str, bool]] = {
     "processes": ("Command", False),
     "cases_cache": ("Command", False),
     "every": ("Command", True),
+    "siblings": ("Command", True),
+    "compare": ("Command", True),
     "max_cycles": ("Command", True),
     # help and version
     "help": ("General", True),

@@ -41,6 +41,8 @@ __all__ = [
     "make_config",
     "make_settings",
     "make_source_options",
+    "plan_options",
+    "planned_lrs",
     "plot_option",
     "plot_x_option",
     "settings_options",
@@ -105,20 +107,19 @@ def _setting_option(name: str) -> Decorator:
     )
 
 
-# Settings given as text, read by make_settings: their options are written out.
-_TEXT_SETTINGS: dict[str, list[Decorator]] = {
-    "batch_schedule": [
-        click.option("--batch-schedule", multiple=True, metavar="TOKENS:BATCH [...]", help=SETTINGS["batch_schedule"]),
-    ],
-    "lr_schedule": [
-        click.option(
-            "--lr-schedule", "lr_schedule_file", type=click.Path(dir_okay=False), help=SETTINGS["lr_schedule"]
-        ),
+def _lr_options(compared: bool = False) -> list[Decorator]:
+    """The planned lr's options; ``compared``: a file and a spec may be given several times
+    (plans compared on one budget)."""
+    again = " Repeat it to compare plans (with --compare)." if compared else ""
+    return [
+        click.option("--lr-schedule", "lr_schedule_file", type=click.Path(dir_okay=False), multiple=compared,
+                     help=SETTINGS["lr_schedule"] + again),
         click.option(
             "--lr-spec",
             metavar="SHAPE:KEY=VALUE,...",
+            multiple=compared,
             help="The planned lr as a shape, e.g. 'cosine:warmup=2000,total=50000,final=0.1' "
-            "(shapes: constant, cosine, linear, wsd, step; see docs/forecasting.md, The planned lr beyond the log).",
+            "(shapes: constant, cosine, linear, wsd, step; see docs/forecasting.md, The planned lr beyond the log)." + again,
         ),
         click.option(
             "--total-steps",
@@ -128,7 +129,15 @@ _TEXT_SETTINGS: dict[str, list[Decorator]] = {
             help="The planned last step when the lr's shape is not known: the shape is inferred from "
             "the logged lr, or drawn over the prior's cooldowns, ending there.",
         ),
+    ]
+
+
+# Settings given as text, read by make_settings: their options are written out.
+_TEXT_SETTINGS: dict[str, list[Decorator]] = {
+    "batch_schedule": [
+        click.option("--batch-schedule", multiple=True, metavar="TOKENS:BATCH [...]", help=SETTINGS["batch_schedule"]),
     ],
+    "lr_schedule": _lr_options(),
 }
 
 
@@ -145,6 +154,42 @@ def settings_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for name in SETTINGS:
         options += _TEXT_SETTINGS.get(name) or [_setting_option(name)]
     return _with(options, func)
+
+
+def plan_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """:func:`analysis_options` for runs not started: the planned lr may be given several
+    times, each plan forecast on one budget (read them with :func:`planned_lrs`); no
+    ``--model`` (the siblings' leave-one-out chooses their law)."""
+    options: list[Decorator] = []
+    for name in SETTINGS:
+        options += (_lr_options(compared=True) if name == "lr_schedule" else
+                    _TEXT_SETTINGS.get(name) or [_setting_option(name)])
+    return _TARGET_OPTION(_with(options, func))
+
+
+def planned_lrs(options: dict[str, Any]) -> list[tuple[str, LrSchedule]]:
+    """The plans :func:`plan_options` read, each with what the command line called it,
+    popped from ``options`` (the files, then the specs).
+
+    Raises
+    ------
+    ConfigError
+        No plan with a shape: none given, or only --total-steps (a run not started has no
+        logged lr to show its shape).
+    """
+    from tracker_plugin.plan.schedule import LrSchedule
+    from tracker_plugin.trackers.csvfile import read_lr_schedule
+
+    files, specs = options.pop("lr_schedule_file", ()), options.pop("lr_spec", ())
+    total = options.pop("planned_total", None)
+    if not files and not specs:
+        said = f"--total-steps {total:g} gives its length only; " if total is not None else ""
+        raise ConfigError(f"a run not started is forecast on its planned lr: {said}give its shape with --lr-spec SPEC "
+                          "or --lr-schedule FILE")
+    if total is not None:
+        raise ConfigError("give the planned lr by --lr-spec or --lr-schedule (their total is the planned last step), "
+                          "not with --total-steps")
+    return [(f, read_lr_schedule(f)) for f in files] + [(s, LrSchedule.parse_spec(s)) for s in specs]
 
 
 _TARGET_OPTION = click.option(

@@ -17,7 +17,17 @@ from typing import Any
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig
 from tracker_plugin.frame.history import Columns
 from tracker_plugin.jobs.series import series_provenance, smoothed_series
-from tracker_plugin.keys import PNG_DIGEST, PROVENANCE, TARGET_METRICS, plot_digest, report_digest, target_key
+from tracker_plugin.keys import (
+    PLAN_END,
+    PLAN_END_TEXT,
+    PNG_DIGEST,
+    PROVENANCE,
+    TARGET_METRICS,
+    plot_digest,
+    report_digest,
+    target_key,
+)
+from tracker_plugin.report.plan_end_text import plan_end_text
 from tracker_plugin.report.plot_skipped import skipped_plot
 from tracker_plugin.report.render import to_json
 from tracker_plugin.report.target_text import target_text
@@ -99,6 +109,9 @@ def build_annotation(
         provenance["siblings"] = record
     labels: dict[str, str | None] = {PROVENANCE: json.dumps(provenance, default=list)}
     labels.update((target_key(result.target), target_text(analysis, k)) for k, result in enumerate(analysis.targets))
+    end = plan_end_text(analysis)
+    if end is not None:  # none known: not written (one held from before is cleared as a dropped target's is)
+        labels[PLAN_END_TEXT] = end
     return Annotation(
         run=analysis.run,
         metrics=annotation_metrics(analysis),
@@ -147,6 +160,7 @@ def annotation_metrics(analysis: Analysis) -> dict[str, float | None]:
         )
         for name, value in zip(TARGET_METRICS, values, strict=True):
             metrics[target_key(result.target, name)] = value
+    metrics[PLAN_END] = None if analysis.plan_end is None else _rounded(analysis.plan_end.loss, 4)
     return metrics
 
 

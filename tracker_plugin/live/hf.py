@@ -76,6 +76,10 @@ class LossEtaCallback(TrainerCallback, SessionView):
     background:
         Forecast on a thread of its own (the default); False forecasts inside the
         logging call, for tests and replays.
+    siblings:
+        The finished runs of the run's configuration (run strings, or their evidence
+        already read): before the first step the run says what their law forecasts for its
+        plan (each target and the loss at the plan's end), and its forecasts join that law.
 
     Raises
     ------
@@ -98,6 +102,7 @@ class LossEtaCallback(TrainerCallback, SessionView):
         progress: bool = False,
         annotate_at_end: bool = True,
         background: bool = True,
+        siblings: Any = None,
     ) -> None:
         if loss not in ("train", "eval"):
             raise ConfigError(f"loss is 'train' or 'eval', got {loss!r}")
@@ -106,7 +111,7 @@ class LossEtaCallback(TrainerCallback, SessionView):
         self.session = LiveSession(callback_settings(
             targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
             stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
-            annotate_at_end=annotate_at_end, background=background,
+            annotate_at_end=annotate_at_end, background=background, siblings=siblings,
         ))
 
     # -- the Trainer's events ------------------------------------------------------------

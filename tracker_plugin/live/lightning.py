@@ -71,12 +71,13 @@ class LossEtaLightningCallback(Callback, SessionView):
         progress: bool = False,
         annotate_at_end: bool = True,
         background: bool = True,
+        siblings: Any = None,
     ) -> None:
         self.seq_len, self.tokens_per_step, self.monitor = seq_len, tokens_per_step, monitor
         self.session = LiveSession(callback_settings(
             targets, config=config, every_logs=every_logs, every_seconds=every_seconds, min_rows=min_rows,
             stop_when_unreachable=stop_when_unreachable, min_fraction=min_fraction, progress=progress,
-            annotate_at_end=annotate_at_end, background=background,
+            annotate_at_end=annotate_at_end, background=background, siblings=siblings,
         ))
         self._last_step = -1
         self._tokens_param = False  # the run holds its tokens per step as a param (live/run_params.py)

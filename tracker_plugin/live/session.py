@@ -45,6 +45,7 @@ class Settings:
     progress: bool = False
     annotate_at_end: bool = True
     background: bool = True  # False: forecast inside the logging call (tests, replays)
+    siblings: Any = None  # the finished runs of the run's configuration (see LiveForecast)
 
 
 @dataclass
@@ -86,6 +87,7 @@ class LiveSession:
             s.targets, plan=schedule, total_steps=total_steps if schedule is None else None,
             tokens_per_step=tokens_per_step, config=s.config, every_logs=s.every_logs,
             every_seconds=s.every_seconds, min_rows=s.min_rows, rank=0, name=name, background=s.background,
+            siblings=s.siblings,
         )
         self.live.plan_note = self.plan_note
         return self.live

@@ -27,6 +27,7 @@ from typing import Any
 
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.keys import ARTIFACT_JSON, ARTIFACT_PNG, MARKER, SERIES_LOSS, SERIES_TOKENS, is_own
+from tracker_plugin.live.console import say_lines
 from tracker_plugin.live.stream import LiveResult
 from tracker_plugin.trackers.atomic import write_atomic
 
@@ -102,14 +103,7 @@ def say_progress(result: LiveResult) -> None:
     """Each target's short ETA as a line above the trainer's progress bar (``tqdm.write``,
     which both trainers' bars use), else on stderr:
     ``loss_eta step 1,200: 3.30 forecast at step 7,163 (80%: 6,035-9,020), in 2.2 h (1.8-2.7 h)``."""
-    lines = [f"loss_eta step {result.step:,}: {line}" for line in result.lines()]
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - both trainers install tqdm
-        print(*lines, sep="\n", file=sys.stderr)
-        return
-    for line in lines:
-        tqdm.write(line, file=sys.stderr)
+    say_lines([f"loss_eta step {result.step:,}: {line}" for line in result.lines()])
 
 
 def should_stop(result: LiveResult, step: int, max_steps: int | None, min_fraction: float) -> bool:

@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -38,6 +39,7 @@ from tracker_plugin.frame.history import Columns, History, build_history
 from tracker_plugin.jobs.annotation import annotation_metrics
 from tracker_plugin.keys import SERIES_LOSS, SERIES_TOKENS
 from tracker_plugin.plan.schedule import STEPS_ONLY, LrSchedule
+from tracker_plugin.report.plan_end_text import plan_end_line
 from tracker_plugin.report.tables import interval
 from tracker_plugin.report.timing import duration
 
@@ -75,8 +77,11 @@ class LiveResult:
         """One line per target for a console or a progress bar:
         ``3.30 forecast at step 15,490 (80%: 8,855–19,460), in 52 min (19–72 min)``; a target
         the plan ends before: ``3.20 not_reached: best 3.262 at step 5,000, the run ends at
-        step 9,536, P(within plan) 0.45``."""
-        return [_line(self.analysis, k) for k in range(len(self.analysis.targets))]
+        step 9,536, P(within plan) 0.45``; then the smoothed loss forecast at the plan's end:
+        ``end 3.289 (80%: 3.277–3.300) at step 24,000``."""
+        lines = [_line(self.analysis, k) for k in range(len(self.analysis.targets))]
+        end = self.analysis.plan_end
+        return lines if end is None else [*lines, plan_end_line(end, self.analysis.config.interval)]
 
 
 class LiveForecast:
@@ -110,6 +115,12 @@ class LiveForecast:
     rank:
         This process's rank; None reads ``RANK`` from the environment (0 when unset).
         Only rank 0 forecasts.
+    siblings:
+        The finished runs of the run's configuration: run strings (a CSV folder,
+        ``mlflow:experiment/NAME``, ``wandb:ENTITY/PROJECT``, ...) or their evidence already
+        read. Their law is fitted off the training thread before the first forecast, what it
+        forecasts for the plan is said once (:attr:`before`, and on the console), and the
+        forecasts join it (see :mod:`tracker_plugin.live.siblings`).
 
     Raises
     ------
@@ -132,6 +143,7 @@ class LiveForecast:
         name: str = "live",
         background: bool = True,
         rank: int | None = None,
+        siblings: Any = None,
     ) -> None:
         if every_logs < 1 or not (math.isfinite(every_seconds) and every_seconds >= 0) or min_rows < 2:
             raise ConfigError("every_logs and min_rows must be at least 1 and 2, every_seconds a number >= 0")
@@ -156,6 +168,9 @@ class LiveForecast:
         self.skipped = 0  # forecasts that were due while one was still running
         self.forecasts = 0  # forecasts made
         self.forecast_seconds = 0.0  # their wall time, in all
+        self.before: list[str] = []  # what the siblings' law forecast before the first step
+        if siblings is not None and self.enabled:
+            self._siblings(siblings)
 
     # -- the trainer's side ------------------------------------------------------------
     def update(
@@ -241,6 +256,19 @@ class LiveForecast:
             self._pool.shutdown(wait=True)
 
     # -- internals -------------------------------------------------------------------------
+    def _siblings(self, siblings: Any) -> None:
+        """Fit the siblings' law off the training thread, ahead of the first forecast (which
+        is skipped, not queued, while it runs)."""
+        def fit() -> None:
+            from tracker_plugin.live.siblings import before_the_run  # the law's modules load here too
+
+            self.before = before_the_run(self, siblings)
+
+        if self._pool is None:
+            fit()
+        else:
+            self._in_flight = self._pool.submit(fit)
+
     def _append(self, step: int, loss: float, tokens: float | None, lr: float | None, time: float) -> None:
         with self._lock:
             for key, value in (("step", step), ("loss", loss), ("tokens", tokens), ("lr", lr), ("time", time)):

@@ -6,8 +6,9 @@ import math
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis
+from tracker_plugin.core.project_law import ProjectForecast, ProjectLaw
 
-__all__ = ["plan_end_json", "project_law_json"]
+__all__ = ["plan_end_json", "project_doc", "project_law_json"]
 
 
 def _num(value: float | None) -> float | None:
@@ -30,8 +31,12 @@ def project_law_json(analysis: Analysis) -> dict[str, Any] | None:
     project = analysis.config.project_law
     if project is None or analysis.config.model == "power-law":
         return None
+    return project_doc(project, analysis.project)
+
+
+def project_doc(project: ProjectLaw, forecast: ProjectForecast | None) -> dict[str, Any]:
+    """The ``project_law`` block: the law, what it was fitted on, and what it said of the run."""
     pooled = project.pooled
-    forecast = analysis.project
     doc: dict[str, Any] = {
         "shared": project.shared,
         "reason": project.reason,

@@ -23,7 +23,7 @@ from tracker_plugin.core.project_law.join import LawCurve, RunLog, law_curve, lo
 from tracker_plugin.core.project_law.loso import SiblingError, evidence_member
 from tracker_plugin.core.project_law.pooled import PooledLaw, common_timeline, fit_pooled, member
 from tracker_plugin.core.project_law.project import LawRules, ProjectLaw
-from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
 __all__ = ["PlanEnd", "ProjectForecast", "TargetLaw", "forecast_on", "forecast_plan", "forecast_run", "run_curve"]
 
@@ -156,9 +156,12 @@ def forecast_plan(
     peak_lr: float | None = None,
     unit: str = "tokens",
     level: float = 0.8,
+    batch_schedule: BatchSchedule | None = None,
 ) -> ProjectForecast:
-    """A run that has not started, forecast from its plan and batch by the project's law."""
-    log = log_of_plan(run, plan, batch=batch, ema_window=ema_window, peak_lr=peak_lr, unit=unit)
+    """A run that has not started, forecast from its plan and batch (and its later batch
+    stages) by the project's law."""
+    log = log_of_plan(run, plan, batch=batch, ema_window=ema_window, peak_lr=peak_lr, unit=unit,
+                      batch_schedule=batch_schedule)
     return forecast_run(project, log, targets, level=level)
 
 

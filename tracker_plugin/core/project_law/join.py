@@ -26,7 +26,7 @@ from tracker_plugin.core.project_law.evidence import RunEvidence, warmup_end
 from tracker_plugin.core.project_law.pooled import Member, PooledLaw, common_timeline, member
 from tracker_plugin.core.smoothing import token_window_ema
 from tracker_plugin.frame.history import History
-from tracker_plugin.plan.schedule import LrSchedule
+from tracker_plugin.plan.schedule import BatchSchedule, LrSchedule
 
 __all__ = ["LEVEL_FLOOR", "LawCurve", "RunLog", "law_curve", "log_of_evidence", "log_of_history", "log_of_plan",
            "run_level"]
@@ -127,11 +127,12 @@ def log_of_evidence(evidence: RunEvidence, fraction: float) -> RunLog:
 
 
 def log_of_plan(run: str, plan: LrSchedule, *, batch: float, ema_window: float, peak_lr: float | None = None,
-                cadence: float = 1.0, unit: str = "tokens") -> RunLog:
-    """A run not started: its plan and its batch (tokens per step; 1 on steps)."""
+                cadence: float = 1.0, unit: str = "tokens", batch_schedule: BatchSchedule | None = None) -> RunLog:
+    """A run not started: its plan and its batch (tokens per step; 1 on steps), and its
+    later batch stages where the batch is planned to change."""
     history = History(run, "loss", np.array([0], np.int64), np.zeros(1), np.array([float(batch)]), np.array([math.nan]),
                       on_steps=unit == "steps")
-    timeline = _not_started(TimelineBuilder(history)(plan))
+    timeline = _not_started(TimelineBuilder(history, batch_schedule=batch_schedule)(plan))
     start = warmup_end(timeline, plan)
     return RunLog(run, timeline, np.zeros(0), np.zeros(0), None, start, None, 0.0, 0.0, ema_window, cadence, peak_lr,
                   unit)
