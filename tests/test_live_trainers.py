@@ -71,7 +71,7 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     points = client.get_metric_history(run.info.run_id, KEY)
     steps = [p.step for p in points]
     # a series over the run (2 points or more: the early forecasts of the tiny model, on a 5% gain
-    # prior, call the target unreachable), a point per forecast that had a number for the target (every 15 logged rows
+    # prior, call the target unreachable), a point per forecast that had a number for the target (every 10 logged rows
     # once the warmup is over), at the trainer's logged steps; forecasts run inline here, so the series
     # does not depend on the machine's speed (the background thread is tested in test_live.py). The
     # final annotation writes its own value at the last step too, when it differs from the live one.
