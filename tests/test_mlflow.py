@@ -36,7 +36,7 @@ from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.keys import KEY_PATTERN, SERIES, SERIES_LOSS
 from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_points, mlflow_runs
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
@@ -556,7 +556,7 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_a_logged_infinity_is_read_back_as_infinity():
     # MLflow stores +-inf as +-the largest float.
-    restored = mlflow_runs._restore_infinity(np.array([1.0, 1.7976931348623157e308, -1.7976931348623157e308]))
+    restored = mlflow_points._restore_infinity(np.array([1.0, 1.7976931348623157e308, -1.7976931348623157e308]))
     assert list(restored) == [1.0, np.inf, -np.inf]
 
 
