@@ -1,10 +1,11 @@
-"""The MLflow client a source opens once and shares, and MLflow's errors as the package's.
+"""The MLflow client a source opens once and shares, what it fetches through it, and
+MLflow's errors as the package's.
 
 The client is made on first use (a store MLflow cannot open fails with a one-line
 reason, naming what to install or where the store is); a server is read over plain HTTP
-where it can be (:mod:`.mlflow_rest`), checked once to answer at all; MLflow's and the
-network's exceptions become :class:`~tracker_plugin.errors.SourceError` subclasses naming
-the run (and key).
+where it can be (:mod:`.mlflow_rest`), checked once to answer at all, each key's history
+fetched in full and the keys concurrently; MLflow's and the network's exceptions become
+:class:`~tracker_plugin.errors.SourceError` subclasses naming the run (and key).
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
+from concurrent.futures import CancelledError, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
+
+import numpy as np
 
 from tracker_plugin.errors import (
     AuthError,
@@ -25,10 +28,13 @@ from tracker_plugin.errors import (
     SourceError,
     TrackerUnavailable,
 )
+from tracker_plugin.trackers.base import RunInfo
+from tracker_plugin.trackers.mlflow_points import _run_id
 from tracker_plugin.trackers.mlflow_rest import (
     RestError,
     RestTarget,
     Unreachable,
+    metric_history,
     network_reason,
     rest_target,
 )
@@ -36,10 +42,16 @@ from tracker_plugin.trackers.options import MlflowOptions, ReadOptions
 
 __all__ = ["MlflowConnection"]
 
+_PAGE = 25_000  # points per get-history page, MLflow's own page size
+# The keys' first requests go out this many seconds apart: requests arriving together
+# tend to be taken by one worker, which then serves them all while the others idle.
+_STAGGER = 0.05
+
 
 class MlflowConnection:
-    """The client, the REST target and the pool of readers a source keeps (guarded by its
-    lock), and the translation of the errors its calls raise."""
+    """The client, the REST target, the pool of readers and the run records a source keeps
+    (guarded by its lock), the runs and metric histories it fetches, and the translation of
+    the errors its calls raise."""
 
     mlflow: MlflowOptions
     options: ReadOptions
@@ -49,6 +61,7 @@ class MlflowConnection:
     _reachable: bool
     _lock: threading.Lock
     _pool: ThreadPoolExecutor | None
+    _records: dict[str, Any]  # run id -> mlflow Run, as listed or fetched
 
     def _client(self) -> Any:
         with self._lock:
@@ -124,6 +137,70 @@ class MlflowConnection:
                 f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
             )
         return f"the MLflow tracking server {uri} is not answering ({reason})"
+
+    def _fetch(
+        self, run: RunInfo, run_id: str, names: Sequence[str]
+    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
+        if self._rest() is None:
+            # A local store is read in this thread: its reads hold the GIL, threads only slow them.
+            return {name: self._history(run, run_id, name) for name in names}
+        failed = threading.Event()
+
+        def fetch(name: str, delay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            if failed.wait(delay):
+                raise CancelledError
+            try:
+                return self._history(run, run_id, name)
+            except BaseException:
+                failed.set()
+                raise
+
+        futures = {name: self._executor().submit(fetch, name, k * _STAGGER) for k, name in enumerate(names)}
+        try:
+            return {name: future.result() for name, future in futures.items()}
+        except BaseException:
+            failed.set()
+            for future in futures.values():
+                future.cancel()
+            # Report the failure itself, not a cancellation it caused.
+            errors = [f.exception() for f in futures.values() if not f.cancelled()]
+            real = [e for e in errors if e is not None and not isinstance(e, CancelledError)]
+            if real:
+                raise real[0] from None
+            raise
+
+    def _history(self, run: RunInfo, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        target = self._rest()
+        with self._errors(run.ref, key):
+            if target is not None:
+                return metric_history(target, run_id, key, _PAGE)
+            metrics = self._client().get_metric_history(run_id, key)
+            return (
+                np.array([m.step for m in metrics], dtype=np.int64),
+                np.array([m.value for m in metrics], dtype=float),
+                np.array([m.timestamp for m in metrics], dtype=np.int64),
+            )
+
+    def _record(self, run: RunInfo) -> Any:
+        run_id = _run_id(run)
+        with self._lock:
+            record = self._records.get(run_id)
+        return record if record is not None else self._get_run(run_id, run.ref)
+
+    def _get_run(self, run_id: str, ref: str) -> Any:
+        client = self._client()
+        from mlflow.exceptions import MlflowException
+
+        try:
+            record = client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                raise RunNotFound(f"no such run at {client.tracking_uri}", run=ref) from None
+            raise self._translate(exc, ref) from None
+        with self._lock:
+            self._records[run_id] = record
+        return record
 
 
 # Store URI schemes of MLflow's SQL stores, which need sqlalchemy (not in mlflow-skinny).

@@ -51,8 +51,8 @@ import hashlib
 import math
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -97,17 +97,12 @@ from tracker_plugin.trackers.mlflow_points import (
 )
 from tracker_plugin.trackers.mlflow_rest import (
     RestTarget,
-    metric_history,
     rest_target,
 )
 from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions
 
 __all__ = ["MlflowSource"]
 
-_PAGE = 25_000  # points per get-history page, MLflow's own page size
-# The keys' first requests go out this many seconds apart: requests arriving together
-# tend to be taken by one worker, which then serves them all while the others idle.
-_STAGGER = 0.05
 _SEARCH_PAGE = 1_000
 _FROM_NAME = "run name"  # the batch source when the run name gave it (`_1Mbs`)
 _STATES = {
@@ -328,70 +323,6 @@ class MlflowSource(MlflowConnection, Source):
                 arrays[f"{i}.step"], arrays[f"{i}.value"], arrays[f"{i}.timestamp"] = histories[name]
             self._cache.store(cache_key, arrays)
         return histories
-
-    def _fetch(
-        self, run: RunInfo, run_id: str, names: Sequence[str]
-    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
-        if self._rest() is None:
-            # A local store is read in this thread: its reads hold the GIL, threads only slow them.
-            return {name: self._history(run, run_id, name) for name in names}
-        failed = threading.Event()
-
-        def fetch(name: str, delay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            if failed.wait(delay):
-                raise CancelledError
-            try:
-                return self._history(run, run_id, name)
-            except BaseException:
-                failed.set()
-                raise
-
-        futures = {name: self._executor().submit(fetch, name, k * _STAGGER) for k, name in enumerate(names)}
-        try:
-            return {name: future.result() for name, future in futures.items()}
-        except BaseException:
-            failed.set()
-            for future in futures.values():
-                future.cancel()
-            # Report the failure itself, not a cancellation it caused.
-            errors = [f.exception() for f in futures.values() if not f.cancelled()]
-            real = [e for e in errors if e is not None and not isinstance(e, CancelledError)]
-            if real:
-                raise real[0] from None
-            raise
-
-    def _history(self, run: RunInfo, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        target = self._rest()
-        with self._errors(run.ref, key):
-            if target is not None:
-                return metric_history(target, run_id, key, _PAGE)
-            metrics = self._client().get_metric_history(run_id, key)
-            return (
-                np.array([m.step for m in metrics], dtype=np.int64),
-                np.array([m.value for m in metrics], dtype=float),
-                np.array([m.timestamp for m in metrics], dtype=np.int64),
-            )
-
-    def _record(self, run: RunInfo) -> Any:
-        run_id = _run_id(run)
-        with self._lock:
-            record = self._records.get(run_id)
-        return record if record is not None else self._get_run(run_id, run.ref)
-
-    def _get_run(self, run_id: str, ref: str) -> Any:
-        client = self._client()
-        from mlflow.exceptions import MlflowException
-
-        try:
-            record = client.get_run(run_id)
-        except MlflowException as exc:
-            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise RunNotFound(f"no such run at {client.tracking_uri}", run=ref) from None
-            raise self._translate(exc, ref) from None
-        with self._lock:
-            self._records[run_id] = record
-        return record
 
     # -- writing ---------------------------------------------------------------------------
 
