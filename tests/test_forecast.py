@@ -528,7 +528,7 @@ def test_auto_compares_the_laws_only_where_the_log_had_begun_its_decay():
     ``auto`` (and its replay under any rule) compares the laws on the cuts that had shed a
     share of what the log has shed, the multi-power law forecasting where none had."""
     from tracker_plugin.core.backtest import BacktestCase
-    from tracker_plugin.core.cross_family import Cut, Rule, _auto
+    from tracker_plugin.core.cross_family_cases import Cut, Rule, _auto
     from tracker_plugin.core.status import Status
 
     inner_la, inner_mp = ((0.01, 0.0), (0.01, 0.05), (0.2, 0.3)), ((0.3, 0.0), (0.3, 0.05), (0.1, 0.3))

@@ -36,7 +36,7 @@ from tracker_plugin.jobs.annotation import build_annotation, settings_of
 from tracker_plugin.keys import KEY_PATTERN, SERIES, SERIES_LOSS
 from tracker_plugin.report.target_text import target_status
 from tracker_plugin.testing import synthetic_run
-from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_runs
+from tracker_plugin.trackers import MlflowOptions, ReadOptions, mlflow_client, mlflow_points
 from tracker_plugin.trackers.mlflow_runs import MlflowSource
 
 MlflowClient = pytest.importorskip("mlflow.tracking").MlflowClient
@@ -237,7 +237,7 @@ def test_params_that_plan_no_lr_still_say_why_in_the_report(local, capsys, param
 
 
 def test_history_pages_are_all_read(served, monkeypatch):
-    monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
+    monkeypatch.setattr(mlflow_client, "_PAGE", 7)
     run_id = served.log(training_log(50))
     source = served.source(f"mlflow:{run_id}", use_cache=False)
     mark = served.server.mark()
@@ -556,7 +556,7 @@ def _cli(capsys, *args: str) -> tuple[int, str, str]:
 
 def test_a_logged_infinity_is_read_back_as_infinity():
     # MLflow stores +-inf as +-the largest float.
-    restored = mlflow_runs._restore_infinity(np.array([1.0, 1.7976931348623157e308, -1.7976931348623157e308]))
+    restored = mlflow_points._restore_infinity(np.array([1.0, 1.7976931348623157e308, -1.7976931348623157e308]))
     assert list(restored) == [1.0, np.inf, -np.inf]
 
 
@@ -812,7 +812,7 @@ def test_a_history_page_without_its_next_page_token_is_read_again_or_reported(se
     """A page that lost its token would end the read short, silently: the read checks each
     history against the run's latest value, reads a short one again, and fails with one
     line naming the key when it stays short."""
-    monkeypatch.setattr(mlflow_runs, "_PAGE", 7)
+    monkeypatch.setattr(mlflow_client, "_PAGE", 7)
     run_id = served.log(training_log(50))
     proxy = _TokenDropper(served.uri, drops)
     try:

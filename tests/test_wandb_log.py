@@ -68,7 +68,7 @@ def test_a_cut_off_tail_ends_the_log_and_says_where():
 def test_typed_history_values_are_read_without_their_json_form():
     from wandb.proto import wandb_internal_pb2 as pb
 
-    from tracker_plugin.trackers.wandb_offline import _item_value
+    from tracker_plugin.trackers.wandb_offline_read import _item_value
 
     history = pb.HistoryRecord()
     history.item.add(key="i", integer=7)

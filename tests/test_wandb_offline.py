@@ -235,7 +235,7 @@ def test_an_unfinished_run_is_read_but_not_written(runs_copy, capsys):
 
 
 def test_a_rewrite_that_does_not_read_back_leaves_the_file_alone(runs_copy, capsys, monkeypatch):
-    from tracker_plugin.trackers import wandb_offline
+    from tracker_plugin.trackers import wandb_offline_write
 
     def broken(out, records, offset):
         out.write(b"\x00garbage")
@@ -243,7 +243,7 @@ def test_a_rewrite_that_does_not_read_back_leaves_the_file_alone(runs_copy, caps
 
     run_dir = runs_copy["fixed"]
     before = wandb_file(run_dir).read_bytes()
-    monkeypatch.setattr(wandb_offline, "write_records", broken)
+    monkeypatch.setattr(wandb_offline_write, "write_records", broken)
     assert main(["annotate", f"wandb-offline:{run_dir}", *TARGETS]) == 1
     assert "did not read back as written; the file was left as it was" in capsys.readouterr().out
     assert wandb_file(run_dir).read_bytes() == before and sorted(p.name for p in run_dir.glob(".*")) == []

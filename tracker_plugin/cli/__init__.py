@@ -2,6 +2,7 @@
 
 - :mod:`.argv`: several values after one flag (``--target 3.6 3.3``), as click reads them;
 - :mod:`.options`: the options, and the settings and sources they give;
+- :mod:`.group`: the command group, which finds the config file in force;
 - :mod:`.commands`: the commands, each over one job of :mod:`tracker_plugin.jobs`;
 - :mod:`.entry`: :func:`main`, exit codes and one-line errors, and the console script.
 """

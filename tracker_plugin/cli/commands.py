@@ -10,9 +10,8 @@ from typing import Any
 
 import click
 
-from tracker_plugin import __version__
-from tracker_plugin.cli.config import ConfigFile, Setting, find_config, in_force
-from tracker_plugin.cli.help import HELP_SETTINGS, TrackerGroup
+from tracker_plugin.cli.config import ConfigFile, Setting, in_force
+from tracker_plugin.cli.group import CONFIG_KEY, cli
 from tracker_plugin.cli.numbers import NUMBERS
 from tracker_plugin.cli.options import (
     DEFAULT_FAMILY_RULE,
@@ -43,30 +42,6 @@ from tracker_plugin.errors import DataError
 __all__ = ["cli"]
 
 
-@click.group(cls=TrackerGroup, context_settings=HELP_SETTINGS)
-@click.version_option(__version__, prog_name="tracker-plugin")
-@click.pass_context
-def cli(ctx: click.Context) -> None:
-    """When does a training run reach a target loss?
-
-    Reads a run's loss history from a CSV file, MLflow or Weights & Biases, smooths it
-    over a fixed number of tokens, finds where it crossed each target and forecasts when
-    it will cross the rest.
-
-    Settings can live in a config file: [tool.tracker-plugin] in pyproject.toml, or a
-    tracker-plugin.toml, in this folder or one above it (keys are the options' long
-    names); environment variables win over it, and flags over both.
-    'tracker-plugin config' shows what is in force.
-    """
-    found = find_config(Path.cwd(), {name: c for name, c in cli.commands.items() if name != "config"})
-    ctx.meta[_CONFIG] = found
-    if found is not None:
-        ctx.default_map = found.defaults
-
-
-_CONFIG = "tracker_plugin.config_file"  # ctx.meta key: the config file in force, or None
-
-
 @cli.command("config", cls=click.Command)
 @click.argument("command", default="analyze", type=click.Choice(["analyze", "annotate", "backtest", "compare", "plan", "watch"]))
 @click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
@@ -77,7 +52,7 @@ def config_command(ctx: click.Context, command: str, as_json: bool) -> None:
     Each option's value is the config file's, an environment variable's or the built-in
     default; a flag given to COMMAND would win over all three.
     """
-    found: ConfigFile | None = ctx.meta.get(_CONFIG)
+    found: ConfigFile | None = ctx.meta.get(CONFIG_KEY)
     assert ctx.parent is not None
     target = cli.commands[command].make_context(command, [], parent=ctx.parent, resilient_parsing=True)
     settings = in_force(target, found)

@@ -20,6 +20,7 @@ from functools import cache
 
 import click
 
+from tracker_plugin.cli.group import cli
 from tracker_plugin.frame.history import Columns
 
 __all__ = ["in_flags", "setting_flags"]
@@ -35,9 +36,8 @@ _SNAKE = re.compile(r"^[a-z]+(_[a-z]+)+$")
 
 @cache
 def setting_flags() -> dict[str, str]:
-    """Each setting's name in the core's words -> the flag (or flags) that set it."""
-    from tracker_plugin.cli.commands import cli  # the commands print with these words
-
+    """Each setting's name in the core's words -> the flag (or flags) that set it (the
+    options of every command :mod:`.commands` registers on the group)."""
     flags: dict[str, str] = {}
     for command in cli.commands.values():
         for param in command.params:

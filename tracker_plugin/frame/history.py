@@ -3,13 +3,13 @@
 Every source turns its raw table (a CSV, an MLflow metric history, a W&B scan) into a
 :class:`History` through :func:`build_history`. That is the one place where steps are
 deduplicated, tokens accumulated, the batch inferred and the data checked, so the
-analysis never sees an unchecked value.
+analysis never sees an unchecked value: the steps in :mod:`.steps`, the tokens and
+the batch in :mod:`.logged_tokens`.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -22,6 +22,9 @@ from tracker_plugin.frame.time import LoggedTimes, logged_times, read_clock
 
 if TYPE_CHECKING:
     from tracker_plugin.plan.schedule import LrSchedule
+
+from tracker_plugin.frame.logged_tokens import _batch, _tokens, batch_from_name
+from tracker_plugin.frame.steps import RESTART_NOTE, _integer_steps, _resolve_steps, _valid_steps
 
 __all__ = ["EVAL_LOSSES", "RESTART_NOTE", "BatchStage", "Columns", "History", "batch_from_name", "batch_stages", "build_history",
            "eval_loss_alone", "eval_loss_note"]
@@ -163,9 +166,6 @@ class History:
         )
 
 
-_BATCH_IN_NAME = re.compile(r"_([\d.]+)([MK])bs", re.IGNORECASE)
-
-
 def eval_loss_alone(names: Sequence[str], columns: Columns) -> str | None:
     """The eval loss to read as the loss, when ``names`` hold none of the loss candidates and
     the user named none (a log whose only loss is ``val_loss``); else None."""
@@ -177,18 +177,6 @@ def eval_loss_alone(names: Sequence[str], columns: Columns) -> str | None:
 
 def eval_loss_note(name: str) -> str:
     return f"the only loss logged is the eval loss '{name}': it is the loss read (name another with columns.loss)"
-
-
-def batch_from_name(name: str) -> float | None:
-    """Tokens per step written in a run or file name as ``_1Mbs`` or ``_512Kbs``."""
-    match = _BATCH_IN_NAME.search(name)
-    if not match:
-        return None
-    try:
-        value = float(match.group(1))
-    except ValueError:
-        return None
-    return value * (1_000_000 if match.group(2).upper() == "M" else 1_000)
 
 
 def build_history(
@@ -378,7 +366,6 @@ def _pick(data: pd.DataFrame, candidates: tuple[str, ...], role: str, run: str) 
 
 _DEFAULT_COLUMNS = Columns()
 _NAN_SPELLINGS = ("nan", "+nan", "-nan")
-_MAX_STEP = 1e15
 # A read keeping less than this share of the logged rows says why in one line; with fewer
 # than _MIN_ROWS left it fails: no fit or crossing worth the name rests on so few rows.
 _KEEP_SHARE = 0.9
@@ -442,245 +429,6 @@ def _as_float(value: object) -> float:
         return float(str(value)) if value is not None and value == value else math.nan
     except ValueError:
         return math.nan
-
-
-def _resolve_steps(cols: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[str], int]:
-    """Merge consecutive rows of one step, replace what a restart re-logged, sort the rest.
-
-    Returns the rows in increasing step order, the notes saying what was done, and how
-    many rows (after merging) were dropped: replaced by a restart or repeating a step out
-    of order.
-    """
-    notes: list[str] = []
-    step = cols["step"]
-    if np.all(step[1:] > step[:-1]):
-        return cols, notes, 0
-    group = np.r_[0, np.cumsum(step[1:] != step[:-1])]
-    if group[-1] + 1 < len(step):
-        # A trainer may write a step's train and eval keys in separate rows: merge them.
-        merged = pd.DataFrame(cols).groupby(group, sort=False).last()
-        cols = {key: merged[key].to_numpy() for key in cols}
-        cols["nan_loss"] = cols["nan_loss"].astype(bool)
-        step = cols["step"]
-    drops = np.flatnonzero(step[1:] < step[:-1]) + 1
-    if not len(drops):
-        return cols, notes, 0
-    if len(drops) <= _MAX_RESTARTS:
-        has_loss = ~np.isnan(cols["loss"]) | cols["nan_loss"]
-        order, restarts = _restarted_order(step, drops, has_loss)
-    else:  # shuffled or reversed: no restart can be told apart, only an order
-        order, restarts = np.argsort(step, kind="stable"), []
-    replaced = sum(r.rows for r in restarts)
-    notes += restart_notes(restarts)
-    # What is left out of order: sort it (stably, so a repeated step keeps its first row).
-    order = order[np.argsort(step[order], kind="stable")]
-    ordered = step[order]
-    repeat = np.r_[False, ordered[1:] == ordered[:-1]]
-    order = order[~repeat]
-    if np.any(order[1:] < order[:-1]):
-        how = "in descending order" if len(drops) == len(step) - 1 else f"out of order (the step goes back at {len(drops)} rows)"
-        notes.append(f"sorted the rows by step: they were logged {how}")
-    if repeat.any():
-        notes.append(f"dropped {int(repeat.sum())} out-of-order rows that repeat an earlier step (kept its first row)")
-    cols = {key: values[order] for key, values in cols.items()}
-    return cols, notes, replaced + int(repeat.sum())
-
-
-# More drops than this and the log is shuffled or reversed, not restarted.
-_MAX_RESTARTS = 64
-
-
-def _restarted_order(step: np.ndarray, drops: np.ndarray, has_loss: np.ndarray) -> tuple[np.ndarray, list[Restart]]:
-    """Rows kept after each real restart (later rows win), in log order; and the restarts.
-
-    A drop in the step is a restart when the rows after it log the loss again at steps the
-    log had already reached: at least two of them, and at least half of those at steps seen
-    before (the checkpoint's cadence). The later attempt replaces every row of the abandoned
-    one from its restart step on, those past where it has logged so far too (a resumed run
-    that has not caught up yet): the abandoned attempt's rows are no part of the run. One
-    stray row going back (a step 0 near the end of a log), or rows going back that log no
-    loss (an eval key's rows appended at the end), is no restart: it is sorted in place.
-    """
-    bounds = np.r_[0, drops, len(step)]
-    line = np.arange(bounds[1])  # the rows of the main line, strictly increasing in step
-    attempt = np.ones(len(step), np.int64)  # which attempt logged each row
-    strays: list[np.ndarray] = []
-    restarts: list[Restart] = []
-    for start, end in zip(bounds[1:-1], bounds[2:]):
-        segment = np.arange(start, end)
-        top = step[line[-1]]
-        overlap = segment[step[segment] <= top]
-        logging = overlap[has_loss[overlap]]
-        cut = int(np.searchsorted(step[line], step[start]))
-        at = np.searchsorted(step[line], step[logging])
-        repeats = int(np.count_nonzero((at < len(line)) & (step[line[np.minimum(at, len(line) - 1)]] == step[logging])))
-        if len(logging) >= 2 and repeats >= max(1, len(logging) // 2):
-            gone = line[cut:]
-            attempt[segment] = attempt[line[-1]] + 1
-            restarts.append(Restart(
-                attempt=int(attempt[start]), step=float(step[start]), last=float(step[segment[-1]]),
-                rows=len(gone), first_replaced=float(step[gone[0]]) if len(gone) else math.nan,
-                last_replaced=float(step[gone[-1]]) if len(gone) else math.nan,
-                of=tuple(sorted(set(attempt[gone].tolist()))),
-            ))
-            line = np.r_[line[:cut], segment]
-        else:
-            attempt[segment] = attempt[line[-1]]
-            strays.append(overlap)
-            line = np.r_[line, segment[step[segment] > top]]
-    order = np.concatenate([line, *strays]) if strays else line
-    return order.astype(np.intp), restarts
-
-
-@dataclass(frozen=True)
-class Restart:
-    """One restart of a log: attempt ``attempt`` went back to ``step`` and logged up to
-    ``last``, replacing ``rows`` rows of steps ``first_replaced``-``last_replaced`` that the
-    attempts ``of`` had logged."""
-
-    attempt: int
-    step: float
-    last: float
-    rows: int
-    first_replaced: float
-    last_replaced: float
-    of: tuple[int, ...]
-
-
-# The restarts a note names one by one; more are counted.
-_NAMED_RESTARTS = 3
-RESTART_NOTE = "the log restarts at step"
-
-
-def restart_notes(restarts: Sequence[Restart]) -> list[str]:
-    """One line per restart: which steps the later attempt replaced, of which attempt."""
-    notes = []
-    for r in restarts[:_NAMED_RESTARTS]:
-        if not r.rows:
-            continue
-        whose = " and ".join(map(str, r.of))
-        whose = f"attempt {whose}'s" if len(r.of) == 1 else f"attempts {whose}'"
-        steps = f"step {r.first_replaced:g}" if r.rows == 1 else f"steps {r.first_replaced:g}-{r.last_replaced:g}"
-        text = f"{RESTART_NOTE} {r.step:g} (attempt {r.attempt}): it replaced {whose} {r.rows} rows of {steps}"
-        if r.last < r.last_replaced:
-            text += (f"; it has logged up to step {r.last:g} so far, and the abandoned rows past it are dropped "
-                     "too (kept the later attempt)")
-        notes.append(text)
-    if len(restarts) > _NAMED_RESTARTS:
-        rest = restarts[_NAMED_RESTARTS:]
-        notes.append(f"and {len(rest)} more restarts replaced {sum(r.rows for r in rest)} rows (kept the later attempts)")
-    return notes
-
-
-def _valid_steps(step: np.ndarray) -> np.ndarray:
-    """Which values are steps: whole numbers from 0 to 1e15 (NaN: none)."""
-    with np.errstate(invalid="ignore"):
-        return np.isfinite(step) & (step >= 0) & (step == np.round(step)) & (step <= _MAX_STEP)
-
-
-def _integer_steps(step: np.ndarray, column: str, run: str) -> np.ndarray:
-    bad = ~_valid_steps(step)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DataError(
-            f"steps must be whole numbers from 0 to 1e15, found {float(step[i]):g} in row {i + 1}",
-            run=run,
-            column=column,
-        )
-    return step.astype(np.int64)
-
-
-def _filled(values: np.ndarray) -> np.ndarray:
-    """Each missing value replaced by the last one before it (or the first one after)."""
-    if not np.isnan(values).any():
-        return values
-    return pd.Series(values).ffill().bfill().to_numpy()
-
-
-def _batch(
-    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch_size: float | None, run: str
-) -> tuple[np.ndarray, str]:
-    if logged is not None and not np.isnan(logged).all():
-        batch = _filled(logged)
-        source = f"column '{column}'"
-    else:
-        given = batch_size
-        source = "batch_size"
-        if given is None:
-            given = batch_from_name(run)
-            source = "run name"
-        if given is None:
-            raise DataError(
-                "no such column and no batch size given; pass batch_size (tokens per step), "
-                "name the batch column with columns.batch, or put the size in the name (_1Mbs)",
-                run=run,
-                column="global_batch" if column is None else column,
-            )
-        batch = np.full(len(step), float(given))
-    bad = ~np.isfinite(batch) | (batch < 1)
-    if bad.any():
-        i = int(np.flatnonzero(bad)[0])
-        raise DataError(
-            f"the batch must be at least 1 token per step, found {float(batch[i]):g} at step {step[i]}",
-            run=run,
-            column=column or "batch",
-        )
-    return batch, source
-
-
-def _tokens(
-    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
-) -> np.ndarray:
-    """Tokens consumed before each step: the logged ones, the gaps filled from the batch."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        tokens = _tokens_unchecked(logged, column, step, batch, run)
-    if not np.isfinite(tokens).all():  # an absurd batch summed past the largest float
-        i = int(np.flatnonzero(~np.isfinite(tokens))[0])
-        raise DataError(f"tokens summed from the batch overflow at step {step[i]}", run=run, column=column or "batch")
-    return tokens
-
-
-def _tokens_unchecked(
-    logged: np.ndarray | None, column: str | None, step: np.ndarray, batch: np.ndarray, run: str
-) -> np.ndarray:
-    if logged is None or np.isnan(logged).all():
-        return _accumulated(step, batch)
-    invalid = np.isinf(logged) | (logged < 0)
-    if invalid.any():
-        i = int(np.flatnonzero(invalid)[0])
-        raise DataError(f"tokens must be finite and >= 0, found {float(logged[i]):g} at step {step[i]}", run=run, column=column)
-    known = np.isfinite(logged)
-    if known.all():
-        tokens = logged
-    else:
-        accumulated = _accumulated(step, batch)
-        tokens = np.where(known, logged, accumulated + _filled(logged - accumulated))
-    if len(tokens) > 1 and tokens[-1] == tokens[0] and step[-1] > step[0]:
-        # A count that never moves is not a token count (a zero-filled column): the
-        # forecast would divide by it.
-        raise DataError(
-            f"stays at {tokens[0]:.6g} from step {step[0]} to step {step[-1]}: it does not count tokens "
-            "(name the right column with columns.tokens)",
-            run=run,
-            column=column,
-        )
-    drop = np.flatnonzero(np.diff(tokens) < 0)
-    if len(drop):
-        i = int(drop[0])
-        raise DataError(
-            f"decreases from {tokens[i]:.6g} at step {step[i]} to {tokens[i + 1]:.6g} at step {step[i + 1]}",
-            run=run,
-            column=column,
-        )
-    return tokens
-
-
-def _accumulated(step: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    """Tokens summed from the batch: a logging gap is filled with the batch of the row before it."""
-    accumulated = np.empty(len(step))
-    accumulated[0] = step[0] * batch[0]
-    accumulated[1:] = accumulated[0] + np.cumsum(batch[:-1] * np.diff(step))
-    return accumulated
 
 
 def _lr_not_negative(lr: np.ndarray | None, column: str | None, step: np.ndarray, run: str) -> None:

@@ -48,31 +48,24 @@ Unchanged
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import math
-import os
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import CancelledError, ThreadPoolExecutor
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from tracker_plugin.errors import (
-    AuthError,
     ConfigError,
     DataError,
-    MissingDependency,
     RunNotFound,
     SourceError,
-    TrackerUnavailable,
 )
-from tracker_plugin.frame.align import KeyHistory, align_on_step
 from tracker_plugin.frame.conventions import Reading, build_read_history, finish_reading
 from tracker_plugin.frame.from_params import with_config_batch, with_planned_lr
 from tracker_plugin.frame.history import Columns, History, batch_from_name
@@ -83,33 +76,35 @@ from tracker_plugin.keys import (
     MARKER,
     PROVENANCE,
     is_own,
-    is_series,
 )
 from tracker_plugin.plan.params import flat_params
 from tracker_plugin.redact import redact_uri
 from tracker_plugin.trackers.base import Annotation, RunInfo, Source, previous_of
 from tracker_plugin.trackers.cache import HistoryCache
+from tracker_plugin.trackers.mlflow_client import MlflowConnection, _first_line, _network_failure
+from tracker_plugin.trackers.mlflow_points import (
+    MLFLOW_STEP,
+    _aligned,
+    _cached_histories,
+    _first_present,
+    _latest,
+    _metric_step,
+    _own,
+    _run_id,
+    _same,
+    _short,
+    _write_point,
+)
 from tracker_plugin.trackers.mlflow_rest import (
-    RestError,
     RestTarget,
-    Unreachable,
-    metric_history,
-    network_reason,
     rest_target,
 )
 from tracker_plugin.trackers.options import MlflowOptions, ReadOptions, SourceOptions
 
 __all__ = ["MlflowSource"]
 
-_PAGE = 25_000  # points per get-history page, MLflow's own page size
-# The keys' first requests go out this many seconds apart: requests arriving together
-# tend to be taken by one worker, which then serves them all while the others idle.
-_STAGGER = 0.05
 _SEARCH_PAGE = 1_000
 _FROM_NAME = "run name"  # the batch source when the run name gave it (`_1Mbs`)
-_MLFLOW_INF = 1.7976931348623157e308  # MLflow stores +-inf as +-max float
-# Store URI schemes of MLflow's SQL stores, which need sqlalchemy (not in mlflow-skinny).
-_SQL_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
 _STATES = {
     "RUNNING": "running",
     "SCHEDULED": "running",
@@ -119,11 +114,9 @@ _STATES = {
 }
 # The clock: each loss point's own timestamp, unless --time-col names a logged metric.
 _TIMESTAMP = "mlflow_timestamp"
-# MLflow's own metric step, as a frame column (a run may log a metric named ``step``).
-MLFLOW_STEP = "_mlflow_step"
 
 
-class MlflowSource(Source):
+class MlflowSource(MlflowConnection, Source):
     """Runs in an MLflow tracking server or local store."""
 
     scheme = "mlflow"
@@ -331,70 +324,6 @@ class MlflowSource(Source):
             self._cache.store(cache_key, arrays)
         return histories
 
-    def _fetch(
-        self, run: RunInfo, run_id: str, names: Sequence[str]
-    ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The keys' histories, fetched concurrently from a server; the first failure stops the rest."""
-        if self._rest() is None:
-            # A local store is read in this thread: its reads hold the GIL, threads only slow them.
-            return {name: self._history(run, run_id, name) for name in names}
-        failed = threading.Event()
-
-        def fetch(name: str, delay: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            if failed.wait(delay):
-                raise CancelledError
-            try:
-                return self._history(run, run_id, name)
-            except BaseException:
-                failed.set()
-                raise
-
-        futures = {name: self._executor().submit(fetch, name, k * _STAGGER) for k, name in enumerate(names)}
-        try:
-            return {name: future.result() for name, future in futures.items()}
-        except BaseException:
-            failed.set()
-            for future in futures.values():
-                future.cancel()
-            # Report the failure itself, not a cancellation it caused.
-            errors = [f.exception() for f in futures.values() if not f.cancelled()]
-            real = [e for e in errors if e is not None and not isinstance(e, CancelledError)]
-            if real:
-                raise real[0] from None
-            raise
-
-    def _history(self, run: RunInfo, run_id: str, key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        target = self._rest()
-        with self._errors(run.ref, key):
-            if target is not None:
-                return metric_history(target, run_id, key, _PAGE)
-            metrics = self._client().get_metric_history(run_id, key)
-            return (
-                np.array([m.step for m in metrics], dtype=np.int64),
-                np.array([m.value for m in metrics], dtype=float),
-                np.array([m.timestamp for m in metrics], dtype=np.int64),
-            )
-
-    def _record(self, run: RunInfo) -> Any:
-        run_id = _run_id(run)
-        with self._lock:
-            record = self._records.get(run_id)
-        return record if record is not None else self._get_run(run_id, run.ref)
-
-    def _get_run(self, run_id: str, ref: str) -> Any:
-        client = self._client()
-        from mlflow.exceptions import MlflowException
-
-        try:
-            record = client.get_run(run_id)
-        except MlflowException as exc:
-            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                raise RunNotFound(f"no such run at {client.tracking_uri}", run=ref) from None
-            raise self._translate(exc, ref) from None
-        with self._lock:
-            self._records[run_id] = record
-        return record
-
     # -- writing ---------------------------------------------------------------------------
 
     def held(self, run: RunInfo) -> dict[str, Any]:
@@ -541,262 +470,3 @@ class MlflowSource(Source):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    def _client(self) -> Any:
-        with self._lock:
-            if self._client_obj is None:
-                self._client_obj = _make_client(self.mlflow.tracking_uri)
-            return self._client_obj
-
-    def _rest(self) -> RestTarget | None:
-        """How to read the server over plain HTTP; None for a local store (or auth only
-        MLflow's own client can do)."""
-        client = self._client()
-        with self._lock:
-            if not self._rest_known:
-                self._rest_target = rest_target(
-                    client.tracking_uri, timeout=self.mlflow.timeout, retries=self.mlflow.retries
-                )
-                self._rest_known = True
-            return self._rest_target
-
-    def _connect(self, where: str) -> None:
-        """Make the client, and check once that a server answers at all (in seconds, where
-        ``MlflowClient`` would retry a refused connection for minutes)."""
-        target = self._rest()
-        if target is None or self._reachable:
-            return
-        try:
-            target.check_reachable()
-        except Unreachable as exc:
-            raise TrackerUnavailable(self._unreachable(exc.reason), run=where) from None
-        self._reachable = True
-
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(
-                    max_workers=max(1, self.options.workers), thread_name_prefix="mlflow-read"
-                )
-            return self._pool
-
-    @contextmanager
-    def _errors(self, ref: str, key: str | None = None) -> Iterator[None]:
-        """MLflow's and the network's exceptions as the package's, naming the run (and key)."""
-        import requests
-        from mlflow.exceptions import MlflowException
-
-        try:
-            yield
-        except (MlflowException, RestError) as exc:
-            raise self._translate(exc, ref, key) from None
-        except Unreachable as exc:
-            raise TrackerUnavailable(self._unreachable(exc.reason), run=ref) from None
-        except requests.RequestException as exc:
-            raise TrackerUnavailable(self._unreachable(network_reason(exc)), run=ref) from None
-
-    def _translate(self, exc: Any, ref: str, key: str | None = None) -> SourceError:
-        code = getattr(exc, "error_code", "")
-        message = _first_line(getattr(exc, "message", str(exc)))
-        about = f"metric '{key}': " if key else ""
-        if _network_failure(exc):
-            return TrackerUnavailable(self._unreachable(network_reason(exc)), run=ref)
-        if code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND", "ENDPOINT_NOT_FOUND"):
-            return RunNotFound(f"{about}{message}", run=ref)
-        if code in ("UNAUTHENTICATED", "PERMISSION_DENIED", "CUSTOMER_UNAUTHORIZED"):
-            return AuthError(f"{about}the MLflow server refused the request: {message}", run=ref)
-        if code in ("TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "INTERNAL_ERROR"):
-            return TrackerUnavailable(f"{about}the MLflow server failed: {message}", run=ref)
-        return SourceError(f"{about}{message}", run=ref)
-
-    def _unreachable(self, reason: str) -> str:
-        uri = self._client_obj.tracking_uri if self._client_obj is not None else self.mlflow.tracking_uri
-        if reason == "server errors":
-            return (
-                f"the MLflow tracking server {uri} kept answering with server errors (HTTP 5xx) after retries"
-            )
-        return f"the MLflow tracking server {uri} is not answering ({reason})"
-
-
-# -- MLflow client and REST reading --------------------------------------------------------
-
-
-def _make_client(tracking_uri: str | None) -> Any:
-    try:
-        import mlflow
-        from mlflow.exceptions import MlflowException
-        from mlflow.tracking import MlflowClient
-    except ImportError:
-        raise MissingDependency("mlflow", "mlflow") from None
-    uri = tracking_uri or mlflow.get_tracking_uri()
-    _check_file_store(uri)
-    _check_local_store(uri)
-    _check_store_backend(uri)
-    try:
-        return MlflowClient(tracking_uri=uri)
-    except MlflowException as exc:
-        schemes = getattr(exc, "supported_uri_schemes", None)
-        if schemes is not None:  # no store for the URI's scheme
-            known = ", ".join(s for s in schemes if s)
-            raise ConfigError(
-                f"mlflow ({uri}): no MLflow tracking store for this URI (MLflow knows {known}); "
-                "set --tracking-uri or MLFLOW_TRACKING_URI"
-            ) from None
-        raise SourceError(_first_line(exc.message), run=f"mlflow ({uri})") from None
-
-
-def _check_store_backend(uri: str) -> None:
-    """A SQL store needs MLflow's SQL backend, which the client-only mlflow-skinny leaves out."""
-    scheme = uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
-    if scheme in _SQL_SCHEMES and importlib.util.find_spec("sqlalchemy") is None:
-        raise MissingDependency(
-            "mlflow",
-            "mlflow",
-            reason=f"the {scheme} store needs the full mlflow package, with its SQL stores "
-            "(mlflow-skinny, the client-only install, has none)",
-            run=f"mlflow ({uri})",
-        )
-
-
-def _check_file_store(uri: str) -> None:
-    """MLflow's file store (``file://`` or a plain path, ``./mlruns``) is in maintenance
-    mode, and MLflow refuses it unless told otherwise: said in one line, with the way out."""
-    scheme = uri.split("://", 1)[0].lower() if "://" in uri else ""
-    if scheme in ("", "file") and not uri.lower().startswith(("databricks", "uc:")):
-        raise ConfigError(
-            f"mlflow ({uri}): not a tracking server or database store; MLflow's file store is in "
-            "maintenance mode and not supported: migrate it with `mlflow migrate-filestore` to "
-            "sqlite:///mlflow.db, or give the server's http(s):// URL"
-        )
-
-
-def _check_local_store(uri: str) -> None:
-    """A sqlite store that does not exist is a typo, not a new store to create."""
-    if uri.startswith("sqlite:///"):
-        path = uri[len("sqlite:///") :].split("?", 1)[0]
-        if path and path != ":memory:" and not os.path.exists(path):
-            raise RunNotFound(
-                f"no MLflow store at {os.path.abspath(path)} (set --tracking-uri or MLFLOW_TRACKING_URI)",
-                run=f"mlflow ({uri})",
-            )
-
-
-# -- pure helpers ----------------------------------------------------------------------------
-
-
-def _aligned(
-    histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]], loss_key: str
-) -> tuple[pd.DataFrame, np.ndarray]:
-    """Per-key ``(step, value, timestamp)`` histories as one table on MLflow's step, and the
-    rows whose loss was logged as NaN; at a step logged twice the latest timestamp wins."""
-    aligned = align_on_step(
-        {key: KeyHistory(step, _restore_infinity(value), stamp) for key, (step, value, stamp) in histories.items()},
-        step=MLFLOW_STEP,
-    )
-    return aligned.frame, aligned.logged_nan.get(loss_key, np.zeros(len(aligned.frame), bool))
-
-
-def _restore_infinity(value: np.ndarray) -> np.ndarray:
-    """MLflow stores a logged +-inf as +-the largest float: read it back as infinity."""
-    value = np.asarray(value, float)
-    return np.where(value >= _MLFLOW_INF, np.inf, np.where(value <= -_MLFLOW_INF, -np.inf, value))
-
-
-def _short(histories: Mapping[str, tuple[np.ndarray, np.ndarray, np.ndarray]],
-           latest: Mapping[str, tuple[int, int, float]]) -> list[str]:
-    """The keys whose history does not reach the step of the run's latest value of them."""
-    return [name for name, (step, _, _) in histories.items()
-            if name in latest and (not len(step) or int(step.max()) < latest[name][0])]
-
-
-def _latest(record: Any) -> dict[str, tuple[int, int, float]]:
-    """Key -> (step, timestamp, value) of the run's latest value of each metric."""
-    return {m.key: (int(m.step), int(m.timestamp), float(m.value)) for m in record.data.to_proto().metrics}
-
-
-def _own(record: Any) -> dict[str, Any]:
-    """The run's keys of ours: latest metric values (NaN where cleared) and tags."""
-    own: dict[str, Any] = {k: float(v) for k, v in record.data.metrics.items() if is_own(k)}
-    own.update((k, str(v)) for k, v in record.data.tags.items() if is_own(k))
-    return own
-
-
-def _metric_step(run: RunInfo, annotation: Annotation) -> int:
-    """Where a run's numbers are logged: a finished run's at step 0, where MLflow draws a
-    metric whose values all sit at step 0 as a bar (one per run, its value written on it)
-    rather than a chart of one dot; a running run's at its last analysed step, so that a
-    nightly pass draws how its forecast moved as it trained."""
-    return 0 if run.finished else int(annotation.step)
-
-
-def _write_point(latest: Mapping[str, tuple[int, int, float]], step: int) -> tuple[int, int]:
-    """The step and timestamp our metric rows are logged at.
-
-    The step is the one asked for, or a later one our keys were logged at before (a row
-    at an earlier step would never become the latest; the series are not counted). The
-    timestamp is one past the latest of any metric of the run: later than every earlier
-    annotation's rows, and the same for two jobs that read the same run, whose identical
-    rows MLflow then keeps once.
-    """
-    own_steps = [point[0] for key, point in latest.items() if is_own(key) and not is_series(key)]
-    stamps = [point[1] for point in latest.values()]
-    return max([step, *own_steps]), max([0, *stamps]) + 1
-
-
-def _cached_histories(
-    cached: Mapping[str, np.ndarray] | None, names: Sequence[str]
-) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
-    """A cache entry's histories, or None when it is not what this version stores (arrays
-    missing, of other shapes or kinds): such an entry is dropped and fetched again."""
-    if cached is None:
-        return None
-    out = {}
-    for i, name in enumerate(names):
-        found = [cached.get(f"{i}.{part}") for part in ("step", "value", "timestamp")]
-        arrays = [a for a in found if a is not None and a.ndim == 1 and a.dtype.kind in "iuf"]
-        if len(arrays) != len(found):
-            return None
-        step, value, stamp = arrays
-        if not len(step) == len(value) == len(stamp) or step.dtype.kind == "f" or stamp.dtype.kind == "f":
-            return None
-        out[name] = (step.astype(np.int64), value.astype(float), stamp.astype(np.int64))
-    return out
-
-
-def _first_present(candidates: Sequence[str], present: Mapping[str, Any]) -> str | None:
-    return next((c for c in candidates if c in present), None)
-
-
-def _same(latest: tuple[int, int, float] | None, value: float | None) -> bool:
-    """Is ``value`` already the key's latest value?"""
-    if latest is None:
-        return False
-    stored = latest[2]
-    if value is None or math.isnan(value):
-        return math.isnan(stored)
-    return stored == float(value)
-
-
-def _run_id(run: RunInfo) -> str:
-    return run.ref.removeprefix("mlflow:")
-
-
-def _first_line(text: str) -> str:
-    text = str(text).strip()
-    return text.splitlines()[0] if text else "unknown error"
-
-
-def _network_failure(exc: BaseException) -> bool:
-    """Did the request fail for want of an answer (refused, reset, timed out, 5xx after retries)?"""
-    import requests
-
-    seen = 0
-    current: BaseException | None = exc
-    while current is not None and seen < 10:
-        if isinstance(current, (requests.ConnectionError, requests.Timeout, requests.exceptions.RetryError)):
-            return True
-        current = current.__cause__ or current.__context__
-        seen += 1
-    return False

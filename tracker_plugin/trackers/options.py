@@ -15,6 +15,7 @@ from typing import Any
 
 from tracker_plugin.frame.conventions import Reading, read_as
 from tracker_plugin.frame.history import Columns
+from tracker_plugin.trackers.yaml_config import with_logged_yaml
 
 __all__ = ["DEFAULT_BATCH_PARAMS", "MlflowOptions", "ReadOptions", "SourceOptions", "WandbOptions"]
 
@@ -44,8 +45,6 @@ class ReadOptions:
         :func:`~tracker_plugin.frame.conventions.read_as`); ``native_step`` is the source's
         own step, ``batch_size`` a fallback in place of :attr:`batch_size`. A whole config
         logged as one YAML text (LightningCLI's) is read as the mapping it holds."""
-        from tracker_plugin.trackers.trainer_files import with_logged_yaml  # it imports this module
-
         return read_as(
             {str(k) for k in logged},
             with_logged_yaml(config),
