@@ -131,5 +131,5 @@ def test_a_plateau_after_a_step_drop_is_forecast_by_the_law_fitted_across_the_dr
         assert c.error is not None and abs(c.error) < 0.1, (c.target_quantile, c.error)
         assert c.covered, (c.target_quantile, c.interval, c.true_tokens)
     selection = run_analysis(history.head(len(history) // 2), config).selection
-    assert "none: the multi-power law" in selection.method and selection.inner
+    assert selection.chosen == "multi-power" and "else taking the multi-power law" in selection.method and selection.inner
     assert dict(selection.scores) == {"multi-power": None, "lr-annealing": None}  # no inner cut had shed 25% of 0.5

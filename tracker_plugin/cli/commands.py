@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from tracker_plugin.cli.options import (
     source_options,
     tracker_options,
 )
-from tracker_plugin.cli.output import say, say_failures
+from tracker_plugin.cli.output import check_plot_path, say, say_failures, write_plot
 from tracker_plugin.errors import DataError
 
 # The jobs and the report (and with them pandas, scipy and the trackers' clients) are
@@ -109,7 +108,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
     from tracker_plugin.report.render import to_json, to_text
 
     config = make_config(options)
-    _check_plot_path(plot_path)
+    check_plot_path(plot_path)
     if plot_x != "tokens" and not plot_path:
         raise click.UsageError(f"--x {plot_x} sets the plot's axis: give --plot too")
     try:
@@ -123,7 +122,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
         from tracker_plugin.report.plot_axis import NoClock
 
         try:
-            _write_plot(plot_path, lambda: plot_analysis(result, plot_path, x=plot_x))
+            write_plot(plot_path, lambda: plot_analysis(result, plot_path, x=plot_x))
         except NoClock as exc:
             raise DataError(f"--x time: {exc}; plot against tokens (--x tokens)", run=result.run) from None
     if as_json:
@@ -361,28 +360,6 @@ def _cross_family(
     return 1 if skipped else 0
 
 
-def _check_plot_path(path: str | None) -> None:
-    """Refuse a plot the command could not write, before the analysis runs."""
-    if not path:
-        return
-    from tracker_plugin.report.plot import plot_format
-
-    try:
-        plot_format(path)
-    except ValueError as exc:
-        raise click.UsageError(f"--plot {path}: {exc}") from None
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise click.UsageError(f"--plot {path}: no such folder {folder}")
-
-
-def _write_plot(path: str, draw: Callable[[], None]) -> None:
-    try:
-        draw()
-    except OSError as exc:
-        raise click.UsageError(f"--plot {path}: cannot write it ({exc.strerror or exc})") from None
-
-
 def _check_clocks(drawn: Sequence[tuple[str, Any]]) -> None:
     """Refuse a time axis that some run has no clock for, naming those runs."""
     from tracker_plugin.report.plot_compare import clockless
@@ -437,7 +414,7 @@ def compare(
     from tracker_plugin.report.compare import render_csv, render_json, render_markdown, render_text
 
     config = make_config(options)
-    _check_plot_path(plot_path)
+    check_plot_path(plot_path)
     reading = make_source_options(options)
     comparison = compare_runs(default_sources(sources, reading), reading, config, sort)
     rows = comparison.rows
@@ -456,7 +433,7 @@ def compare(
         from tracker_plugin.report.plot_compare import plot_comparison
 
         left_out = [c.name for c in comparison.runs if c.analysis is None]
-        _write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out, x=plot_x))
+        write_plot(plot_path, lambda: plot_comparison(drawn, plot_path, left_out, x=plot_x))
     say_failures([(c.name, c.ref, c.error) for c in comparison.runs if c.analysis is None], len(comparison.runs))
     return 1 if comparison.failed else 0
 
@@ -518,7 +495,3 @@ def watch(
     say_failures([(o.run.name, o.run.ref, o.error) for o in last.failed], len(last.outcomes))
     return 1 if last.failed else 0
 
-
-from tracker_plugin.cli.plan_command import plan  # noqa: E402  (a command of its own module, on this group)
-
-cli.add_command(plan)

@@ -15,11 +15,14 @@ import click
 from tracker_plugin.cli.argv import expand_multi_value
 from tracker_plugin.cli.commands import cli
 from tracker_plugin.cli.output import say
+from tracker_plugin.cli.plan_command import plan
 from tracker_plugin.errors import ConfigError, TrackerPluginError, one_line
 
 __all__ = ["EXIT_BAD_INPUT", "entry_point", "main"]
 
 EXIT_BAD_INPUT = 2
+
+cli.add_command(plan)  # the plan command, of its own module, on the one group
 
 
 def main(argv: Sequence[str] | None = None) -> int:

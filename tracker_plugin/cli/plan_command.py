@@ -16,7 +16,7 @@ from tracker_plugin.cli.options import (
     source_options,
     tracker_options,
 )
-from tracker_plugin.cli.output import say
+from tracker_plugin.cli.output import check_plot_path, say, write_plot
 
 __all__ = ["plan"]
 
@@ -50,7 +50,6 @@ def plan(siblings: tuple[str, ...], compare: bool, as_json: bool, plot_path: str
       tracker-plugin plan --siblings mlflow:experiment/ladder --compare -t 3.3 \\
           --lr-spec cosine:warmup=2000,total=24000 --lr-spec wsd:warmup=2000,total=24000,decay=0.2
     """
-    from tracker_plugin.cli.commands import _check_plot_path, _write_plot
     from tracker_plugin.cli.words import in_flags
     from tracker_plugin.core.analysis import AnalysisConfig
     from tracker_plugin.jobs.plan import plan_runs
@@ -60,7 +59,7 @@ def plan(siblings: tuple[str, ...], compare: bool, as_json: bool, plot_path: str
     if len(plans) > 1 and not compare:
         raise click.UsageError("several plans are given: add --compare to compare them, or give one")
     targets = tuple(options.pop("targets"))
-    _check_plot_path(plot_path)
+    check_plot_path(plot_path)
     settings = make_settings(options)
     batch_schedule = settings.pop("batch_schedule")
     settings.pop("lr_schedule")
@@ -75,7 +74,7 @@ def plan(siblings: tuple[str, ...], compare: bool, as_json: bool, plot_path: str
     if plot_path:
         from tracker_plugin.report.plan_plot import plot_plans
 
-        _write_plot(plot_path, lambda: plot_plans(planned, plot_path))
+        write_plot(plot_path, lambda: plot_plans(planned, plot_path))
     if compare:
         say(json.dumps(compare_json(planned), indent=2) if as_json else compare_text(planned, in_flags))
     else:
