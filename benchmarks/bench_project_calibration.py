@@ -71,7 +71,7 @@ def annotate(uri: str, calibrate: bool) -> tuple[float, float, int, dict[str, in
     config = AnalysisConfig(targets=(6.79,), ema_token_window=2.5e7)
     wall, cpu = time.perf_counter(), time.process_time()
     with Counted() as counted:
-        outcomes = annotate_runs(["mlflow:experiment/project"], options, config, calibrate=calibrate)
+        outcomes = annotate_runs(["mlflow:experiment/project"], options, config, siblings=calibrate)
     actions: dict[str, int] = {}
     for outcome in outcomes:
         actions[str(outcome.action)] = actions.get(str(outcome.action), 0) + 1

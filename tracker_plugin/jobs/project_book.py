@@ -17,9 +17,12 @@ it forecasts: a sibling that finishes changes it and redoes them; nothing else d
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import json
 import threading
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -48,6 +51,7 @@ __all__ = [
     "project_law_provenance",
     "read_evidence",
     "run_string",
+    "storable",
     "stored_evidence",
     "take_evidence",
 ]
@@ -59,6 +63,9 @@ EVIDENCE_FIELD = "siblings"
 # own), the write-back's series, the project's book of a running run.
 _NOT_EVIDENCE = ("targets", "calibration", "series", "siblings", "stability_sweep", "sweep_step",
                  "sweep_min_window", "extrapolation_warn_factor", "deadline")
+# The stored evidence, compressed, is kept under this many characters: the provenance tag
+# holds it beside the settings, and MLflow keeps a tag of at most 8,000.
+STORED_AT_MOST = 5000
 
 
 def evidence_hash(settings: Mapping[str, Any]) -> str:
@@ -76,13 +83,40 @@ def take_evidence(history: History, config: AnalysisConfig) -> RunEvidence:
     it, and how well the run alone forecast itself at :data:`OWN_CUTS`."""
     window = config.ema_steps if history.on_steps else config.ema_token_window
     plan = config.lr_schedule if config.lr_schedule is not None else history.lr_plan
-    return run_evidence(history, plan, ema_window=window, descriptors=descriptors_from_history(history),
-                        own=own_errors(history, config))
+    return storable(run_evidence(history, plan, ema_window=window, descriptors=descriptors_from_history(history),
+                                 own=own_errors(history, config)))
+
+
+def storable(evidence: RunEvidence) -> RunEvidence:
+    """The evidence as it is stored and read back: its numbers rounded as stored, its bins
+    and curve halved (neighbours merged) until it fits :data:`STORED_AT_MOST`. The jobs fit
+    this form only, so a pass that took the evidence and one that read it agree."""
+    while True:
+        text = json.dumps(evidence.to_dict(), separators=(",", ":"))
+        if len(_packed(text)) <= STORED_AT_MOST or len(evidence.bins) < 16:
+            return RunEvidence.from_dict(json.loads(text))
+        evidence = _halved(evidence)
+
+
+def _halved(evidence: RunEvidence) -> RunEvidence:
+    """Each two neighbouring bins one (their rows' mean), every other curve point (the last kept)."""
+    bins = evidence.bins
+    merged = []
+    for k in range(0, len(bins), 2):
+        pair = bins[k:k + 2]
+        rows = sum(b[2] for b in pair)
+        merged.append((sum(b[0] * b[2] for b in pair) / rows, sum(b[1] * b[2] for b in pair) / rows, rows))
+    curve = (*evidence.curve[:-1:2], evidence.curve[-1])
+    return replace(evidence, bins=tuple(merged), curve=curve)
+
+
+def _packed(text: str) -> str:
+    return base64.b64encode(zlib.compress(text.encode(), 9)).decode("ascii")
 
 
 def encode_evidence(evidence: RunEvidence, fingerprint: str) -> dict[str, Any]:
-    """A run's evidence as its provenance tag keeps it (plain JSON)."""
-    return {"hash": fingerprint, "evidence": evidence.to_dict()}
+    """A run's evidence as its provenance tag keeps it: its JSON, compressed (zlib, base64)."""
+    return {"hash": fingerprint, "zlib": _packed(json.dumps(evidence.to_dict(), separators=(",", ":")))}
 
 
 def decode_evidence(stored: Any, fingerprint: str) -> RunEvidence | None:
@@ -90,12 +124,10 @@ def decode_evidence(stored: Any, fingerprint: str) -> RunEvidence | None:
     taken with others, of another form, or not readable: it is taken again)."""
     if not isinstance(stored, Mapping) or stored.get("hash") != fingerprint:
         return None
-    data = stored.get("evidence")
-    if not isinstance(data, Mapping):
-        return None
     try:
-        return RunEvidence.from_dict(data)
-    except (ConfigError, AttributeError):
+        data = json.loads(zlib.decompress(base64.b64decode(str(stored.get("zlib")), validate=True)))
+        return RunEvidence.from_dict(data) if isinstance(data, Mapping) else None
+    except (ConfigError, AttributeError, ValueError, binascii.Error, zlib.error):
         return None
 
 
