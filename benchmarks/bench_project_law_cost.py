@@ -54,7 +54,6 @@ def main() -> None:
     running = build_history(
         synthetic_run(rows, batch=262_144.0, lr_schedule=f"cosine:warmup=500,total={2 * rows},final=0.1", seed=99),
         run="running")
-    config = AnalysisConfig(targets=(3.0,), ema_token_window=2e7)
     running_config = AnalysisConfig(targets=(3.0,), ema_token_window=2e7,
                                     lr_schedule=LrSchedule.parse_spec(f"cosine:warmup=500,total={2 * rows},final=0.1"))
 

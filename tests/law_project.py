@@ -2,7 +2,7 @@
 
 Four runs of the multi-power law paper's 25M model at peak lr 3e-4 for 24,000 steps
 (``tests/data/mpl-25M-*.csv``): a constant, a WSD and a WSD with linear decay finished,
-and the cosine run cut at step 9,584 (40% of its plan) as the one still running. The runs
+and the cosine run cut at step 9,712 (40% of its plan) as the one still running. The runs
 log no batch size, so they are read on steps (``--batch-size 1``) with a 200-step EMA.
 """
 
@@ -24,7 +24,7 @@ TARGET = 3.4  # the running run's smoothed loss reaches it at about 55% of its p
 ARGS = ("-t", f"{TARGET}", "--batch-size", "1", "--ema-token-window", "200")
 CONFIG = AnalysisConfig(targets=(TARGET,), ema_token_window=200.0)
 RUNNING_SPEC = "cosine:warmup=2160,total=24000,final=0.1"
-RUNNING_ROWS = 60  # steps 2,160 to 9,584
+RUNNING_ROWS = 60  # steps 2,160 to 9,712
 FINISHED = {"constant": "mpl-25M-constant-24000", "wsd": "mpl-25M-wsd-20000-24000",
             "wsdld": "mpl-25M-wsdld-20000-24000"}
 RUNNING = ("cosine", "mpl-25M-cosine-24000")

@@ -14,7 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.law_project import ARGS, CONFIG, DATA, FINISHED, RUNNING, RUNNING_SPEC, assert_law_answer, by_law, frame
+from tests.law_project import (
+    ARGS,
+    CONFIG,
+    DATA,
+    FINISHED,
+    RUNNING,
+    RUNNING_ROWS,
+    RUNNING_SPEC,
+    assert_law_answer,
+    by_law,
+    frame,
+)
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.jobs.project_book import take_evidence
@@ -30,7 +41,7 @@ def project(tmp_path: Path) -> tuple[Path, Path]:
     for stem in FINISHED.values():
         shutil.copy(DATA / f"{stem}.csv", folder / f"{stem}.csv")
     running = tmp_path / "running.csv"
-    frame(RUNNING[1], 60).to_csv(running, index=False)
+    frame(RUNNING[1], RUNNING_ROWS).to_csv(running, index=False)
     return folder, running
 
 

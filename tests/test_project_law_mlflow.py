@@ -13,7 +13,18 @@ import json
 
 import pytest
 
-from tests.law_project import ARGS, CONFIG, FINISHED, RUNNING, TARGET, assert_law_answer, by_law, frame, params
+from tests.law_project import (
+    ARGS,
+    CONFIG,
+    FINISHED,
+    RUNNING,
+    RUNNING_ROWS,
+    TARGET,
+    assert_law_answer,
+    by_law,
+    frame,
+    params,
+)
 from tests.test_mlflow import Tracking, make_tracking
 from tracker_plugin.jobs.project_book import decode_evidence
 from tracker_plugin.jobs.runs import analyze_one
@@ -28,7 +39,7 @@ def project(request, tmp_path) -> tuple[Tracking, dict[str, str]]:
     tracking = make_tracking(request, tmp_path, "server")
     ids = {name: tracking.log(frame(stem), name=name, params=params(stem)) for name, stem in FINISHED.items()}
     name, stem = RUNNING
-    ids[name] = tracking.log(frame(stem, 60), name=name, params=params(stem), status="RUNNING")
+    ids[name] = tracking.log(frame(stem, RUNNING_ROWS), name=name, params=params(stem), status="RUNNING")
     return tracking, ids
 
 

@@ -16,7 +16,6 @@ in a child process, as a training script logs them; each run's plan is in its co
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -28,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from tests.law_project import ARGS as LAW_ARGS
-from tests.law_project import CONFIG, FINISHED as FINISHED_STEMS, RUNNING, RUNNING_ROWS, TARGET
-from tests.law_project import assert_law_answer, by_law, frame, params
+from tests.law_project import CONFIG, RUNNING, RUNNING_ROWS, TARGET, assert_law_answer, by_law, frame, params
+from tests.law_project import FINISHED as FINISHED_STEMS
 from tracker_plugin.cli import main
 from tracker_plugin.core.analysis import run_analysis
 from tracker_plugin.jobs.project_book import decode_evidence
@@ -194,7 +193,7 @@ def online_project(wandb_server, tmp_path) -> Iterator[dict]:
         kill_training(proc)
     runs = {name: wandb_server.run("ent", "law", run_id) for name, run_id in ids.items()}
     assert [runs[n].state for n in FINISHED] == ["finished"] * 3 and runs["live"].state == "running"
-    assert runs["live"].history[-1]["_step"] == 9584
+    assert runs["live"].history[-1]["_step"] == frame(RUNNING[1], RUNNING_ROWS).step.iloc[-1]
     yield runs
 
 
@@ -298,27 +297,24 @@ def test_offline_running_run_is_forecast_by_the_law_of_the_finished_runs(
     # A second pass, as a dry run: the finished runs unchanged and not read (their evidence
     # comes with the listing); the running run read again, and what it would get is the law's.
     reads = count_reads(WandbOfflineSource)
-    code, out, err = cli(capsys, "annotate", spec, *ARGS[:-1], "--dry-run")
+    code, out, err = cli(capsys, "annotate", spec, *ARGS, "--dry-run")
     assert code == 0, out + err
     assert reads == [refs["live"]]
     # Only the running run would be written: the finished runs are unchanged (none failed).
-    assert {line.split(": would write ")[0] for line in out.splitlines() if ": would write " in line} == {
-        refs["live"]
-    }
-    assert_by_law(_planned_provenance(out, refs["live"]), made[refs["live"]][1], [refs[n] for n in FINISHED])
+    rows = json.loads(out)
+    assert {row["run"] for row in rows if row["would_write"]} == {"live"}, out
+    assert_by_law(_planned_provenance(rows), made[refs["live"]][1], [refs[n] for n in FINISHED])
     step = made[refs["live"]][1]["targets"][0]["step"]
     assert_the_laws_answer(step, history, evidences)
 
     # --no-siblings: no law in what the running run would get.
-    code, out, err = cli(capsys, "annotate", spec, *ARGS[:-1], "--no-siblings", "--dry-run")
+    code, out, err = cli(capsys, "annotate", spec, *ARGS, "--no-siblings", "--dry-run")
     assert code == 0, out + err
-    assert "project_law" not in _planned_provenance(out, refs["live"])
+    assert "project_law" not in _planned_provenance(json.loads(out))
     assert made[refs["live"]][1]["project_law"] is None
 
 
-def _planned_provenance(out: str, ref: str) -> dict:
-    """The provenance tag a --dry-run says it would write to run ``ref``."""
-    prefix = f"{ref}: would write summary record loss_eta = "
-    lines = [line for line in out.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1, out
-    return json.loads(ast.literal_eval(lines[0][len(prefix) :]))
+def _planned_provenance(rows: list[dict]) -> dict:
+    """The provenance tag a --dry-run --json says it would write to the running run."""
+    [planned] = [row["would_write"] for row in rows if row["run"] == "live"]
+    return json.loads(planned["loss_eta"]["new"])
