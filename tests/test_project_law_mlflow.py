@@ -82,6 +82,8 @@ def test_the_running_run_is_forecast_by_the_law_of_the_finished_runs(project, ca
         source.close()
     alone = analyze_one(f"mlflow:{running}", _options(tracking), CONFIG)
     annotated = tracking.client.get_run(running).data.metrics[target_key(TARGET, "step")]
+    text = tracking.client.get_run(running).data.tags[target_key(TARGET)]
+    assert text.endswith(" · by the project's law (3 runs)"), text
     assert_law_answer(annotated, by_law(history, evidences), alone)
 
     # A rerun: every run unchanged, no history read, not one history request to the server.
