@@ -44,8 +44,7 @@ from scipy.stats import t as student_t
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_calibration import HELD_OUT, speedrun_plans  # noqa: E402
 from bench_forecast import load  # noqa: E402
-from harness import SHARED  # noqa: E402
-from harness import csv_logs as csvs  # noqa: E402
+from harness import RUNS, RUNS_TIME, csv_logs  # noqa: E402
 from law_cases import BEYOND, CUTS, QUICK, Case, EndCase, Grid, Run, all_cases  # noqa: E402
 from law_extra import cost_lines, count_lines, end_to_end_lines, peak_lr_lines, today_calibrated  # noqa: E402
 
@@ -71,9 +70,9 @@ def family_of(name: str) -> str:
 
 def read_runs(quick: bool) -> list[Run]:
     plans = speedrun_plans()
-    files = [f for f in csvs(SHARED / "runs", SHARED / "runs-time") if not Path(f).name.startswith("nanogpt")]
+    files = [f for f in csv_logs(RUNS, RUNS_TIME) if not Path(f).name.startswith("nanogpt")]
     if not quick:
-        files += csvs(*HELD_OUT)
+        files += csv_logs(*HELD_OUT)
     runs = []
     for path in files:
         history, window = load(path)

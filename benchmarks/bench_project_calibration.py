@@ -1,4 +1,4 @@
-"""What calibrating a project on its finished runs costs a nightly ``annotate``.
+"""What forecasting a project's running runs by its law costs a nightly ``annotate``.
 
     python benchmarks/bench_project_calibration.py [--quick] [--finished 20] [--running 4] [--rows 300]
 
@@ -7,14 +7,14 @@ their params, ``--rows`` logged rows each) into a local MLflow sqlite store (the
 default), then times four ``annotate`` passes over the experiment, counting the histories
 read (``MlflowSource.read`` calls) and the client's CPU seconds:
 
-1. the baseline, ``--no-calibrate``, on a copy of the store: every run analysed once;
-2. the first calibrated pass: each finished run is backtested once (its record, kept in its
-   ``loss_eta`` tag), the running runs calibrated on them;
+1. the baseline, ``--no-siblings``, on a copy of the store: every run analysed once;
+2. the first pass by the law: each finished run's evidence is taken once (kept in its
+   ``loss_eta`` tag), the running runs forecast by the law of the finished ones;
 3. a rerun with nothing new (target: every run unchanged, 0 histories read);
 4. a pass after one more run finished (target: 1 + ``--running`` histories read: the new
    run's and the running runs', which are redone on the new book).
 
-The first pass's extra CPU per finished run is the record's one-off cost.
+The first pass's extra CPU per finished run is its evidence's one-off cost.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def annotate(uri: str, calibrate: bool) -> tuple[float, float, int, dict[str, in
     config = AnalysisConfig(targets=(6.79,), ema_token_window=2.5e7)
     wall, cpu = time.perf_counter(), time.process_time()
     with Counted() as counted:
-        outcomes = annotate_runs(["mlflow:experiment/project"], options, config, calibrate=calibrate)
+        outcomes = annotate_runs(["mlflow:experiment/project"], options, config, siblings=calibrate)
     actions: dict[str, int] = {}
     for outcome in outcomes:
         actions[str(outcome.action)] = actions.get(str(outcome.action), 0) + 1
@@ -101,8 +101,8 @@ def main() -> None:
         base_uri = f"sqlite:///{baseline / 'mlflow.db'}"
         print(f"{args.finished} finished and {args.running} running runs of {args.rows} rows, local sqlite store, 1 worker")
         print(f"{'pass':<42} {'wall s':>8} {'CPU s':>8} {'read':>5}  actions")
-        rows = [("baseline: --no-calibrate", annotate(base_uri, False)),
-                ("first calibrated pass", annotate(uri, True)),
+        rows = [("baseline: --no-siblings", annotate(base_uri, False)),
+                ("first pass by the law", annotate(uri, True)),
                 ("rerun, nothing new (target: 0 read)", annotate(uri, True))]
         log(client, experiment, 999, args.rows)
         rows.append((f"one more finished (target: {1 + args.running} read)", annotate(uri, True)))
@@ -111,7 +111,7 @@ def main() -> None:
             print(f"{label:<42} {wall:8.1f} {cpu:8.1f} {read:5d}  {said}")
         extra = (rows[1][1][1] - rows[0][1][1]) / args.finished
         print(f"the record's one-off cost: {extra:.2f} CPU s per finished run "
-              f"(first calibrated pass minus the baseline, over {args.finished} finished runs)")
+              f"(first pass by the law minus the baseline, over {args.finished} finished runs)")
 
 
 if __name__ == "__main__":

@@ -20,9 +20,9 @@ import pytest
 from tracker_plugin.cli import main
 from tracker_plugin.cli.words import in_flags
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
-from tracker_plugin.core.siblings import SiblingRecord
+from tracker_plugin.core.project_law import ProjectLaw
 from tracker_plugin.errors import TrackerPluginError
-from tracker_plugin.report.calibration import calibration_table
+from tracker_plugin.report.project_book import project_table
 from tracker_plugin.report.render import to_text
 from tracker_plugin.report.target_text import target_text
 from tracker_plugin.trackers import SourceOptions, open_source
@@ -124,9 +124,10 @@ def test_what_a_redone_annotation_and_the_calibration_say(tmp_path, capsys):
     out = capsys.readouterr().out
     # What changed, named: the nanoGPT run was read on val_loss, now on its train loss.
     assert "redone: loss key val_loss → train_loss; targets +3.1; ema window 100,000,000 → 200,000,000" in out
-    records = (SiblingRecord("a", left_out="it could not be read"), SiblingRecord("b", left_out="it could not be read"))
-    header = calibration_table(records, "the finished runs of runs/", 2, {}).splitlines()[0]
-    assert header == "the finished runs of runs/: 2 finished run(s); 2 read and backtested now"
-    said = [*out.splitlines(), header]
+    law = ProjectLaw(None, left_out=(("a", "it could not be read"), ("b", "it could not be read")),
+                     reason="0 finished run(s) of this configuration")
+    table = project_table("the finished runs of runs/", 2, (), law, {}).splitlines()
+    assert table[0] == "the finished runs of runs/: 2 finished run(s); 2 read now"
+    said = [*out.splitlines(), table[0], table[-1]]
     wrong = [f"{message!r}: {', '.join(problems(message))}" for message in said if problems(message)]
     assert not wrong, "\n".join(wrong)

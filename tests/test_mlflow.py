@@ -335,8 +335,8 @@ def test_experiment_id_filter_and_a_running_run(tracking, capsys):
         capsys, "annotate", "--experiment-id", tracking.experiment_id, "-t", "5.5", "--json"
     )
     assert code == 0
-    # The finished run is annotated once more, to keep its backtest for the running run's
-    # calibration (it had no running sibling before); then both are current.
+    # The finished run is annotated once more, to keep its evidence for the running run's
+    # project law (it had no running sibling before); then both are current.
     assert {row["ref"]: row["action"] for row in json.loads(out)} == {
         f"mlflow:{done}": "annotated",
         f"mlflow:{running}": "annotated",

@@ -88,11 +88,11 @@ def _shown(value: Any) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON document instead of the report.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a plot to this file: PNG, PDF or SVG, as its extension (.png, .pdf, .svg) says.")
 @plot_x_option("The plot's x axis: tokens (log scale) or time (hours on the run's clock; the run must log one).")
-@click.option("--calibrate-on", "calibrate_on", multiple=True, metavar="SOURCE",
-              help="Calibrate the forecast on the finished runs SOURCE names (any run string: CSVs, an experiment, a "
-                   "project; repeatable): each is backtested where this run stands, and its errors move the point and "
-                   "size the interval.")
-def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, calibrate_on: tuple[str, ...],
+@click.option("--siblings", "--calibrate-on", "siblings", multiple=True, metavar="SOURCE",
+              help="Forecast by the law of the finished runs SOURCE names (any run string: CSVs, an experiment, a "
+                   "project; repeatable), fitted on those of this run's configuration; the run itself is never one. "
+                   "--calibrate-on is another name for it.")
+def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, siblings: tuple[str, ...],
             **options: Any) -> None:
     """Analyse one run and print the report.
 
@@ -112,7 +112,7 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
     if plot_x != "tokens" and not plot_path:
         raise click.UsageError(f"--x {plot_x} sets the plot's axis: give --plot too")
     try:
-        result = analyze_one(source, make_source_options(options), config, calibrate_on)
+        result = analyze_one(source, make_source_options(options), config, siblings)
     except NotOneRun as exc:
         raise click.UsageError(
             f"{exc.spec} names {exc.count} runs; analyze takes one (use annotate or compare for many)"
@@ -139,13 +139,14 @@ def analyze(source: str, as_json: bool, plot_path: str | None, plot_x: str, cali
 @fanout_options
 @click.option("--force", is_flag=True, help="Annotate runs whose last annotation is still current.")
 @click.option("--dry-run", is_flag=True, help="Print what would be written; write nothing.")
-@click.option("--calibrate/--no-calibrate", default=True, show_default=True,
-              help="Calibrate the runs not finished on the finished runs of the same experiment or project.")
+@click.option("--siblings/--no-siblings", "--calibrate/--no-calibrate", "siblings", default=True, show_default=True,
+              help="Forecast the runs not finished by the law of the finished runs of the same experiment or project "
+                   "(--calibrate/--no-calibrate are other names for it).")
 @plot_option
 @series_option
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def annotate(
-    sources: tuple[str, ...], force: bool, dry_run: bool, calibrate: bool, plot: bool, series: bool, as_json: bool,
+    sources: tuple[str, ...], force: bool, dry_run: bool, siblings: bool, plot: bool, series: bool, as_json: bool,
     **options: Any,
 ) -> int:
     """Analyse runs and write the forecasts back to them.
@@ -155,9 +156,10 @@ def annotate(
     beside them). Runs whose annotation is current are skipped. Exit code 1 if any run
     failed; the others still finish.
 
-    A run not finished is calibrated on the finished runs of its run string (same
-    experiment or project, same lr schedule kind): each finished run is backtested once
-    and keeps the result in its annotation. --no-calibrate forecasts each run on its own.
+    A run not finished is forecast by its project's law: one law fitted on the finished
+    runs of its run string (same experiment or project) of its configuration, where they
+    share one. Each finished run keeps its evidence in its annotation, so a rerun reads no
+    finished run again. --no-siblings forecasts each run on its own.
     """
     from tracker_plugin.cli.words import in_flags
     from tracker_plugin.jobs.annotate import annotate_runs
@@ -169,7 +171,7 @@ def annotate(
     with executor_of(options, reading.workers) as executor:
         outcomes = annotate_runs(
             default_sources(sources, reading), reading, config, force=force, dry_run=dry_run, executor=executor,
-            calibrate=calibrate, plot=plot, series=series,
+            siblings=siblings, plot=plot, series=series,
         )
     rows = outcome_rows(outcomes)
     if as_json:
@@ -192,24 +194,25 @@ def annotate(
 @tracker_options
 @click.option("--json", "as_json", is_flag=True, help="Print the tables as JSON.")
 def calibrate(sources: tuple[str, ...], as_json: bool, **options: Any) -> int:
-    """Print what a project's finished runs calibrate its forecasts with; annotate nothing.
+    """Print the law a project's finished runs share; annotate nothing.
 
     SOURCES name projects as annotate takes them (mlflow:experiment/NAME_OR_ID,
-    wandb:ENTITY/PROJECT, ...). Each finished run's backtest is the one its annotation
-    stores (annotate keeps it), else made now from its history. Prints each run's error at
-    three cuts, then the bias and width a forecast takes at each share of its plan.
+    wandb:ENTITY/PROJECT, ...). Each finished run's evidence is the one its annotation
+    stores (annotate keeps it), else taken now from its history. Prints each run, how well
+    its own early log forecast it and whether the law counts it, then the law they share,
+    or why they share none.
     """
-    from tracker_plugin.jobs.calibration import project_books
-    from tracker_plugin.report.calibration import calibration_json, calibration_table
+    from tracker_plugin.jobs.annotate import project_laws
+    from tracker_plugin.report.project_book import project_json, project_table
 
-    options["targets"] = (1.0,)  # each run is backtested at its own quantiles, whatever the targets
+    options["targets"] = (1.0,)  # each run is scored at its own quantiles, whatever the targets
     config = make_config(options)
     reading = make_source_options(options)
-    books = project_books(default_sources(sources, reading), reading, config)
+    found = project_laws(default_sources(sources, reading), reading, config)
     if as_json:
-        say(json.dumps([calibration_json(b.records, b.origin, b.read, dict(b.names)) for b in books], indent=2))
+        say(json.dumps([project_json(b.origin, b.read, b.evidences, law, dict(b.names)) for b, law in found], indent=2))
     else:
-        say("\n\n".join(calibration_table(b.records, b.origin, b.read, dict(b.names)) for b in books))
+        say("\n\n".join(project_table(b.origin, b.read, b.evidences, law, dict(b.names)) for b, law in found))
     return 0
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from tracker_plugin import __version__
+from tracker_plugin._version import __version__
 from tracker_plugin.cli.config import find_config
 from tracker_plugin.cli.help import HELP_SETTINGS, TrackerGroup
 

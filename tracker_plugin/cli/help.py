@@ -65,8 +65,7 @@ PLACES: dict[str, tuple[str, bool]] = {
     "sweep_min_window": ("Forecast", False),
     "convergence_tol": ("Forecast", False),
     "count_pauses": ("Forecast", False),
-    "calibrate_on": ("Forecast", False),
-    "calibrate": ("Forecast", True),
+    "siblings": ("Forecast", True),
     # what is printed or drawn
     "as_json": ("Output", True),
     "fmt": ("Output", True),
@@ -94,7 +93,6 @@ PLACES: dict[str, tuple[str, bool]] = {
     "processes": ("Command", False),
     "cases_cache": ("Command", False),
     "every": ("Command", True),
-    "siblings": ("Command", True),
     "compare": ("Command", True),
     "max_cycles": ("Command", True),
     # help and version

@@ -77,8 +77,8 @@ SETTINGS = {
 }
 # Fields that are not among the settings options: the targets and the model have options
 # of their own (the backtest sets them by its protocol); the sampling cap is for the API;
-# the calibration is made from the runs --calibrate-on names.
-NOT_SETTINGS = ("targets", "model", "max_fit_points", "calibration")
+# the calibration is the Python API's; the project's law is made from the runs --siblings names.
+NOT_SETTINGS = ("targets", "model", "max_fit_points", "calibration", "project_law")
 
 _CHOICES = {"clock": CLOCKS, "model": MODELS}
 

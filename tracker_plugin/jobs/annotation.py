@@ -42,7 +42,7 @@ def settings_of(
 ) -> dict[str, Any]:
     """Every setting that changes what gets written, as plain JSON values. ``series``:
     write the smoothed loss back as a series for the trackers' charts (:mod:`.series`)."""
-    from tracker_plugin import __version__
+    from tracker_plugin._version import __version__
 
     settings = asdict(config)
     settings["batch_schedule"] = None if config.batch_schedule is None else str(config.batch_schedule)
@@ -50,6 +50,8 @@ def settings_of(
     # A calibration is a setting only where one was asked for: the runs annotated before
     # there was one keep their fingerprint.
     cal = settings.pop("calibration")
+    # The project's law is the runs' evidence, not a setting: the book's digest stands for it.
+    settings.pop("project_law")
     if config.calibration.asked:
         settings["calibration"] = {k: cal[k] for k in ("runs", "bias", "width", "left_out")}
     settings["columns"] = asdict(columns)
@@ -67,7 +69,7 @@ def settings_hash(settings: dict[str, Any]) -> str:
 
 def build_annotation(
     analysis: Analysis, settings: dict[str, Any], progress: str | None = None, run_name: str | None = None,
-    record: dict[str, Any] | None = None, plot: bool = True,
+    record: dict[str, Any] | None = None, plot: bool = True, project: dict[str, Any] | None = None,
 ) -> Annotation:
     """The keys and artifacts for ``analysis``, made with ``settings`` (see :func:`settings_of`).
 
@@ -75,8 +77,10 @@ def build_annotation(
     last analysed step. The provenance tag records the report's digest, so the completion
     marker (the hash of every key, see :meth:`~tracker_plugin.trackers.base.Annotation.marker`)
     commits to the report too. ``run_name`` is what people call the run (its tracker's
-    run name), which titles the plot artifact. ``record`` is a finished run's backtest
-    record (:mod:`tracker_plugin.jobs.calibration`), kept in the provenance tag. Without
+    run name), which titles the plot artifact. ``record`` is a finished run's evidence for
+    its project's law (:mod:`tracker_plugin.jobs.project_book`), kept in the provenance
+    tag; ``project`` what a running run's forecast took from that law (the sibling runs it
+    was fitted on, or why none was used). Without
     ``plot``, ``loss_eta.png`` is a picture that says no plot was drawn
     (:mod:`tracker_plugin.report.plot_skipped`), a few milliseconds where a plot takes a
     hundred and more.
@@ -107,6 +111,8 @@ def build_annotation(
         provenance["calibration"] = calibration
     if record is not None:
         provenance["siblings"] = record
+    if project is not None:
+        provenance["project_law"] = project
     labels: dict[str, str | None] = {PROVENANCE: json.dumps(provenance, default=list)}
     labels.update((target_key(result.target), target_text(analysis, k)) for k, result in enumerate(analysis.targets))
     end = plan_end_text(analysis)

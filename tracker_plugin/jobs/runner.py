@@ -17,14 +17,20 @@ from enum import Enum
 from typing import Any
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
-from tracker_plugin.core.backtest import sibling_record
-from tracker_plugin.core.siblings import SiblingRecord
+from tracker_plugin.core.project_law import RunEvidence
 from tracker_plugin.errors import ConfigError, TrackerPluginError
 from tracker_plugin.frame.history import History
 from tracker_plugin.jobs.annotation import build_annotation, settings_hash, settings_of
-from tracker_plugin.jobs.calibration import SiblingBook, decode_record, encode_record, record_hash
 from tracker_plugin.jobs.dry_run import planned_changes, planned_lines
 from tracker_plugin.jobs.fanout import shares_memory
+from tracker_plugin.jobs.project_book import (
+    ProjectBook,
+    encode_evidence,
+    evidence_hash,
+    project_law_provenance,
+    stored_evidence,
+    take_evidence,
+)
 from tracker_plugin.jobs.redone import why_redone
 from tracker_plugin.keys import plot_digest, target_collision
 from tracker_plugin.redact import redact
@@ -61,7 +67,7 @@ class Outcome:
     planned: tuple[str, ...] = ()  # with --dry-run: what would be written
     note: str | None = None  # annotated, but another job's annotation is the one in place
     held: Any = None  # unchanged without an analysis: the stored report (its JSON), for its numbers
-    record: SiblingRecord | None = None  # a finished run's backtest record, made or stored
+    evidence: RunEvidence | None = None  # a finished run's evidence for its project's law, taken or stored
     changes: dict[str, Any] | None = None  # with --dry-run: each key's old and new value
 
     @property
@@ -81,8 +87,8 @@ def process_runs(
     progress: bool = True,
     label: str = "analysing",
     executor: Executor | None = None,
-    book: SiblingBook | None = None,
-    records: bool = False,
+    book: ProjectBook | None = None,
+    evidence: bool = False,
     plot: bool = True,
     series: bool = True,
 ) -> list[Outcome]:
@@ -99,10 +105,11 @@ def process_runs(
     Outcomes come back as each run ends, for one progress bar; a run whose task fails
     (its worker lost, say) is a failed outcome, and the others still count.
 
-    ``book`` calibrates each run on a project's finished runs (its digest is a setting:
-    a new finished run redoes the runs calibrated on the project); with ``records``, each
-    run in state ``finished`` is backtested once for its record (kept in its annotation, a
-    run holding a current one is not read for it) and the outcome carries it. Without
+    ``book`` forecasts each run not finished by its project's law, fitted on the book's
+    finished runs (its digest is a setting: a sibling that finishes redoes the runs
+    forecast by it); with ``evidence``, each run in state ``finished`` has its evidence
+    taken once (kept in its annotation, a run holding a current one is not read for it)
+    and the outcome carries it. Without
     ``plot``, each run's ``loss_eta.png`` says no plot was drawn (``--no-plot``). ``series``:
     the annotation carries the smoothed loss as a series (:mod:`tracker_plugin.jobs.series`).
     """
@@ -110,12 +117,12 @@ def process_runs(
     if collision is not None:
         raise ConfigError(collision)  # before anything is written
     settings = settings_of(config, source.options.columns, source.options.batch_size, series=series)
-    recorded = record_hash(settings) if records else None
+    recorded = evidence_hash(settings) if evidence else None
     if book is not None:
-        settings["calibration"] = book.settings()
+        settings["siblings"] = book.settings()
     job = RunJob(
         "", source.portable_options() if not shares_memory(executor) else SourceOptions(), config, settings,
-        settings_hash(settings), write=write, force=force, dry_run=dry_run, book=book, record_hash=recorded, plot=plot,
+        settings_hash(settings), write=write, force=force, dry_run=dry_run, book=book, evidence_hash=recorded, plot=plot,
     )  # fmt: skip
     results: dict[int, Outcome] = {}
     with ExitStack() as stack:
@@ -172,8 +179,8 @@ class RunJob:
     write: bool
     force: bool = False
     dry_run: bool = False
-    book: SiblingBook | None = None  # calibrate on these finished runs' records
-    record_hash: str | None = None  # make (or keep) a finished run's record, with these settings
+    book: ProjectBook | None = None  # forecast a running run by the law of these finished runs
+    evidence_hash: str | None = None  # take (or keep) a finished run's evidence, with these settings
     plot: bool = True  # draw loss_eta.png (False: a picture that says none was drawn)
 
     def __call__(self, run: RunInfo) -> Outcome:
@@ -205,61 +212,55 @@ class RunJob:
 def _one(job: RunJob, source: Source, run: RunInfo) -> Outcome:
     previous = run.previous
     drawn = plot_digest(run.name, job.plot)  # renamed since, or --no-plot toggled: the picture is redone
-    recording = job.record_hash is not None and run.state == "finished"
-    stored = _stored_record(job, run) if recording else None
+    recording = job.evidence_hash is not None and run.state == "finished"
+    stored = stored_evidence(run, job.evidence_hash) if recording and job.evidence_hash else None
     if (job.write and not job.force and previous is not None and previous.current(job.fingerprint, run.progress, drawn)
             and (stored is not None or not recording)):
         # The report is read only when everything else says current, and once.
         report = source.intact_report(run)
         if report is not None:
-            return Outcome(run, Action.UNCHANGED, held=_parsed(report), record=stored)
+            return Outcome(run, Action.UNCHANGED, held=_parsed(report), evidence=stored)
     history = source.read(run)
-    config = job.config
+    config, law = job.config, None
     if job.book is not None and not run.finished:
-        config = replace(config, calibration=job.book.calibration(history, config))
+        law = job.book.law(history, config)
+        config = replace(config, project_law=law)
     analysis = run_analysis(history, config)
-    record = _record(history, config, run, stored) if recording else None
+    record = _evidence(history, config, run, stored) if recording else None
     if not job.write:
-        return Outcome(run, Action.ANALYSED, analysis, record=record)
-    encoded = None if record is None or job.record_hash is None else encode_record(record, job.record_hash)
+        return Outcome(run, Action.ANALYSED, analysis, evidence=record)
+    encoded = None if record is None or job.evidence_hash is None else encode_evidence(record, job.evidence_hash)
     annotation = build_annotation(analysis, job.settings, progress=run.progress, run_name=run.name, record=encoded,
-                                  plot=job.plot)
+                                  plot=job.plot, project=None if job.book is None else project_law_provenance(law, job.book))
     # A source that knew no progress before reading: the annotation's own says it.
     if (not job.force and run.progress is None and annotation.is_current(previous)
             and (stored is not None or not recording) and source.intact(run)):
-        return Outcome(run, Action.UNCHANGED, analysis, record=record)
+        return Outcome(run, Action.UNCHANGED, analysis, evidence=record)
     redone = None
     if previous is not None and not job.force:
         redone = why_redone(previous, job.settings, job.fingerprint, annotation.progress, annotation.plot_inputs,
                             analysis.loss_key)
         if redone is None and recording:
-            redone = "redone: its backtest record for the project's calibration was not stored yet"
+            redone = "redone: its evidence for the project's law was not stored yet"
     if job.dry_run:
         changes, unchanged = planned_changes(source, run, annotation)
         action = ("annotate: no annotation yet" if previous is None else
                   "redo: --force" if redone is None else f"redo: {redone.removeprefix('redone: ')}")  # fmt: skip
         planned = planned_lines(action, source.describe_write(run, annotation), changes, unchanged)
-        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(planned), record=record, changes=changes)
+        return Outcome(run, Action.DRY_RUN, analysis, planned=tuple(planned), evidence=record, changes=changes)
     if source.write(run, annotation):
-        return Outcome(run, Action.ANNOTATED, analysis, note=redone, record=record)
+        return Outcome(run, Action.ANNOTATED, analysis, note=redone, evidence=record)
     # Both writes were whole; the other job's, with other settings or a newer history, landed last.
-    return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN, record=record)
+    return Outcome(run, Action.ANNOTATED, analysis, note=OVERTAKEN, evidence=record)
 
 
-def _record(history: History, config: AnalysisConfig, run: RunInfo, stored: SiblingRecord | None) -> SiblingRecord:
-    """A finished run's record: the stored one while its history is the one it was made
-    from (a change of targets keeps it), else backtested now."""
+def _evidence(history: History, config: AnalysisConfig, run: RunInfo, stored: RunEvidence | None) -> RunEvidence:
+    """A finished run's evidence: the stored one while its history is the one it was taken
+    from (a change of targets keeps it), else taken now."""
     previous = run.previous
     if stored is not None and previous is not None and run.progress is not None and previous.progress == run.progress:
         return stored
-    return sibling_record(history, config)
-
-
-def _stored_record(job: RunJob, run: RunInfo) -> SiblingRecord | None:
-    """The record a finished run's annotation holds, when made with these settings."""
-    if run.previous is None or job.record_hash is None:
-        return None
-    return decode_record(run.ref, run.previous.siblings, job.record_hash)
+    return take_evidence(history, config)
 
 
 def _parsed(stored: bytes) -> Any:

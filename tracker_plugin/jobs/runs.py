@@ -12,10 +12,12 @@ from dataclasses import replace
 
 from tracker_plugin.core.analysis import Analysis, AnalysisConfig, run_analysis
 from tracker_plugin.errors import ConfigError
+from tracker_plugin.jobs.annotation import settings_of
+from tracker_plugin.jobs.project_book import ProjectBook, book_of, evidence_hash
 from tracker_plugin.trackers import RunInfo, Source, SourceOptions, open_source
 from tracker_plugin.trackers.base import select_states
 
-__all__ = ["NotOneRun", "analyze_one", "open_runs", "opened_runs"]
+__all__ = ["NotOneRun", "analyze_one", "open_runs", "opened_runs", "siblings_book"]
 
 Opened = list[tuple[Source, list[RunInfo]]]
 
@@ -29,9 +31,9 @@ class NotOneRun(ConfigError):
         super().__init__(f"{spec} names {count} runs; one was expected")
 
 
-def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig, calibrate_on: Sequence[str] = ()) -> Analysis:
-    """The analysis of the one run ``spec`` names, whatever its state; with
-    ``calibrate_on``, calibrated on the finished runs those run strings name.
+def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig, siblings: Sequence[str] = ()) -> Analysis:
+    """The analysis of the one run ``spec`` names, whatever its state; with ``siblings``,
+    forecast by the law of the finished runs those run strings name (:func:`siblings_law`).
 
     Raises
     ------
@@ -46,11 +48,27 @@ def analyze_one(spec: str, options: SourceOptions, config: AnalysisConfig, calib
         history = source.read(runs[0])
     finally:
         source.close()
-    if calibrate_on:
-        from tracker_plugin.jobs.calibration import calibration_on
-
-        config = replace(config, calibration=calibration_on(calibrate_on, replace(options, states=("finished",)), history, config))
+    if siblings:
+        book = siblings_book(siblings, options, config, runs[0].ref)
+        config = replace(config, project_law=book.law(history, config))
     return run_analysis(history, config)
+
+
+def siblings_book(specs: Sequence[str], options: SourceOptions, config: AnalysisConfig, own: str) -> ProjectBook:
+    """The finished runs ``specs`` name, as one book: each one's evidence as its annotation
+    stores it, else its history read. The run ``own`` (its ref) is never its own sibling:
+    it is left out, and the report says so."""
+    books: list[ProjectBook] = []
+    itself: list[tuple[str, str]] = []
+    with opened_runs(specs, replace(options, states=("finished",))) as opened:
+        for source, runs in opened:
+            fingerprint = evidence_hash(settings_of(config, source.options.columns, source.options.batch_size))
+            itself += [(run.ref, "the forecast run itself") for run in runs if run.ref == own]
+            books.append(book_of(source, [run for run in runs if run.ref != own], config, fingerprint))
+    return ProjectBook(
+        tuple(e for b in books for e in b.evidences), "; ".join(b.origin for b in books), sum(b.read for b in books),
+        (*itself, *(x for b in books for x in b.left_out)), tuple(x for b in books for x in b.names),
+    )
 
 
 def open_runs(

@@ -7,7 +7,7 @@ then the status word, then the detail a person reads on the run's page::
 
     ✓ 10.18B tok · reached · step 7,769 · at 2.1 h
     ≈ 24.10B tok · forecast · 80%: 21.00B–27.90B · step 18,390 · in 5.2 h, 2026-12-04 02:10 UTC
-    ≈ 24.10B tok · forecast · 80%: 22.00B–26.10B · step 18,390 · calibrated on 7 runs
+    ≈ 24.10B tok · forecast · 80%: 22.00B–26.10B · step 18,390 · by the project's law (7 runs)
     → 250.00B tok · forecast_beyond_plan · 80%: 190.00B–∞ · step 190,000 · past the plan
     ✗ 3.497 best · not_reached · the run ended at 7.62B tok, step 14,533
     ✗ 3.507 best · not_reached · the plan ends at 5.00B tok, step 9,536 · P(within plan) 0.25
@@ -97,6 +97,9 @@ def _located(analysis: Analysis, k: int, result: TargetResult) -> tuple[str, lis
     calibration = analysis.config.calibration
     if calibration.active and result.status != Status.REACHED and analysis.config.model != "power-law":
         parts.append(f"calibrated on {len(calibration.runs)} run{'s' if len(calibration.runs) != 1 else ''}")
+    project, law = analysis.project, analysis.config.project_law
+    if project is not None and law is not None and result.status != Status.REACHED and project.targets[k].own_share < 1.0:
+        parts.append(f"by the project's law ({len(law.siblings)} run{'s' if len(law.siblings) != 1 else ''})")
     return lead, parts
 
 

@@ -80,8 +80,8 @@ class Previous:
     report: str | None = None
     plot: str | None = None
     legacy: bool = False
-    # A finished run's backtest record (``siblings`` in the provenance tag), as stored: the
-    # jobs layer reads it (see tracker_plugin.jobs.calibration).
+    # A finished run's evidence for its project's law (``siblings`` in the provenance tag),
+    # as stored: the jobs layer reads it (see tracker_plugin.jobs.project_book).
     siblings: Any = field(default=None, compare=False)
     # What the last annotation was made with (its settings, as stored, and the loss key it
     # read): the jobs layer says what changed when it redoes one.

@@ -1,9 +1,8 @@
-"""``annotate`` calibrates a project's running run on its finished runs: W&B, real ``wandb`` SDK.
+"""``annotate`` forecasts a W&B project's running run by its law: the real ``wandb`` SDK.
 
-The scenario of the MLflow one: three finished runs of a cosine recipe (3000 steps) and a
-fourth of the same recipe cut at 1500 steps, logged by the real ``wandb`` SDK in a child
-process, as a training script logs them; their plan comes from the HF-style config
-(``lr_scheduler_type``, ``max_steps``, ``warmup_steps``, ``learning_rate``).
+The scenario of the MLflow one (:mod:`tests.law_project`: three finished runs of one model
+with real logs, and the fourth cut at 40% of its plan), logged by the real ``wandb`` SDK
+in a child process, as a training script logs them; each run's plan is in its config.
 
 - **W&B online**, against :class:`~tests.doubles.wandb_server.WandbServer`: the
   running run's training process is killed once its rows reached the server, which keeps
@@ -11,13 +10,12 @@ process, as a training script logs them; their plan comes from the HF-style conf
 - **W&B offline** (``wandb-offline:PATH``): an offline run's state is its exit record's
   (exit code 0: ``finished``; none: ``unknown``, not finished), so the running run is a
   process killed before ``run.finish()``. Such a run is never written (its file may still
-  be written to), so its calibration is checked on what ``--dry-run`` would write, and a
+  be written to), so its forecast is checked on what ``--dry-run`` would write, and a
   second pass reads that run again (it holds no annotation) but no finished one.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -28,29 +26,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.law_project import ARGS as LAW_ARGS
+from tests.law_project import CONFIG, RUNNING, RUNNING_ROWS, TARGET, assert_law_answer, by_law, frame, params
+from tests.law_project import FINISHED as FINISHED_STEMS
 from tracker_plugin.cli import main
-from tracker_plugin.testing import synthetic_run
+from tracker_plugin.core.analysis import run_analysis
+from tracker_plugin.jobs.project_book import decode_evidence
+from tracker_plugin.keys import target_key
 
-SPEC = "cosine:warmup=100,total=3000,final=0.1"  # what the synthetic runs follow
-CONFIG = {"lr_scheduler_type": "cosine", "max_steps": 3000, "warmup_steps": 100, "learning_rate": 1e-3}
-TARGET, WINDOW = "6.79", "2.5e7"  # where the smoothed loss stands at about 80% of the runs
-# One schedule-aware law rather than auto's choice among them (which backtests each run on
-# its own history first): the same calibration, the file in about 20 s rather than 55.
-ARGS = ["-t", TARGET, "--ema-token-window", WINDOW, "--model", "lr-annealing", "--json"]
-KEYS = {"train_loss": "train/loss", "tokens": "throughput/total_tokens", "lr": "train/lr"}
-# name, seed, steps logged: three finished runs, then the one still running
-RUNS = [("sib1", 1, 3000), ("sib2", 2, 3000), ("sib3", 3, 3000), ("live", 0, 1500)]
-FINISHED = ["sib1", "sib2", "sib3"]
-LIVE_ROWS = 150  # the running run's rows: steps 0, 10, ..., 1490
+ARGS = [*LAW_ARGS, "--json"]
+KEYS = {"train_loss": "train/loss", "lr": "train/lr"}
+# name, stem, rows logged: three finished runs, then the one still running
+RUNS = [*((name, stem, None) for name, stem in FINISHED_STEMS.items()), ("live", RUNNING[1], RUNNING_ROWS)]
+FINISHED = list(FINISHED_STEMS)
+LIVE_ROWS = RUNNING_ROWS
 
 
-def logged_rows(seed: int, steps: int) -> list[dict]:
-    frame = synthetic_run(
-        3000, batch=131072.0, noise=0.01, lr_schedule=SPEC, anneal_gain=0.1, log_every=10, seed=seed
-    )
-    frame = frame[frame.step < steps].rename(columns=KEYS)
+def logged_rows(stem: str, rows: int | None) -> list[dict]:
+    found = frame(stem, rows).rename(columns=KEYS)
     return [
-        {k: (int(v) if k == "step" else float(v)) for k, v in r.items()} for r in frame.to_dict("records")
+        {k: (int(v) if k == "step" else float(v)) for k, v in r.items()} for r in found.to_dict("records")
     ]
 
 
@@ -76,8 +71,8 @@ def start_logging(home: Path, env: dict[str, str], **where: str) -> tuple[subpro
     """Log the four runs; return the process (blocked in the running run) and name -> run id."""
     home.mkdir(parents=True, exist_ok=True)
     specs = [
-        {**where, "name": name, "config": CONFIG, "rows": logged_rows(seed, steps), "finish": name != "live"}
-        for name, seed, steps in RUNS
+        {**where, "name": name, "config": params(stem), "rows": logged_rows(stem, rows), "finish": name != "live"}
+        for name, stem, rows in RUNS
     ]
     listing = home / "runs.json"
     listing.write_text(json.dumps(specs))
@@ -142,42 +137,45 @@ def actions(out: str) -> dict[str, set[str]]:
 
 
 @pytest.fixture
-def reports(monkeypatch) -> dict[str, dict]:
-    """Run ref -> the report of each analysis the jobs make, written or not (``loss_eta.json``
-    but the keys an annotation adds to it)."""
+def made(monkeypatch) -> dict[str, tuple]:
+    """Run ref -> the history and report of each analysis the jobs make, written or not."""
     from tracker_plugin.jobs import runner
     from tracker_plugin.report.render import to_json
 
-    made: dict[str, dict] = {}
+    found: dict[str, tuple] = {}
     analyse = runner.run_analysis
 
     def recorded(history, config):
         analysis = analyse(history, config)
-        made[history.run] = to_json(analysis)
+        found[history.run] = (history, to_json(analysis))
         return analysis
 
     monkeypatch.setattr(runner, "run_analysis", recorded)
-    return made
+    return found
 
 
-def assert_record(provenance: dict) -> None:
-    """A finished run's backtest record, as its provenance keeps it."""
-    record = provenance["siblings"]
-    assert set(record) >= {"hash", "kind", "peak_lr", "left_out", "cuts"}
-    assert record["left_out"] is None and record["kind"] == "decay"  # cosine: decays from the warmup on
-    assert record["cuts"] and any(record["cuts"].values()), record
-    assert "calibration" not in provenance or provenance["calibration"] is None
+def assert_evidence(provenance: dict):
+    """A finished run's evidence, as its provenance keeps it; returned decoded."""
+    stored = provenance["siblings"]
+    assert set(stored) == {"hash", "zlib"}
+    evidence = decode_evidence(stored, stored["hash"])
+    assert evidence is not None and evidence.finished and evidence.own
+    assert "project_law" not in provenance  # a finished run is not forecast by the others
+    return evidence
 
 
-def assert_calibrated(provenance: dict, report: dict, finished_refs: list[str]) -> None:
-    """The running run's annotation: calibrated on the three finished runs."""
-    calibration = provenance["calibration"]
-    assert calibration["runs"] == 3 and calibration["cases"] >= 3
-    assert set(calibration) >= {"runs", "cases", "cut", "left_out", "bias", "width"}
-    assert set(calibration["bias"]) >= {"value", "siblings", "prior", "weight"}
-    assert report["calibration"]["count"] == 3
-    assert sorted(report["calibration"]["runs"]) == sorted(finished_refs)
-    assert "siblings" not in provenance or provenance["siblings"] is None  # not a finished run: no record
+def assert_by_law(provenance: dict, report: dict, finished_refs: list[str]) -> None:
+    """The running run's annotation: forecast by the law of the three finished runs."""
+    said = provenance["project_law"]
+    assert said["shared"] and sorted(s["name"] for s in said["siblings"]) == sorted(FINISHED)
+    assert sorted(s["run"] for s in said["siblings"]) == sorted(finished_refs)
+    assert sorted(report["project_law"]["siblings"]) == sorted(finished_refs)
+    assert "siblings" not in provenance  # not a finished run: no evidence
+
+
+def assert_the_laws_answer(step: float, history, evidences) -> None:
+    """The running run's step key is the pooled law's answer, not the run alone's."""
+    assert_law_answer(step, by_law(history, evidences), run_analysis(history, CONFIG))
 
 
 # -- W&B online --------------------------------------------------------------------------------
@@ -187,61 +185,57 @@ def online_project(wandb_server, tmp_path) -> Iterator[dict]:
     # The running run's rows reach the server within 1 s, not wandb's 15 (whole seconds:
     # wandb-core took 0.5 as its default).
     env = {**os.environ, "WANDB_X_FILE_STREAM_TRANSMIT_INTERVAL": "1"}
-    proc, ids = start_logging(tmp_path / "online", env, entity="ent", project="calib")
+    proc, ids = start_logging(tmp_path / "online", env, entity="ent", project="law")
     try:
-        live = wandb_server.run("ent", "calib", ids["live"])
+        live = wandb_server.run("ent", "law", ids["live"])
         wait_for(lambda: len(live.history) == LIVE_ROWS, "the running run's rows on the server")
     finally:
         kill_training(proc)
-    runs = {name: wandb_server.run("ent", "calib", run_id) for name, run_id in ids.items()}
+    runs = {name: wandb_server.run("ent", "law", run_id) for name, run_id in ids.items()}
     assert [runs[n].state for n in FINISHED] == ["finished"] * 3 and runs["live"].state == "running"
-    assert len(runs["sib1"].history) == 300 and runs["live"].history[-1]["_step"] == 1490
+    assert runs["live"].history[-1]["_step"] == frame(RUNNING[1], RUNNING_ROWS).step.iloc[-1]
     yield runs
 
 
-def test_online_running_run_is_calibrated_on_the_finished_runs(
-    wandb_server, online_project, capsys, count_reads
+def test_online_running_run_is_forecast_by_the_law_of_the_finished_runs(
+    wandb_server, online_project, capsys, count_reads, made
 ):
     from tracker_plugin.trackers.wandb_runs import WandbSource
 
     runs = online_project
-    refs = {name: f"wandb:ent/calib/{run.run_id}" for name, run in runs.items()}
-    code, out, err = cli(capsys, "annotate", "wandb:ent/calib", *ARGS)
+    refs = {name: f"wandb:ent/law/{run.run_id}" for name, run in runs.items()}
+    code, out, err = cli(capsys, "annotate", "wandb:ent/law", *ARGS)
     assert code == 0, out + err
     assert actions(out) == {name: {"annotated"} for name in runs}, out
-    for name in FINISHED:
-        assert_record(json.loads(runs[name].summary["loss_eta"]))
-        assert json.loads(runs[name].files["loss_eta.json"])["calibration"] is None
+    evidences = [assert_evidence(json.loads(runs[name].summary["loss_eta"])) for name in FINISHED]
     live = runs["live"]
-    assert_calibrated(
-        json.loads(live.summary["loss_eta"]),
-        json.loads(live.files["loss_eta.json"]),
-        [refs[n] for n in FINISHED],
-    )
+    assert_by_law(json.loads(live.summary["loss_eta"]), json.loads(live.files["loss_eta.json"]),
+                  [refs[n] for n in FINISHED])
+    assert_the_laws_answer(live.summary[target_key(TARGET, "step")], made[refs["live"]][0], evidences)
 
     # Nothing changed: every run unchanged, no history read, nothing written.
     reads = count_reads(WandbSource)
     wandb_server.requests.clear()
-    code, out, err = cli(capsys, "annotate", "wandb:ent/calib", *ARGS)
+    code, out, err = cli(capsys, "annotate", "wandb:ent/law", *ARGS)
     assert code == 0, out + err
     assert actions(out) == {name: {"unchanged"} for name in runs}, out
     assert reads == [] and wandb_server.mutations() == []
     assert not any(r.operation in ("SampledHistoryPage", "HistoryPage") for r in wandb_server.requests)
 
-    # --no-calibrate: the running run is forecast on its own (its settings changed).
-    code, out, err = cli(capsys, "annotate", "wandb:ent/calib", *ARGS, "--no-calibrate")
+    # --no-siblings: the running run is forecast on its own (its settings changed).
+    code, out, err = cli(capsys, "annotate", "wandb:ent/law", *ARGS, "--no-siblings")
     assert code == 0, out + err
     assert actions(out) == {**{n: {"unchanged"} for n in FINISHED}, "live": {"annotated"}}, out
     assert reads == [refs["live"]]
-    assert json.loads(live.summary["loss_eta"]).get("calibration") is None
-    assert json.loads(live.files["loss_eta.json"])["calibration"] is None
+    assert "project_law" not in json.loads(live.summary["loss_eta"])
+    assert json.loads(live.files["loss_eta.json"])["project_law"] is None
 
-    # Calibrated again: from the records the finished runs hold, none of them read.
+    # By the law again: from the evidence the finished runs hold, none of them read.
     reads.clear()
-    code, out, err = cli(capsys, "annotate", "wandb:ent/calib", *ARGS)
+    code, out, err = cli(capsys, "annotate", "wandb:ent/law", *ARGS)
     assert code == 0, out + err
     assert reads == [refs["live"]] and actions(out)["live"] == {"annotated"}
-    assert json.loads(live.summary["loss_eta"])["calibration"]["runs"] == 3
+    assert len(json.loads(live.summary["loss_eta"])["project_law"]["siblings"]) == 3
 
 
 # -- W&B offline -------------------------------------------------------------------------------
@@ -256,7 +250,7 @@ def offline_project(tmp_path) -> tuple[Path, dict[str, Path]]:
 
     # The running run's rows on disk within 1 s.
     env = offline_env(home) | {"WANDB_X_TRANSACTION_LOG_FLUSH_INTERVAL": "1"}
-    proc, ids = start_logging(home, env, project="calib")
+    proc, ids = start_logging(home, env, project="law")
     dirs = {name: next((home / "wandb").glob(f"offline-run-*-{run_id}")) for name, run_id in ids.items()}
     live_file = next(dirs["live"].glob("run-*.wandb"))
     try:
@@ -269,7 +263,7 @@ def offline_project(tmp_path) -> tuple[Path, dict[str, Path]]:
     states = {
         name: read_offline_run(next(d.glob("run-*.wandb")), (), ref="x").state for name, d in dirs.items()
     }
-    assert states == {"sib1": "finished", "sib2": "finished", "sib3": "finished", "live": "unknown"}
+    assert states == {**{n: "finished" for n in FINISHED}, "live": "unknown"}
     return home, dirs
 
 
@@ -279,8 +273,8 @@ def offline_summary(run_dir: Path) -> dict:
     return read_offline_run(next(run_dir.glob("run-*.wandb")), (), ref="x").summary
 
 
-def test_offline_running_run_is_calibrated_on_the_finished_runs(
-    offline_project, capsys, count_reads, reports
+def test_offline_running_run_is_forecast_by_the_law_of_the_finished_runs(
+    offline_project, capsys, count_reads, made
 ):
     from tracker_plugin.trackers.wandb_offline import WandbOfflineSource
 
@@ -290,42 +284,37 @@ def test_offline_running_run_is_calibrated_on_the_finished_runs(
     live_file = next(dirs["live"].glob("run-*.wandb"))
     live_bytes = live_file.read_bytes()
 
-    # Annotated: the finished runs keep their records; the running run is not written.
+    # Annotated: the finished runs keep their evidence; the running run is not written.
     code, out, err = cli(capsys, "annotate", spec, *ARGS)
     assert code == 1, out + err
     assert actions(out) == {**{n: {"annotated"} for n in FINISHED}, "live": {"failed"}}, out
     assert "has no exit record" in next(r["note"] for r in json.loads(out) if r["run"] == "live")
     assert live_file.read_bytes() == live_bytes and not (dirs["live"] / "files" / "loss_eta.json").exists()
-    for name in FINISHED:
-        assert_record(json.loads(offline_summary(dirs[name])["loss_eta"]))
-        assert json.loads((dirs[name] / "files" / "loss_eta.json").read_text())["calibration"] is None
-    assert reports[refs["live"]]["calibration"]["count"] == 3  # analysed, calibrated, then refused
+    evidences = [assert_evidence(json.loads(offline_summary(dirs[name])["loss_eta"])) for name in FINISHED]
+    history, report = made[refs["live"]]  # analysed, by the law, then refused
+    assert sorted(report["project_law"]["siblings"]) == sorted(refs[n] for n in FINISHED)
 
-    # A second pass, as a dry run: the finished runs unchanged and not read (their records
-    # come with the listing); the running run read again, and what it would get is
-    # calibrated on the three.
+    # A second pass, as a dry run: the finished runs unchanged and not read (their evidence
+    # comes with the listing); the running run read again, and what it would get is the law's.
     reads = count_reads(WandbOfflineSource)
-    code, out, err = cli(capsys, "annotate", spec, *ARGS[:-1], "--dry-run")
+    code, out, err = cli(capsys, "annotate", spec, *ARGS, "--dry-run")
     assert code == 0, out + err
     assert reads == [refs["live"]]
     # Only the running run would be written: the finished runs are unchanged (none failed).
-    assert {line.split(": would write ")[0] for line in out.splitlines() if ": would write " in line} == {
-        refs["live"]
-    }
-    assert_calibrated(
-        _planned_provenance(out, refs["live"]), reports[refs["live"]], [refs[n] for n in FINISHED]
-    )
+    rows = json.loads(out)
+    assert {row["run"] for row in rows if row["would_write"]} == {"live"}, out
+    assert_by_law(_planned_provenance(rows), made[refs["live"]][1], [refs[n] for n in FINISHED])
+    step = made[refs["live"]][1]["targets"][0]["step"]
+    assert_the_laws_answer(step, history, evidences)
 
-    # --no-calibrate: no calibration in what the running run would get.
-    code, out, err = cli(capsys, "annotate", spec, *ARGS[:-1], "--no-calibrate", "--dry-run")
+    # --no-siblings: no law in what the running run would get.
+    code, out, err = cli(capsys, "annotate", spec, *ARGS, "--no-siblings", "--dry-run")
     assert code == 0, out + err
-    assert _planned_provenance(out, refs["live"]).get("calibration") is None
-    assert reports[refs["live"]]["calibration"] is None
+    assert "project_law" not in _planned_provenance(json.loads(out))
+    assert made[refs["live"]][1]["project_law"] is None
 
 
-def _planned_provenance(out: str, ref: str) -> dict:
-    """The provenance tag a --dry-run says it would write to run ``ref``."""
-    prefix = f"{ref}: would write summary record loss_eta = "
-    lines = [line for line in out.splitlines() if line.startswith(prefix)]
-    assert len(lines) == 1, out
-    return json.loads(ast.literal_eval(lines[0][len(prefix) :]))
+def _planned_provenance(rows: list[dict]) -> dict:
+    """The provenance tag a --dry-run --json says it would write to the running run."""
+    [planned] = [row["would_write"] for row in rows if row["run"] == "live"]
+    return json.loads(planned["loss_eta"]["new"])
