@@ -42,7 +42,7 @@ def train(tmp_path: Path, trainer: str, schedule: str, *extra: str) -> tuple[dic
     done = subprocess.run(
         [sys.executable, "-m", "tests.doubles.tiny_trainers", trainer, "--schedule", schedule,
          "--steps", str(STEPS), "--out", str(tmp_path / "out"), "--report-to", "mlflow", "wandb",
-         "--targets", *TARGETS, "--every-logs", "15", "--inline", *extra],
+         "--targets", *TARGETS, "--every-logs", "10", "--inline", *extra],
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
