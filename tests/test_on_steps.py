@@ -199,7 +199,7 @@ def test_the_text_on_steps_says_tokens_only_in_the_note_naming_the_settings_that
                          sweep_step=30)
     assert analysis.selection is not None and len(analysis.selection.scores) > 1  # the cuts are said
     text = to_text(analysis)
-    assert "cuts at 60%, 70%, 80% of the logged steps" in text
+    assert "fitted to the first 60%, 70%, 80% of the logged steps" in text
     saying = [line for line in text.splitlines() if "token" in _NO_TOKENS.sub("", line).lower()]
     (note,) = saying
     assert note.startswith("note: no tokens logged") and "batch_size" in note and "columns.tokens" in note
