@@ -87,7 +87,7 @@ def case(path: Path, plan: tp.LrSchedule | None = None) -> dict[str, object]:
 
 def _own_record(selection: forecast.Selection | None) -> tuple[int, float | None]:
     """The selection's inner forecasts: how many, and their root-mean-square error per unit
-    of log horizon, undone from the scale forecast._error_scale shrank towards the prior."""
+    of log horizon, undone from the scale law_selection._error_scale shrank towards the prior."""
     if selection is None or selection.error_scale is None:
         return 0, None
     scale, count = selection.error_scale, selection.error_count

@@ -41,7 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from harness import parser as options
 
-from tracker_plugin.core import analysis, forecast
+from tracker_plugin.core import analysis_forecasts, forecast, law_selection
 from tracker_plugin.core.analysis import AnalysisConfig
 from tracker_plugin.core.backtest import BacktestCase, backtest_run
 from tracker_plugin.core.cross_family import reliability
@@ -99,9 +99,9 @@ def run_job(job: Job) -> list[BacktestCase]:
     if job.loss_horizon_share is not None:  # a worker process of this benchmark: its own copy of the module
         forecast.LOSS_HORIZON_SHARE = job.loss_horizon_share
     if job.error_prior is not None:
-        forecast.ERROR_PRIOR_SCALE, forecast.ERROR_PRIOR_WEIGHT = job.error_prior
+        law_selection.ERROR_PRIOR_SCALE, law_selection.ERROR_PRIOR_WEIGHT = job.error_prior
     if job.gain_sd is not None:  # the analysis builds its GainPrior with the default spread
-        analysis.GainPrior = functools.partial(GainPrior, sd=job.gain_sd)
+        analysis_forecasts.GainPrior = functools.partial(GainPrior, sd=job.gain_sd)
     plan = shapes(job.steps)[job.shape]
     frame = multi_power_run(plan, job.steps, LAWS[job.law], batch=BATCH, noise=job.noise, log_every=LOG_EVERY,
                             seed=job.seed)

@@ -10,10 +10,11 @@ import pandas as pd
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.core import forecast
+from tracker_plugin.core import forecast, forecast_draws, law_selection
 from tracker_plugin.core.analysis import _crossing, run_analysis
 from tracker_plugin.core.clock import Timeline, build_timeline
-from tracker_plugin.core.forecast import _block_length, _inflated, _Resampler, fit_window, plan_inflation
+from tracker_plugin.core.forecast import _inflated, fit_window, plan_inflation
+from tracker_plugin.core.forecast_draws import _block_length, _Resampler
 from tracker_plugin.core.models import LR_ANNEALING, FitFailure, GainPrior, fit_law, observations
 from tracker_plugin.core.models.replicates import refit_many
 from tracker_plugin.core.models.schedule_law import smooth_after
@@ -497,7 +498,7 @@ def test_the_loss_horizon_is_the_horizon_on_a_curve_straight_in_ln_tokens_and_lo
     timeline = _flat_timeline(tokens)
     straight = 3.0 - 0.1 * np.log(tokens / 1e6)
     flattening = 3.0 - 0.2 * (1 - (tokens / 1e6) ** -0.5)
-    drawn = forecast._Drawn(tokens, [], [], [straight, flattening])
+    drawn = forecast_draws._Drawn(tokens, [], [], [straight, flattening])
     target = 2.85
     crossings = [1e6 * math.exp(1.5), 1e6 * (1 - 0.15 / 0.2) ** -2.0]
     straight_h, flat_h = drawn.loss_horizons(timeline, target, crossings)
@@ -549,7 +550,7 @@ def test_an_inner_fit_that_did_not_converge_is_said(monkeypatch):
     analysis says so in a note (it was used without a word)."""
     from tracker_plugin.core.models.base import FitStatus
 
-    real = forecast.fit_window
+    real = law_selection.fit_window
     spent = FitStatus(False, "the maximum number of function evaluations is exceeded", 3000)
 
     def budget_spent_at_70(name, history, first, end, *args, **kwargs):
@@ -564,7 +565,7 @@ def test_an_inner_fit_that_did_not_converge_is_said(monkeypatch):
     config = tp.AnalysisConfig(targets=(float(run["train_loss"].iloc[-50:].mean()) - 0.2,), model="lr-annealing")
     before = run_analysis(history, config)
     assert not any("stopped without converging" in note for note in before.notes)
-    monkeypatch.setattr(forecast, "fit_window", budget_spent_at_70)
+    monkeypatch.setattr(law_selection, "fit_window", budget_spent_at_70)
     after = run_analysis(history, config)
     assert after.selection is not None and after.selection.unconverged == (("lr-annealing", 0.7),)
     assert any("inner fit of the law choice (lr-annealing at 70% of the logged run) stopped without converging"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import tracker_plugin as tp
-from tracker_plugin.core import analysis as analysis_module
+from tracker_plugin.core import analysis_forecasts
 from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.core.models import LawFit
 from tracker_plugin.core.status import Status
@@ -43,7 +43,7 @@ def test_a_finished_run_fits_no_law_and_answers_as_the_fitted_law_did(olmo, monk
     def no_fit(*args, **kwargs):
         raise AssertionError("a law was chosen for a run that has ended")
 
-    monkeypatch.setattr(analysis_module, "choose_law", no_fit)
+    monkeypatch.setattr(analysis_forecasts, "choose_law", no_fit)
     ended = run_analysis(olmo, config)
     assert ended.fit is None and ended.selection is None
     assert answers(ended) == answers(fitted)
