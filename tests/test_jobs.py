@@ -159,12 +159,15 @@ def pretraining(tmp_path, empty_store):
 
 
 # The two finished arms at 3.3: one reached it, 190M-2xC finished its plan short of it.
-FINISHED_ARMS = sorted([Status.REACHED, Status.NOT_REACHED])
+FINISHED_ARMS = sorted([Status.REACHED, Status.NOT_REACHED], key=str)
 
 
-def _annotated(client, experiment_id) -> list[str]:
+def _annotated(client, experiment_id) -> list[Status | None]:
+    """The status each run's 3.3 text says, sorted."""
+    from tracker_plugin.report.target_text import target_status
+
     texts = (r.data.tags.get("when_3p3", "") for r in client.search_runs([experiment_id]))
-    return sorted(text.split(" · ")[0] for text in texts)
+    return sorted((target_status(text) for text in texts), key=str)
 
 
 def test_crontab_line_runs_as_cron_would_run_it(tmp_path, pretraining):
