@@ -73,9 +73,10 @@ def test_a_real_trainer_logs_live_forecasts_and_ends_annotated(tmp_path, capsys,
     # a series over the run (2 points or more: the early forecasts of the tiny model, on a 5% gain
     # prior, call the target unreachable), a point per forecast that had a number for the target (every 10 logged rows
     # once the warmup is over), at the trainer's logged steps; forecasts run inline here, so the series
-    # does not depend on the machine's speed (the background thread is tested in test_live.py). The
-    # final annotation writes its own value at the last step too, when it differs from the live one.
-    assert len(set(steps)) >= 2 and steps == sorted(steps) and steps[-1] == STEPS, str(steps)
+    # does not depend on the machine's speed (the background thread is tested in test_live.py).
+    # The last point is the last forecast's (one cadence, 20 steps, from the end at most): the final
+    # annotation logs a value at the last step only where it differs from the live one.
+    assert len(set(steps)) >= 2 and steps == sorted(steps) and STEPS - 20 <= steps[-1] <= STEPS, str(steps)
     assert all(0 < s <= STEPS for s in steps) and len(steps) - len(set(steps)) <= 1
     assert set(run.data.metrics) >= {KEY, "when_2p5_step", "when_2p5_hours"}
     assert run.data.tags[MARKER] and target_status(run.data.tags["when_2p5"]) == "reached"
