@@ -52,9 +52,10 @@ def _stamps(frame: pd.DataFrame, how: str) -> np.ndarray:
 def store(frame, tmp_path_factory) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('bulk') / 'mlflow.db'}"
+    root = tmp_path_factory.mktemp("bulk")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = client.create_experiment("clocks")
+    experiment = client.create_experiment("clocks", artifact_location=(root / "artifacts").as_uri())
     runs = {
         how: log_run(client, experiment, frame, name=how, stamps_ms=_stamps(frame, how).tolist())
         for how in ("training", "backfill", "one-stamp")

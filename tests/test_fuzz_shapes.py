@@ -166,9 +166,11 @@ def test_the_command_line_says_the_same_in_one_line(tmp_path, capsys):
 def mlflow_store(tmp_path_factory):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path_factory.mktemp('mlflow') / 'mlflow.db'}"
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
     client = MlflowClient(uri)
-    return uri, client, client.create_experiment("fuzz")
+    # The artifacts under the temp dir too: a local store puts them in ./mlruns unless told.
+    return uri, client, client.create_experiment("fuzz", artifact_location=(root / "artifacts").as_uri())
 
 
 @settings(max_examples=_cases(150), deadline=None,
