@@ -37,13 +37,16 @@ KEY = "when_2_step"
 def train(tmp_path: Path, trainer: str, schedule: str, *extra: str) -> tuple[dict, str]:
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    # Run from tmp_path: the trainer's MLflow integration makes the experiment, and a local store
+    # puts its artifacts under ./mlruns; the checkout is found through PYTHONPATH.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env.update(MLFLOW_TRACKING_URI=store, MLFLOW_EXPERIMENT_NAME="live", WANDB_MODE="offline",
                WANDB_DIR=str(tmp_path), WANDB_SILENT="true", MLFLOW_DISABLE_TELEMETRY="true")
     done = subprocess.run(
         [sys.executable, "-m", "tests.doubles.tiny_trainers", trainer, "--schedule", schedule,
          "--steps", str(STEPS), "--out", str(tmp_path / "out"), "--report-to", "mlflow", "wandb",
          "--targets", *TARGETS, "--every-logs", "10", "--inline", *extra],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "live forecast:" not in done.stderr, done.stderr[-3000:]  # no warning: nothing went wrong inside
@@ -104,13 +107,14 @@ def test_under_torchrun_only_rank_0_forecasts_and_logs(tmp_path):
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "MLFLOW_"))}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))  # run from tmp_path
     env.update(MLFLOW_TRACKING_URI=store, MLFLOW_EXPERIMENT_NAME="ddp", WANDB_MODE="offline",
                WANDB_DIR=str(tmp_path), WANDB_SILENT="true", MLFLOW_DISABLE_TELEMETRY="true", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
          "-m", "tests.doubles.tiny_trainers", "hf", "--steps", "100", "--out", str(tmp_path / "out"),
          "--report-to", "mlflow", "wandb", "--targets", *TARGETS, "--every-logs", "10"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=900, check=False,
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900, check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     seen = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
