@@ -27,6 +27,20 @@ def pytest_addoption(parser):
     )
 
 
+# The property suites run all their examples with --all (CI) and a quarter of them in the
+# quick set; pytest_configure runs before any test module is imported.
+_ALL = [False]
+
+
+def pytest_configure(config):
+    _ALL[0] = bool(config.getoption("--all"))
+
+
+def examples(n: int) -> int:
+    """``n`` generated examples with --all, a quarter of them in the quick set."""
+    return n if _ALL[0] else max(1, n // 4)
+
+
 def pytest_collection_modifyitems(config, items):
     """The default run leaves the slow suites out, and says so on each; --all runs them."""
     if config.getoption("--all"):

@@ -32,6 +32,9 @@ from tracker_plugin.jobs.project_book import take_evidence
 from tracker_plugin.plan.schedule import LrSchedule
 from tracker_plugin.trackers.csvfile import read_csv as load_csv
 
+# Each test fits a project's law on real runs, end to end: with --all.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def project(tmp_path: Path) -> tuple[Path, Path]:

@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from tracker_plugin.core.clock import DropCells
 from tracker_plugin.core.models.annealing import MOMENTUM_DECAY, _anneal
 
+from .conftest import examples
+
 clocks = st.lists(st.floats(0, 20_000, allow_nan=False), min_size=1, max_size=40)
 drops = st.lists(st.tuples(st.floats(0, 20_000, allow_nan=False), st.floats(0, 0.2)), max_size=15)
 
@@ -19,7 +21,7 @@ def _by_definition(clock: np.ndarray, cells: DropCells) -> np.ndarray:
     return response @ cells.size
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(clocks, drops)
 def test_recurrence_equals_the_sum_over_drops(clock, drop_list):
     clock = np.array(clock)

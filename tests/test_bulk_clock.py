@@ -25,6 +25,9 @@ from tracker_plugin.core.analysis import AnalysisConfig, run_analysis
 from tracker_plugin.report.render import to_json
 from tracker_plugin.trackers import MlflowOptions, SourceOptions, open_source
 
+# Bulk logs in a local MLflow store, analysed end to end: with --all.
+pytestmark = pytest.mark.slow
+
 DATA = Path(__file__).parent / "data"
 ROWS = 4000
 SECONDS_PER_STEP = 0.4
@@ -75,6 +78,7 @@ def _doc(store: dict[str, str], how: str) -> dict:
         source.close()
 
 
+@pytest.mark.slow
 def test_a_training_loop_clock_gives_its_hours(store):
     doc = _doc(store, "training")
     assert doc["throughput"]["source"] == "clock"

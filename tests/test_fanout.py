@@ -67,11 +67,9 @@ def own_keys(uri: str, run_id: str) -> dict[str, object]:
     return keys
 
 
-# Dask in the quick set; processes and Ray (each worker imports the package anew) with --all.
-@pytest.fixture(
-    scope="module",
-    params=[pytest.param("processes", marks=pytest.mark.slow), "dask", pytest.param("ray", marks=pytest.mark.slow)],
-)
+# Every executor with --all: each worker imports the package anew and starts its own
+# cluster, so the fan-out checks take a minute or more.
+@pytest.fixture(scope="module", params=["processes", "dask", "ray"])
 def executor(request) -> Iterator[Executor]:
     """One executor of each kind with 2 workers, for the module."""
     if request.param == "dask":
@@ -88,6 +86,7 @@ def store(request, mlflow_server, sqlite_store) -> str:
     return mlflow_server.uri if request.param == "server" else sqlite_store
 
 
+@pytest.mark.slow
 def test_every_executor_writes_what_the_serial_job_writes(store, executor, tmp_path):
     name, ids = experiment(store, artifacts=None if store.startswith("http") else tmp_path / "artifacts")
     spec = f"mlflow:experiment/{name}"
@@ -108,6 +107,7 @@ def test_every_executor_writes_what_the_serial_job_writes(store, executor, tmp_p
     assert [str(o.action) for o in again] == ["unchanged"] * GOOD + ["failed"]
 
 
+@pytest.mark.slow
 def test_the_command_line_fans_out_to_dask_with_one_table(mlflow_server, capsys, tmp_path):
     pytest.importorskip("distributed")
     name, ids = experiment(mlflow_server.uri, good=2)
@@ -274,6 +274,7 @@ def test_a_busy_server_gets_more_tries_than_a_failing_one(monkeypatch):
     assert len(failing.served) == 2  # a 500 keeps to retries=1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("status", [429, 503])
 def test_the_history_reads_wait_as_long_as_retry_after_asks(status):
     handler = type("Handler", (_Limited,), {"served": [], "status": status})

@@ -78,6 +78,7 @@ print(json.dumps({"params": a.fit.params, "tokens": t.law_tokens, "interval": t.
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="OpenBLAS kernel names are x86's")
 def test_the_forecast_does_not_depend_on_the_blas_kernel_or_its_threads(data_dir):
     """OpenBLAS picks its kernels by CPU; OPENBLAS_CORETYPE picks them here, as another
@@ -202,6 +203,7 @@ print(code, "scipy.optimize" in sys.modules)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "fits"),
     [

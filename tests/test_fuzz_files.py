@@ -462,6 +462,7 @@ class _Killed(BaseException):
     pass
 
 
+@pytest.mark.slow
 @_SETTINGS
 @given(frame=logs(), kill_at=st.integers(0, 2), targets=st.permutations(["4.2", "3.9"]))
 def test_an_annotation_killed_between_its_files_is_redone(tmp_path_factory, capsys, monkeypatch, frame, kill_at,

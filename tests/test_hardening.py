@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import tracker_plugin as tp
 from tracker_plugin.cli import main
 
-from .conftest import CASES
+from .conftest import CASES, examples
 
 STATUSES = {"reached", "forecast", "forecast_beyond_plan", "not_reached", "unreachable", "not_enough_data"}
 
@@ -91,7 +91,7 @@ def _check_cli(code: int, out: str, err: str, path: str) -> None:
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(text=csv_logs(), name=_names, targets=st.lists(_numbers.filter(math.isfinite), min_size=1, max_size=3))
 def test_analyze_never_tracebacks(tmp_path_factory, capsys, text, name, targets):
@@ -110,7 +110,7 @@ def test_analyze_never_tracebacks(tmp_path_factory, capsys, text, name, targets)
                 assert target[key] is None or math.isfinite(target[key])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(names=st.lists(_names, min_size=1, max_size=4, unique_by=str.lower), fmt=st.sampled_from(["--csv", "--markdown", "--json"]))
 def test_compare_output_is_safe_for_any_run_name(tmp_path_factory, capsys, data_dir, names, fmt):
@@ -144,7 +144,7 @@ _frames = st.integers(0, 30).flatmap(
 
 
 @pytest.mark.filterwarnings("error::RuntimeWarning")
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(columns=_frames, keep=st.sets(st.sampled_from(["tokens", "global_batch"])))
 def test_the_common_frame_is_valid_or_refused(columns, keep):
     """build_history returns a frame that keeps its invariants, or raises DataError."""

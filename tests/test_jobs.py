@@ -43,6 +43,7 @@ def _cli(capsys, *args) -> tuple[int, str, str]:
 
 
 # -- watch ----------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_watch_gives_a_run_that_finishes_mid_watch_its_final_annotation(
     experiment, mlflow_server, capsys, monkeypatch, tmp_path
 ):
@@ -170,6 +171,7 @@ def _annotated(client, experiment_id) -> list[Status | None]:
     return sorted((target_status(text) for text in texts), key=str)
 
 
+@pytest.mark.slow
 def test_crontab_line_runs_as_cron_would_run_it(tmp_path, pretraining):
     client, _, experiment_id = pretraining
     (line,) = [row for row in (EXAMPLES / "scheduling" / "crontab").read_text().splitlines() if row and row[0] != "#"]
@@ -193,6 +195,7 @@ def _run_container_args(command: str, env: dict[str, str]) -> subprocess.Complet
     return subprocess.run(["/bin/sh", "-c", command], env=full, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_kubernetes_cronjob_manifest_and_its_command(tmp_path, pretraining):
     client, uri, experiment_id = pretraining
     manifest = yaml.safe_load((EXAMPLES / "scheduling" / "kubernetes-cronjob.yaml").read_text())
@@ -214,6 +217,7 @@ def test_kubernetes_cronjob_manifest_and_its_command(tmp_path, pretraining):
     assert _annotated(client, experiment_id) == FINISHED_ARMS
 
 
+@pytest.mark.slow
 def test_github_actions_workflow_and_its_annotate_step(tmp_path, pretraining):
     client, uri, experiment_id = pretraining
     workflow = yaml.safe_load((EXAMPLES / "scheduling" / "github-actions-annotate.yml").read_text())

@@ -131,7 +131,7 @@ def test_it_waits_for_rows_and_the_warmup_and_says_so(nanogpt):
     feed(live, nanogpt[nanogpt.step > 5], until=int(warmup_end) - 20)
     assert live.status == f"waiting: the lr warmup, which ends at step {warmup_end:g} (now {warmup_end - 20:g})"
     assert live.latest is None
-    feed(live, nanogpt[nanogpt.step > warmup_end - 20], until=int(warmup_end) + 50)
+    feed(live, nanogpt[nanogpt.step > warmup_end - 20], until=int(warmup_end) + 5)  # the first forecast after it
     assert live.latest is not None and live.status.startswith("forecast at step")
 
 

@@ -103,9 +103,9 @@ def _messages(path: Path) -> list[str]:
     return said
 
 
-# The fixtures' analyses take minutes on two cores: with the slow suites (CI runs them).
-@pytest.mark.parametrize("path", [*BUNDLED, *(pytest.param(p, marks=pytest.mark.slow) for p in FIXTURES)],
-                         ids=lambda p: p.name)
+# Every run's analyses take minutes on two cores: with the slow suites (CI runs them).
+@pytest.mark.slow
+@pytest.mark.parametrize("path", [*BUNDLED, *FIXTURES], ids=lambda p: p.name)
 def test_every_note_and_message_of_a_run_reads_once(path):
     try:
         said = _messages(path)

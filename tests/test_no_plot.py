@@ -58,6 +58,7 @@ def test_no_plot_writes_a_picture_that_says_so_and_the_run_stays_current(capsys,
     assert code == 0 and out.count("unchanged") == 2
 
 
+@pytest.mark.slow
 def test_no_plot_loads_no_matplotlib(runs_dir):
     probe = ("import sys; from tracker_plugin.cli import main; code = main(sys.argv[1:]); "
              "print(code, 'matplotlib' in sys.modules)")

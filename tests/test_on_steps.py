@@ -68,6 +68,7 @@ def test_trainer_state_without_flags_is_read_on_steps_with_one_note_naming_batch
     assert "no gradient accumulation" in note and "batch_size" in note
 
 
+@pytest.mark.slow
 def test_the_json_on_steps_holds_no_steps_in_its_token_fields():
     analysis = _analysis(targets=(3.5, 3.1), rows=25, stability_sweep=True, sweep_min_window=100, sweep_step=50)
     doc = to_json(analysis)
@@ -103,6 +104,7 @@ def test_the_text_on_steps_prints_no_tokens():
     assert "T in 1e+09 steps" in text  # the power law's axis is the step here
 
 
+@pytest.mark.slow
 def test_the_keys_on_steps_clear_every_token_key_and_keep_the_steps():
     analysis = _analysis(targets=(3.5, 3.1), rows=25)
     annotation = build_annotation(analysis, settings_of(analysis.config, Columns(), None))
@@ -191,6 +193,7 @@ def test_a_short_step_at_each_epoch_end_is_no_batch_stage():
 _NO_TOKENS = re.compile(r"no tokens: the analysis is on steps|tokens: none \(on steps\)")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [None, 25])
 def test_the_text_on_steps_says_tokens_only_in_the_note_naming_the_settings_that_give_them(rows):
     """Every message on a run on steps counts steps: the model selection's cuts, the targets'

@@ -240,6 +240,7 @@ def _words(ax) -> str:
     return "\n".join(texts)
 
 
+@pytest.mark.slow
 def test_a_run_on_steps_is_plotted_on_steps_and_nothing_says_tokens() -> None:
     analysis = on_steps()
     _, ax = _drawn(analysis)
@@ -256,6 +257,7 @@ def test_a_run_on_steps_is_plotted_on_steps_and_nothing_says_tokens() -> None:
     assert "loss (step-window EMA)" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+@pytest.mark.slow
 def test_the_overlay_of_runs_on_steps_says_steps() -> None:
     fig = comparison_figure([("early", on_steps(20)), ("later", on_steps(25))])
     fig.canvas.draw()

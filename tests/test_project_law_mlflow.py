@@ -57,6 +57,7 @@ def _options(tracking: Tracking) -> SourceOptions:
     return SourceOptions(read=ReadOptions(use_cache=False, batch_size=1.0), mlflow=MlflowOptions(tracking_uri=tracking.uri))
 
 
+@pytest.mark.slow
 def test_the_running_run_is_forecast_by_the_law_of_the_finished_runs(project, capsys, count_reads):
     tracking, ids = project
     running = ids[RUNNING[0]]

@@ -197,6 +197,7 @@ def online_project(wandb_server, tmp_path) -> Iterator[dict]:
     yield runs
 
 
+@pytest.mark.slow
 def test_online_running_run_is_forecast_by_the_law_of_the_finished_runs(
     wandb_server, online_project, capsys, count_reads, made
 ):
@@ -273,6 +274,7 @@ def offline_summary(run_dir: Path) -> dict:
     return read_offline_run(next(run_dir.glob("run-*.wandb")), (), ref="x").summary
 
 
+@pytest.mark.slow
 def test_offline_running_run_is_forecast_by_the_law_of_the_finished_runs(
     offline_project, capsys, count_reads, made
 ):

@@ -46,7 +46,13 @@ def _example_id(item):
     return f"{page.relative_to(ROOT)}: {example.command[:60]}"
 
 
-@pytest.mark.parametrize("item", readme_examples.all_examples(), ids=_example_id)
+def _example_param(item):
+    # The backtest page's example refits every bundled run at a cut: with --all.
+    slow = item[1].command.startswith("tracker-plugin backtest")
+    return pytest.param(item, id=_example_id(item), marks=[pytest.mark.slow] if slow else [])
+
+
+@pytest.mark.parametrize("item", [_example_param(item) for item in readme_examples.all_examples()])
 def test_example_prints_what_its_page_shows(item):
     """Words exactly, numbers to a relative 1e-3: the last digits of a fit may vary by CPU."""
     page, example = item

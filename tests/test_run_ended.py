@@ -62,6 +62,7 @@ def test_a_run_whose_targets_are_all_reached_fits_no_law(olmo):
     assert run_analysis(olmo.head(len(olmo) // 2), AnalysisConfig(targets=(3.6,))).fit is None
 
 
+@pytest.mark.slow
 def test_a_stability_sweep_still_fits_the_law_of_a_finished_run(olmo):
     analysis = run_analysis(olmo, AnalysisConfig(targets=(3.1,), stability_sweep=True, sweep_step=5000,
                                                  sweep_min_window=5000))

@@ -305,6 +305,7 @@ def test_wandb_annotate_over_a_project_says_which_run_failed_without_the_key(
     assert_no_secret([wandb_server.api_key], summary)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("short_timeouts")
 def test_wandb_server_errors_and_no_server_never_print_the_key(wandb_server, one_run, secret_env, capfd, monkeypatch):
     wandb_server.fail(500, echo=True)

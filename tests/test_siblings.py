@@ -127,6 +127,7 @@ def test_none_is_the_default_calibration() -> None:
     assert NONE == Calibration() and not NONE.active
 
 
+@pytest.mark.slow
 def test_an_analysis_calibrated_on_siblings_moves_its_point_and_stretches_its_interval() -> None:
     import tracker_plugin as tp
     from tracker_plugin.testing import synthetic_run

@@ -387,6 +387,7 @@ def test_compare_reads_wandb_runs_without_writing(wandb_server, two_runs, capsys
     assert wandb_server.mutations() == []
 
 
+@pytest.mark.slow
 def test_watch_rereads_wandb_every_pass_until_the_runs_finish(wandb_server, two_runs, capsys, monkeypatch):
     import time as time_module
 
@@ -461,6 +462,7 @@ def test_404_on_one_run_fails_that_run_alone(wandb_server, two_runs, capsys):
     assert wandb_server.mutations(run="rb") == [] and wandb_server.mutations(run="ra")
 
 
+@pytest.mark.slow
 def test_500_forever_fails_in_bounded_time_naming_the_run(wandb_server, two_runs, capsys, short_timeouts):
     wandb_server.fail(500, run="rb")
     start = time.monotonic()
@@ -490,6 +492,7 @@ def test_500_forever_on_a_single_run_is_one_line_and_exit_2(wandb_server, two_ru
     assert wandb_server.mutations() == []
 
 
+@pytest.mark.slow
 def test_rate_limits_are_retried_then_reported(wandb_server, two_runs, capsys, short_timeouts, monkeypatch):
     from wandb.sdk import wandb_setup
 

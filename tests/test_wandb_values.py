@@ -92,6 +92,7 @@ def test_online_an_odd_value_at_one_step_reads_with_a_note(wandb_server, value):
     assert any("key 'train_loss'" in note and "at _step 100" in note for note in history.notes), history.notes
 
 
+@pytest.mark.slow
 def test_online_annotate_over_a_project_with_odd_values_annotates_the_others_too(wandb_server, capsys):
     for k, value in enumerate([None, "abc", [1], {"_type": "histogram"}, 3.5]):
         rows = wandb_rows(synthetic_run(300, seed=k))
