@@ -285,6 +285,24 @@ def test_a_changed_setting_reannotates_in_place(local, capsys):
     assert json.loads(after["artifacts"]["loss_eta.json"])["ema_token_window"] == 5e8
 
 
+@pytest.mark.parametrize("other", [-1.0, 1.0])
+def test_a_series_point_tied_with_another_jobs_is_judged_as_mlflow_judges_the_latest(local, capsys, other):
+    # Two jobs that read a run at once log at the same timestamp; MLflow's latest value at
+    # a step is then the larger one. A point of ours that is the latest is not logged again;
+    # one that lost the tie is.
+    from mlflow.entities import Metric
+
+    run_id = local.log(training_log(), name="r")
+    assert local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS)[0] == 0
+    ours = local.client.get_metric_history(run_id, SERIES_LOSS)
+    tied = [Metric(SERIES_LOSS, m.value + other, m.timestamp, m.step) for m in ours]
+    local.client.log_batch(run_id, metrics=tied)
+    code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--force", "--dry-run")
+    assert code == 0
+    new = int(re.search(r"^  series: ([0-9,]+) new points", out, re.M).group(1).replace(",", ""))
+    assert new == (len(ours) if other > 0 else 0), out
+
+
 def test_dry_run_says_what_it_would_change_and_why(local, capsys):
     run_id = local.log(training_log(), name="r")
     code, out, _ = local.cli(capsys, "annotate", f"mlflow:{run_id}", "-t", *TARGETS, "--dry-run")

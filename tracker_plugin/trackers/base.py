@@ -351,8 +351,9 @@ class Source(ABC):
         annotation = replace(annotation, plot=functools.cache(annotation.plot))  # drawn once
         for attempt in range(_WRITE_ATTEMPTS):
             started = time.monotonic()
-            full = annotation.clearing(self.held(run))
-            self.write_content(run, full)
+            held = self.held(run)
+            full = annotation.clearing(held)
+            self.write_content(run, full, held)
             self.write_markers(run, full)
             if not self.shared:
                 return True
@@ -369,7 +370,8 @@ class Source(ABC):
         )
 
     def held(self, run: RunInfo) -> dict[str, Any]:
-        """The keys of ours the run holds now, read fresh: numbers and text."""
+        """The keys of ours the run holds now, read fresh: numbers and text. A source may
+        return a subclass of dict carrying the rest of that read, for :meth:`write_content`."""
         return {}
 
     def stored_report(self, run: RunInfo) -> bytes | None:
@@ -421,8 +423,9 @@ class Source(ABC):
             return None
         return now.marker
 
-    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
-        """The annotation's metrics, labels and artifacts, all but the completion marker."""
+    def write_content(self, run: RunInfo, annotation: Annotation, held: Mapping[str, Any]) -> None:
+        """The annotation's metrics, labels and artifacts, all but the completion marker.
+        ``held`` is what :meth:`held` read just before (the write is measured against it)."""
         raise SourceError(f"{self.scheme} runs cannot be annotated", run=run.ref)
 
     def write_markers(self, run: RunInfo, annotation: Annotation) -> None:

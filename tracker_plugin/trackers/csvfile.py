@@ -13,7 +13,7 @@ import tarfile
 import warnings
 import zipfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -414,7 +414,7 @@ class CsvSource(Source):
             run.ref, columns=self.options.columns, batch_size=self.options.batch_size, options=self.options
         )
 
-    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation, held: Mapping[str, Any]) -> None:
         json_path, png_path = _sidecars(Path(run.ref))
         _check_name(json_path, run.ref)  # before the plot is drawn
         _write(png_path, annotation.plot_bytes, run.ref)

@@ -328,7 +328,7 @@ class MlflowSource(MlflowConnection, Source):
 
     def held(self, run: RunInfo) -> dict[str, Any]:
         with self._errors(run.ref):
-            return _own(self._client().get_run(_run_id(run)))
+            return _Held(self._client().get_run(_run_id(run)))
 
     reads_plot = True
 
@@ -377,13 +377,14 @@ class MlflowSource(MlflowConnection, Source):
             if pool is not None:
                 pool.shutdown(wait=False)
 
-    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation, held: Mapping[str, Any]) -> None:
         client = self._client()
         from mlflow.entities import Metric, RunTag
 
         run_id = _run_id(run)
         with self._errors(run.ref):
-            current = client.get_run(run_id)  # fresh: what an earlier annotation left
+            # Fresh: what an earlier annotation left, as held read it just now.
+            current = held.record if isinstance(held, _Held) else client.get_run(run_id)
             latest = _latest(current)
             step, stamp = _write_point(latest, _metric_step(run, annotation))
             # No value where the run holds none is left unwritten (the table shows "-"); a
@@ -394,7 +395,7 @@ class MlflowSource(MlflowConnection, Source):
                 for key, value in sorted(annotation.metrics.items())
                 if (value is not None or key in latest) and not _same(latest.get(key), value)
             ]
-            metrics += self._series_rows(run, annotation, stamp)
+            metrics += self._series_rows(run, annotation, stamp, latest)
             # The run page lists tags in the order they were first set: the answers, then
             # the provenance (a long JSON text).
             tags = [
@@ -419,9 +420,13 @@ class MlflowSource(MlflowConnection, Source):
             if annotation.replaces_legacy:
                 self._remove_legacy_artifacts(current)
 
-    def _series_rows(self, run: RunInfo, annotation: Annotation, stamp: int) -> list[Any]:
+    def _series_rows(
+        self, run: RunInfo, annotation: Annotation, stamp: int, latest: Mapping[str, Any]
+    ) -> list[Any]:
         """The series' points the run does not hold yet (its latest value at that step is
-        another, or there is none): a pass over a run that grew writes its new steps only."""
+        another, or there is none): a pass over a run that grew writes its new steps only.
+        A key the run has never logged (not in its ``latest`` values) holds no points, and
+        its history is not read."""
         from mlflow.entities import Metric
 
         series = annotation.series
@@ -429,8 +434,12 @@ class MlflowSource(MlflowConnection, Source):
             return []
         rows = []
         for key, values in sorted(series.values.items()):
+            if key not in latest:
+                rows += [Metric(key, value, stamp, step) for step, value in zip(series.steps, values)]
+                continue
             steps, held, stamps = self._history(run, _run_id(run), key)
-            order = np.lexsort((stamps, steps))  # the latest value at each step wins
+            # The latest value at each step, as MLflow ranks its rows: by timestamp, then value.
+            order = np.lexsort((held, stamps, steps))
             holds = dict(zip(steps[order].tolist(), held[order].tolist()))
             rows += [
                 Metric(key, value, stamp, step)
@@ -458,8 +467,9 @@ class MlflowSource(MlflowConnection, Source):
 
     def describe_write(self, run: RunInfo, annotation: Annotation) -> list[str]:
         with self._errors(run.ref):
-            step, _ = _write_point(_latest(self._client().get_run(_run_id(run))), _metric_step(run, annotation))
-            points = self._series_rows(run, annotation, 0)
+            latest = _latest(self._client().get_run(_run_id(run)))
+            step, _ = _write_point(latest, _metric_step(run, annotation))
+            points = self._series_rows(run, annotation, 0, latest)
         lines = [f"to: metrics at step {step}, tags and artifacts {ARTIFACT_JSON}, {ARTIFACT_PNG} of {run.ref}"]
         if annotation.series is not None:
             keys = ", ".join(sorted(annotation.series.values))
@@ -470,3 +480,12 @@ class MlflowSource(MlflowConnection, Source):
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+class _Held(dict[str, Any]):
+    """:meth:`MlflowSource.held`'s keys of ours, with the run record they were read from:
+    the write that follows measures itself against the same read instead of another."""
+
+    def __init__(self, record: Any) -> None:
+        super().__init__(_own(record))
+        self.record = record

@@ -33,6 +33,7 @@ The file is read in :mod:`.wandb_offline_read`, a resumed run's attempts joined 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,7 @@ class WandbOfflineSource(Source):
 
     shared = False  # the summary and the marker go in one atomic rewrite of the file
 
-    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation, held: Mapping[str, Any]) -> None:
         """The artifacts, into the run's ``files/``, once the run is known to be writable."""
         wandb_file = _wandb_file(run.ref)
         _check_writable(wandb_file, run.ref)

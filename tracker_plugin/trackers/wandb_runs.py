@@ -262,7 +262,7 @@ class WandbSource(Source):
             path = Path(tmp, name)
             return path.read_bytes() if path.is_file() else None
 
-    def write_content(self, run: RunInfo, annotation: Annotation) -> None:
+    def write_content(self, run: RunInfo, annotation: Annotation, held: Mapping[str, Any]) -> None:
         values = {**annotation.metrics, **annotation.labels}
         with self._errors(run.ref):
             self._update_summary(run, {k: v for k, v in values.items() if k != MARKER})
