@@ -1,6 +1,6 @@
 """The project's law, measured leave-one-family-out, beside today's forecasts.
 
-    python benchmarks/bench_law.py [--quick] [--workers 2] [--cache /tmp/bench_law]
+    python benchmarks/bench_law.py [--quick [--held-out]] [--workers 2] [--cache /tmp/bench_law]
 
 Families (each a project whose runs are one configuration): MPL 25M and MPL 100M (nine lr
 schedules each), the OLMo ladder at 190M, 370M and 760M (five horizons each), from
@@ -24,7 +24,8 @@ run alone (``backtest_run``, plan given) and calibrated on its siblings
 (``core.siblings``, its defaults), measured in the same run.
 
 ``--quick`` scores one rule (the defaults) and skips the held-out runs, the end-to-end
-pass and the cost: about 17 minutes on 2 cores.
+pass and the cost: about 17 minutes on 2 cores. ``--quick --held-out`` scores the
+held-out runs too, with that rule.
 """
 
 from __future__ import annotations
@@ -291,12 +292,14 @@ def _ends(ends: Sequence[EndCase], rules: dict[str, tuple]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one rule, no held-out runs, no end-to-end pass or cost")
+    parser.add_argument("--held-out", action="store_true",
+                        help="with --quick: the held-out runs too, scored with the one rule (the defaults)")
     parser.add_argument("--workers", type=int, default=min(os.cpu_count() or 2, 2))
     parser.add_argument("--cache", type=Path, help="a folder to keep each run's cases in and reuse them from "
                                                    "(while its content, its siblings and the code are the same)")
     args = parser.parse_args()
     start = time.perf_counter()
-    runs = read_runs(args.quick)
+    runs = read_runs(args.quick and not args.held_out)
     visible = [r for r in runs if r.family in VISIBLE and not r.name.startswith("modded-short-2025")]
     held = [r for r in runs if r not in visible]
     own, evidences, cases, ends, projects, breaches = all_cases(runs, args.workers, QUICK if args.quick else Grid(),
