@@ -434,19 +434,20 @@ class MlflowSource(MlflowConnection, Source):
             return []
         rows = []
         for key, values in sorted(series.values.items()):
-            if key not in latest:
-                rows += [Metric(key, value, stamp, step) for step, value in zip(series.steps, values)]
-                continue
-            steps, held, stamps = self._history(run, _run_id(run), key)
-            # The latest value at each step, as MLflow ranks its rows: by timestamp, then value.
-            order = np.lexsort((held, stamps, steps))
-            holds = dict(zip(steps[order].tolist(), held[order].tolist()))
+            holds = self._held_points(run, key) if key in latest else {}
             rows += [
                 Metric(key, value, stamp, step)
                 for step, value in zip(series.steps, values)
                 if holds.get(step) != value
             ]
         return rows
+
+    def _held_points(self, run: RunInfo, key: str) -> dict[int, float]:
+        """The run's latest value of ``key`` at each step, as MLflow ranks its rows: by
+        timestamp, then value (two jobs that read a run at once log at one timestamp)."""
+        steps, values, stamps = self._history(run, _run_id(run), key)
+        order = np.lexsort((values, stamps, steps))
+        return dict(zip(steps[order].tolist(), values[order].tolist()))
 
     def _remove_legacy_artifacts(self, record: Any) -> None:
         """Remove the earlier layout's ``loss_eta/`` files, where the artifact store can."""
